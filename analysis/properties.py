@@ -1,0 +1,301 @@
+"""Verdicts: each documented property measured from the evidence and judged against the contract.
+
+Pure functions of :class:`repro.campaign.Evidence` (no kernel runs here).
+Float32 comparisons are bitwise (``view(np.uint32)``) unless the property
+states a tolerance (the per-step rates, "about 34 steps").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from analysis import spec
+from repro.campaign import Evidence
+from repro.contract import Controller
+from repro.runner import Run
+from repro.scenarios import band_edges
+
+F32 = np.float32
+
+
+@dataclass
+class Finding:
+    """One row of the gate: a property, its documented, predicted and measured values, a verdict."""
+
+    key: str
+    title: str
+    documented: str
+    predicted: str
+    measured: str
+    ok: bool
+    where: str = ""  # the scenario and step where a failure first shows
+    doc: str = ""  # the sentence that documents it
+    line: int = 0  # line of contracts.toml holding the documented value
+    value: float | None = None  # the measured number, where there is one
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def bits(a) -> np.ndarray:
+    return np.asarray(a, dtype=F32).view(np.uint32)
+
+
+def same(a, b) -> bool:
+    """Bitwise equality of float32 arrays (NaN payloads included)."""
+    return bool(np.array_equal(bits(a), bits(b)))
+
+
+def _g(x: float) -> str:
+    return f"{float(x):.8g}"
+
+
+def _valid_runs(ev: Evidence) -> list[Run]:
+    """Catalogue runs with ordinary inputs: λ0 within the bounds, not the bad-value family."""
+    floor, ceiling = F32(ev.controller.value("floor")), F32(ev.controller.value("ceiling"))
+    return [r for r in ev.catalogue if r.scenario.family != "bad_values" and floor <= r.scenario.lambda0 <= ceiling]
+
+
+def first_step(mask: np.ndarray) -> int | None:
+    """1-based step of the first True, or None."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) + 1 if hits.size else None
+
+
+def reached_and_held(lam: np.ndarray, bound: np.float32) -> tuple[int | None, bool]:
+    """(first step at which λ equals ``bound`` bit for bit, whether it stays there to the end)."""
+    at = bits(lam) == bits(bound)
+    step = first_step(at)
+    return step, step is not None and bool(at[step - 1 :].all())
+
+
+def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Finding:
+    ctrl = ev.controller
+    doc = ctrl[key]
+    bound = F32(doc.value)
+    extreme, where = None, ""
+    for r in _valid_runs(ev):
+        bad = crosses(r.lam, bound)
+        if bad.any() and not where:
+            step = first_step(bad)
+            where = f"{r.scenario.name}, step {step}: λ = {_g(r.lam[step - 1])}"
+        value = r.lam.min() if key == "floor" else r.lam.max()
+        extreme = value if extreme is None else (min(extreme, value) if key == "floor" else max(extreme, value))
+    held = []
+    for name in scenarios:
+        step, stays = reached_and_held(ev.run(name).lam, bound)
+        held.append((name, step, stays, ev.run(name).scenario.steps))
+        if not stays and not where:
+            where = f"{name}: λ never settles at {_g(bound)} (ends at {_g(ev.run(name).lam[-1])})"
+    reached = "; ".join(f"{n}: reached step {s}, held to {t}" if ok else f"{n}: not held" for n, s, ok, t in held)
+    word = "lowest" if key == "floor" else "highest"
+    return Finding(
+        key, f"{key} ({'never crossed, reached and held'})", _g(doc.value), _g(bound),
+        f"{word} λ {_g(extreme)}; {reached}", not where and extreme == bound, where, doc.doc, doc.line, float(extreme),
+    )
+
+
+def floor(ev: Evidence) -> Finding:
+    return _bound(ev, "floor", ("aligned", "decay_from_ceiling"), lambda lam, b: lam < b)
+
+
+def ceiling(ev: Evidence) -> Finding:
+    return _bound(ev, "ceiling", ("diverged", "ramp_from_floor"), lambda lam, b: lam > b)
+
+
+def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
+    doc = ev.controller[key]
+    r = ev.run(scenario)
+    lam = np.concatenate([[r.scenario.lambda0], r.lam]).astype(np.float64)
+    lo, hi = ev.controller.value("floor"), ev.controller.value("ceiling")
+    free = (lam[1:] > F32(lo)) & (lam[1:] < F32(hi)) & (lam[:-1] > 0)
+    ratios = lam[1:][free] / lam[:-1][free]
+    if ratios.size == 0:
+        return Finding(key, f"{key} rate (× per step)", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
+                       "no unclamped step", False, f"{scenario}: λ never moves freely", doc.doc, doc.line)
+    median = float(np.median(ratios))
+    worst = ratios[np.argmax(np.abs(ratios - doc.value))]
+    ok = doc.accepts(median) and doc.accepts(float(worst))
+    where = "" if ok else f"{scenario}: step ratio {_g(worst)}"
+    return Finding(key, f"{key} rate (× per step, rtol {doc.rtol:g})", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
+                   f"×{median:.8f} (median of {ratios.size} unclamped steps)", ok, where, doc.doc, doc.line, median)
+
+
+def ramp(ev: Evidence) -> Finding:
+    return _rate(ev, "ramp", "ramp_from_floor")
+
+
+def decay(ev: Evidence) -> Finding:
+    return _rate(ev, "decay", "decay_from_ceiling")
+
+
+def _steps_to(r: Run, factor: float) -> int | None:
+    """First step at which λ reaches ``factor``·λ0 (≥ for factor > 1, ≤ for factor < 1)."""
+    goal = float(r.scenario.lambda0) * factor
+    lam = r.lam.astype(np.float64)
+    return first_step(lam >= goal if factor > 1 else lam <= goal)
+
+
+def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, predicted: int, title: str) -> Finding:
+    doc = ev.controller[key]
+    counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
+    ok = all(c is not None and doc.accepts(c) for c in counts.values())
+    where = "" if ok else "; ".join(f"{n}: {c}" for n, c in counts.items() if c is None or not doc.accepts(c))
+    shown = ", ".join(f"{c} from λ0 {_g(ev.run(n).scenario.lambda0)}" for n, c in counts.items())
+    documented = f"{doc.value:g}" + (f" ± {doc.tolerance:g}" if doc.tolerance else "")
+    value = next(iter(counts.values()))
+    return Finding(key, title, documented, str(predicted), shown, ok, where, doc.doc, doc.line,
+                   None if value is None else float(value))
+
+
+def steps_to_double(ev: Evidence) -> Finding:
+    ctrl = ev.controller
+    return _count(ev, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0,
+                  spec.steps_to_double(ctrl.value("ramp")), "steps to double (sustained high KL)")
+
+
+def steps_to_halve(ev: Evidence) -> Finding:
+    ctrl = ev.controller
+    return _count(ev, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5,
+                  spec.steps_to_halve(ctrl.value("decay")), "steps to halve (sustained low KL)")
+
+
+def steps_to_floor(ev: Evidence) -> Finding:
+    ctrl = ev.controller
+    doc = ctrl["steps_to_floor"]
+    r = ev.run("aligned")
+    step, _ = reached_and_held(r.lam, F32(ctrl.value("floor")))
+    before = f"; λ after {step - 1} steps = {_g(r.lam[step - 2])}" if step and step > 1 else ""
+    ok = step is not None and doc.accepts(step)
+    predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
+    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)",
+                   f"{doc.value:g} ± {doc.tolerance:g}", str(predicted),
+                   f"clamped at {_g(ctrl.value('floor'))} from step {step}{before}", ok,
+                   "" if ok else f"aligned: floor first reached at step {step}", doc.doc, doc.line,
+                   None if step is None else float(step))
+
+
+def dead_zone(ev: Evidence) -> Finding:
+    doc = ev.controller["tolerance"]
+    moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
+    moved = [(r, s) for r, s in moved if s is not None]
+    steps = ev.dead_zone[0].scenario.steps
+    where = f"{moved[0][0].scenario.name}, step {moved[0][1]}: λ → {_g(moved[0][0].lam[moved[0][1] - 1])}" if moved else ""
+    return Finding("dead_zone", f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit",
+                   f"×/÷{doc.value:g}, edges inclusive", f"{len(ev.dead_zone)} probes × {steps} steps unchanged",
+                   f"{len(ev.dead_zone) - len(moved)}/{len(ev.dead_zone)} probes held λ for {steps} steps",
+                   not moved, where, doc.doc, doc.line, float(len(moved)))
+
+
+def _onset(ev: Evidence, which: str) -> Finding:
+    doc = ev.controller["tolerance"]
+    edge_key = "above" if which == "ramp" else "below"
+    expected = np.array([band_edges(t, doc.value)[edge_key] for t in ev.probe_targets], dtype=F32)
+    found = ev.onsets[which]
+    ratio = found.astype(np.float64) / ev.probe_targets
+    ok = same(found, expected)
+    bad = np.flatnonzero(bits(found) != bits(expected))
+    where = "" if ok else (f"target {_g(ev.probe_targets[bad[0]])}: {which} begins at KL {_g(found[bad[0]])}, "
+                           f"documented {_g(expected[bad[0]])}")
+    rel = ">" if which == "ramp" else "<"
+    sym = f"target·{doc.value:g}" if which == "ramp" else f"target/{doc.value:g}"
+    shown = ", ".join(f"{x:.8g}" for x in ratio) + " × target"
+    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)",
+                   f"KL {rel} {sym}", f"next float {'above' if which == 'ramp' else 'below'} fl32({sym})",
+                   shown, ok, where, doc.doc, doc.line, float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None)
+
+
+def ramp_onset(ev: Evidence) -> Finding:
+    return _onset(ev, "ramp")
+
+
+def decay_onset(ev: Evidence) -> Finding:
+    return _onset(ev, "decay")
+
+
+def guards(ev: Evidence) -> Finding:
+    broken = [r for r in ev.guards if not same(r.lam, np.full(r.lam.shape, r.scenario.lambda0, dtype=F32))]
+    where = ""
+    if broken:
+        r = broken[0]
+        step = first_step(bits(r.lam) != bits(r.scenario.lambda0))
+        where = f"{r.scenario.name}, step {step}: λ {_g(r.scenario.lambda0)} → {_g(r.lam[step - 1])}"
+    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "unchanged",
+                   "unchanged", f"{len(ev.guards) - len(broken)}/{len(ev.guards)} cases unchanged",
+                   not broken, where, ev.controller.guards_doc, 0, float(len(broken)))
+
+
+def isolation(ev: Evidence, slot: int) -> Finding:
+    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
+    stray = [r for r in everything if r.stray]
+    where = f"{stray[0].scenario.name}: slot(s) {', '.join(map(str, stray[0].stray))} written" if stray else ""
+    return Finding("isolation", f"only slot {slot} (λ) is written", f"slot {slot} only", f"slot {slot} only",
+                   f"{len(everything) - len(stray)}/{len(everything)} runs left every other slot's bits intact",
+                   not stray, where, "DESIGN.md §2: the controller may write slot 486 and nothing else", 0,
+                   float(len(stray)))
+
+
+def spec_agreement(ev: Evidence) -> Finding:
+    rule = spec.Rule.of(ev.controller)
+    where, total = "", 0
+    for r in ev.catalogue:
+        expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
+        total += r.scenario.steps
+        if not where and not same(r.lam, expected):
+            step = first_step(bits(r.lam) != bits(expected))
+            where = f"{r.scenario.name}, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
+    return Finding("spec_agreement", "bit-identical to the float32 spec model", "identical", "identical",
+                   "identical" if not where else "differs", not where, where,
+                   "DESIGN.md §7: the kernel must match the spec bit for bit on every scenario", 0, float(total))
+
+
+def launch_modes(ev: Evidence) -> Finding:
+    where = ""
+    for a, b in zip(ev.catalogue, ev.per_step):
+        if not same(a.lam, b.lam):
+            step = first_step(bits(a.lam) != bits(b.lam))
+            where = f"{a.scenario.name}, step {step}: looped {_g(a.lam[step - 1])}, per-step {_g(b.lam[step - 1])}"
+            break
+    return Finding("launch_modes", "per-step launches and the looped harness agree", "identical", "identical",
+                   "identical" if not where else "differ", not where, where,
+                   "DESIGN.md §6: both paths must give the same bits", 0)
+
+
+def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
+    """Name what one step did to λ: unchanged, max, min, ramp, decay, or other (value)."""
+    with np.errstate(all="ignore"):
+        outcomes = {
+            "unchanged": lam0,
+            "max": rule.ceiling,
+            "min": rule.floor,
+            "ramp": np.fmin(rule.ceiling, F32(lam0 * rule.ramp)),
+            "decay": np.fmax(rule.floor, F32(lam0 * rule.decay)),
+        }
+    for name, value in outcomes.items():
+        if same(value, lam1):
+            return name
+    return f"other ({_g(lam1)})"
+
+
+def nonfinite(ev: Evidence) -> Finding:
+    rule = spec.Rule.of(ev.controller)
+    table = ev.controller.nonfinite
+    seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
+    wrong = [k for k in table if seen.get(k) != table[k]]
+    where = "; ".join(f"{k}: {seen.get(k)} (contract: {table[k]})" for k in wrong[:3])
+    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", f"{len(table)} cases pinned",
+                   f"{len(table)} cases", f"{len(table) - len(wrong)}/{len(table)} cases as pinned",
+                   not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
+
+
+def judge(ev: Evidence, lambda_slot: int) -> list[Finding]:
+    """Every property that applies to the evidence's controller, in the gate's order."""
+    ctrl: Controller = ev.controller
+    rows = [floor(ev), ceiling(ev), ramp(ev), decay(ev), steps_to_double(ev), steps_to_halve(ev)]
+    if ctrl.has("steps_to_floor"):
+        rows.append(steps_to_floor(ev))
+    rows += [dead_zone(ev), ramp_onset(ev), decay_onset(ev), guards(ev), nonfinite(ev),
+             isolation(ev, lambda_slot), spec_agreement(ev), launch_modes(ev)]
+    return rows

@@ -1,0 +1,1 @@
+"""Running the controller kernels: contract, sources, backends, ISV, scenarios, runners."""

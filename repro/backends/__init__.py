@@ -1,0 +1,45 @@
+"""Backends that execute the controller source: ``host`` everywhere, ``cupy`` on a GPU."""
+
+from __future__ import annotations
+
+from repro.backends.base import Backend, CompiledKernel
+from repro.errors import BackendUnavailable, SuiteError
+
+NAMES = ("auto", "host", "cupy")
+_cache: dict[str, Backend] = {}
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The named backend; ``auto`` is cupy when it imports and a device answers, else host.
+
+    Raises :class:`BackendUnavailable` (with the reason) when the named one cannot run here.
+    """
+    if name not in NAMES:
+        raise SuiteError(f"unknown backend {name!r} (choose from {', '.join(NAMES)})")
+    if name == "auto":
+        try:
+            return get_backend("cupy")
+        except BackendUnavailable:
+            return get_backend("host")
+    if name not in _cache:
+        if name == "host":
+            from repro.backends.host import HostBackend
+
+            _cache[name] = HostBackend()
+        else:
+            from repro.backends.cupy_backend import CupyBackend
+
+            _cache[name] = CupyBackend()
+    return _cache[name]
+
+
+def unavailable_reason(name: str) -> str | None:
+    """None when backend ``name`` runs here, else the one-line reason it does not."""
+    try:
+        get_backend(name)
+    except BackendUnavailable as err:
+        return str(err)
+    return None
+
+
+__all__ = ["Backend", "CompiledKernel", "get_backend", "unavailable_reason", "NAMES"]

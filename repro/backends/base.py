@@ -1,0 +1,64 @@
+"""What every backend offers: compile a kernel source, run it per step or looped.
+
+Arrays crossing this interface are NumPy float32 unless a method says
+"device": those take the backend's own arrays (``backend.xp``), so that the
+benchmark and the closed loop keep their state where the kernel runs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from repro.contract import Slots
+from repro.kernel_source import KernelSource
+
+
+class CompiledKernel(ABC):
+    """A controller compiled for one backend, with the looped harness around it."""
+
+    source: KernelSource
+    slots: Slots
+
+    @abstractmethod
+    def run_per_step(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One kernel launch per step on one ISV (``[isv_len]``), as a training loop does.
+
+        Per step ``t``: write ``kl[t]`` and ``target[t]`` into their slots, launch,
+        read λ. Returns ``(λ after each step [T], the final ISV)``.
+        """
+
+    @abstractmethod
+    def run_looped(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All steps of all runs in one harness call.
+
+        ``isv0`` is ``[S, isv_len]``; ``kl`` and ``target`` are step-major ``[T, S]``.
+        Returns ``(λ [T, S], final ISVs [S, isv_len])``.
+        """
+
+    @abstractmethod
+    def batched_step(self, isv) -> None:
+        """Device: one controller step on each row of ``isv`` (``[S, isv_len]``), in place."""
+
+    @abstractmethod
+    def run_private(self, lambda0, kl, target, out) -> None:
+        """Device: the register-resident throughput harness; ``kl``/``out`` are ``[T, S]``, ``target`` ``[S]``."""
+
+
+class Backend(ABC):
+    """A way to execute kernel sources (``host``: C++ compiler + ctypes; ``cupy``: NVRTC)."""
+
+    name: str
+    xp = np  # array module of the device arrays
+
+    @abstractmethod
+    def compile(self, source: KernelSource, slots: Slots) -> CompiledKernel:
+        """Compile (cached by content) or raise a one-line :class:`SuiteError`."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The device, in words (GPU name, or the CPU and compiler)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op where calls are synchronous)."""

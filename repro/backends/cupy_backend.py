@@ -1,0 +1,146 @@
+"""The cupy backend: the same source through NVRTC (``cupy.RawModule``), on the GPU.
+
+Per-step runs are the production pattern: per step a feed kernel writes KL
+and target into the device ISV, the controller is launched ``(1,),(1,)``, and
+a record kernel copies λ out, all queued on one stream with one
+synchronisation at the end. ``--fmad=false`` matches the host's
+``-ffp-contract=off`` so that a candidate with ``a*b+c`` gives the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.backends.base import Backend, CompiledKernel
+from repro.backends.translation_unit import harness_unit
+from repro.contract import Slots
+from repro.errors import BackendUnavailable, SuiteError
+from repro.kernel_source import KernelSource, check_symbol
+
+OPTIONS = ("--std=c++17", "--fmad=false")
+THREADS = 256
+
+_FEED_RECORD = r"""
+extern "C" __global__ void rlq_feed(float* isv, const float* kl, const float* target, long long t) {
+    isv[RLQ_KL_SLOT] = kl[t];
+    isv[RLQ_TARGET_SLOT] = target[t];
+}
+extern "C" __global__ void rlq_record(const float* isv, float* out, long long t) {
+    out[t] = isv[RLQ_LAMBDA_SLOT];
+}
+"""
+
+
+def _import_cupy():
+    try:
+        import cupy
+    except Exception as err:  # ImportError, or a CUDA library that fails to load
+        raise BackendUnavailable(f"cupy backend: cupy does not import ({type(err).__name__}: {err})") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:
+        raise BackendUnavailable(f"cupy backend: no CUDA device answers ({err})") from None
+    if count < 1:
+        raise BackendUnavailable("cupy backend: no CUDA device")
+    return cupy
+
+
+class CupyKernel(CompiledKernel):
+    def __init__(self, cp, source: KernelSource, slots: Slots):
+        self.cp, self.source, self.slots = cp, source, slots
+        slot_defs = (
+            f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
+            f"#define RLQ_TARGET_SLOT {slots.target}\n"
+        )
+        self.step = _compile(cp, source.text, source.symbol, source.origin)
+        harness = _module(cp, harness_unit(source, slots, for_device=True), source.origin)
+        self._batched = harness.get_function("rlq_batched_step")
+        self._looped = harness.get_function("rlq_looped")
+        self._private = harness.get_function("rlq_looped_private")
+        helpers = _module(cp, slot_defs + _FEED_RECORD, "feed/record helpers")
+        self._feed = helpers.get_function("rlq_feed")
+        self._record = helpers.get_function("rlq_record")
+
+    def launch(self, isv, grid=(1,), block=(1,)) -> None:
+        """Device: one launch of the controller on a device ISV."""
+        self.step(grid, block, (isv,))
+
+    def run_per_step(self, isv0, kl, target):
+        cp = self.cp
+        isv = cp.asarray(np.asarray(isv0, dtype=np.float32).reshape(-1))
+        kl_d = cp.asarray(np.asarray(kl, dtype=np.float32))
+        tg_d = cp.asarray(np.asarray(target, dtype=np.float32))
+        out = cp.empty(kl_d.shape[0], dtype=cp.float32)
+        one = ((1,), (1,))
+        for t in range(kl_d.shape[0]):
+            tt = np.int64(t)
+            self._feed(*one, (isv, kl_d, tg_d, tt))
+            self.step(*one, (isv,))
+            self._record(*one, (isv, out, tt))
+        return cp.asnumpy(out), cp.asnumpy(isv)
+
+    def run_looped(self, isv0, kl, target):
+        cp = self.cp
+        isv = cp.asarray(np.ascontiguousarray(isv0, dtype=np.float32))
+        kl_d = cp.asarray(np.ascontiguousarray(kl, dtype=np.float32))
+        tg_d = cp.asarray(np.ascontiguousarray(target, dtype=np.float32))
+        n_steps, n_runs = kl_d.shape
+        if isv.shape != (n_runs, self.slots.isv_len) or tg_d.shape != kl_d.shape:
+            raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl_d.shape}, target {tg_d.shape})")
+        out = cp.empty((n_steps, n_runs), dtype=cp.float32)
+        self._looped(_grid(n_runs), (THREADS,), (isv, kl_d, tg_d, out, np.int64(n_runs), np.int64(n_steps)))
+        return cp.asnumpy(out), cp.asnumpy(isv)
+
+    def batched_step(self, isv):
+        if not (isv.flags.c_contiguous and isv.dtype == np.float32 and isv.shape[-1] == self.slots.isv_len):
+            raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")
+        n = isv.shape[0]
+        self._batched(_grid(n), (THREADS,), (isv, np.int64(n)))
+
+    def run_private(self, lambda0, kl, target, out):
+        n_steps, n_runs = kl.shape
+        self._private(_grid(n_runs), (THREADS,), (lambda0, kl, target, out, np.int64(n_runs), np.int64(n_steps)))
+
+
+def _grid(n_runs: int) -> tuple[int]:
+    return (max(1, (n_runs + THREADS - 1) // THREADS),)
+
+
+def _module(cp, code: str, origin: str):
+    try:
+        module = cp.RawModule(code=code, options=OPTIONS)
+        module.compile()
+    except cp.cuda.compiler.CompileException as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if "error" in ln]
+        raise SuiteError(f"{origin} does not compile (NVRTC): {' | '.join(lines[:3]) or err}") from None
+    return module
+
+
+def _compile(cp, code: str, symbol: str, origin: str):
+    return _module(cp, code, origin).get_function(symbol)
+
+
+class CupyBackend(Backend):
+    name = "cupy"
+
+    def __init__(self):
+        self.cp = _import_cupy()
+        self.xp = self.cp
+        self._loaded: dict[tuple, CupyKernel] = {}
+
+    def describe(self) -> str:
+        cp = self.cp
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        driver = cp.cuda.runtime.driverGetVersion()
+        return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
+
+    def compile(self, source: KernelSource, slots: Slots) -> CupyKernel:
+        check_symbol(source)
+        key = (source.text, source.symbol, slots)
+        if key not in self._loaded:
+            self._loaded[key] = CupyKernel(self.cp, source, slots)
+        return self._loaded[key]
+
+    def synchronize(self) -> None:
+        self.cp.cuda.get_current_stream().synchronize()

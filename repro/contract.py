@@ -1,0 +1,154 @@
+"""The contract (``kernels/contracts.toml``) as typed, read-only data.
+
+One fact, one place: slot numbers and documented properties live in the TOML
+file; this module only parses it and says where each fact stands (file:line),
+so that a gate failure can name the line a deliberate change must edit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.errors import SuiteError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACTS = ROOT / "kernels" / "contracts.toml"
+
+
+@dataclass(frozen=True)
+class Slots:
+    """ISV slot indices (floats) owned by the harness, and the ISV layout."""
+
+    lambda_: int
+    kl: int
+    target: int
+    isv_len: int
+    sentinel: int  # uint32 bit pattern that fills every slot at allocation
+
+    def __post_init__(self) -> None:
+        top = max(self.lambda_, self.kl, self.target)
+        if len({self.lambda_, self.kl, self.target}) != 3:
+            raise SuiteError("contract: the λ, KL and target slots must differ")
+        if self.isv_len <= top:
+            raise SuiteError(f"contract: ISV of {self.isv_len} floats is too small for slot {top}")
+
+
+@dataclass(frozen=True)
+class Documented:
+    """A documented value (λ, a rate, or a count of steps) and where it is written."""
+
+    name: str
+    value: float
+    doc: str
+    line: int  # line of contracts.toml that holds it
+    rtol: float = 0.0
+    tolerance: float = 0.0  # absolute, in the value's own unit (steps)
+
+    def accepts(self, measured: float) -> bool:
+        """True when ``measured`` agrees with the documented value within its stated tolerance."""
+        if self.tolerance:
+            return abs(measured - self.value) <= self.tolerance
+        if self.rtol:
+            return math.isclose(measured, self.value, rel_tol=self.rtol, abs_tol=0.0)
+        return measured == self.value
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One controller's contract: its kernel, its rule constants and documented properties."""
+
+    name: str
+    kernel: Path
+    symbol: str
+    props: dict[str, Documented]
+    nonfinite: dict[str, str] = field(default_factory=dict)
+    guards_doc: str = ""
+
+    def __getitem__(self, key: str) -> Documented:
+        return self.props[key]
+
+    def value(self, key: str) -> float:
+        """The documented value of property ``key``."""
+        return self.props[key].value
+
+    def has(self, key: str) -> bool:
+        return key in self.props
+
+
+@dataclass(frozen=True)
+class Contract:
+    path: Path
+    slots: Slots
+    controllers: dict[str, Controller]
+
+    def controller(self, name: str) -> Controller:
+        try:
+            return self.controllers[name]
+        except KeyError:
+            known = ", ".join(sorted(self.controllers))
+            raise SuiteError(f"unknown contract {name!r} (known: {known})") from None
+
+
+def _line_of(text_lines: list[str], section: str, key: str) -> int:
+    """1-based line of ``key = …`` inside ``[section]`` (0 when not found)."""
+    current = None
+    pattern = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
+    for number, line in enumerate(text_lines, start=1):
+        header = re.match(r"^\s*\[([^\]]+)\]", line)
+        if header:
+            current = header.group(1).strip()
+        elif current == section and pattern.match(line):
+            return number
+    return 0
+
+
+def load(path: Path | str = CONTRACTS) -> Contract:
+    """Parse the contract file; a malformed file is a :class:`SuiteError`."""
+    path = Path(path)
+    try:
+        raw_text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(raw_text)
+    except FileNotFoundError:
+        raise SuiteError(f"contract file not found: {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SuiteError(f"{path}: not valid TOML: {err}") from None
+    lines = raw_text.splitlines()
+    try:
+        s = data["slots"]
+        slots = Slots(s["lambda"], s["kl_ema"], s["kl_target"], s["isv_len"], s["sentinel"])
+        shared_nonfinite = {k: v for k, v in data.get("nonfinite", {}).items() if k != "doc"}
+        guards_doc = data.get("guards", {}).get("doc", "")
+        controllers = {}
+        for name, entry in data.items():
+            if name in ("slots", "nonfinite", "guards"):
+                continue
+            props = {
+                key: Documented(
+                    name=key,
+                    value=float(spec["value"]),
+                    doc=spec.get("doc", ""),
+                    line=_line_of(lines, name, key),
+                    rtol=float(spec.get("rtol", 0.0)),
+                    tolerance=float(spec.get("tolerance", 0.0)),
+                )
+                for key, spec in entry.items()
+                if isinstance(spec, dict)
+            }
+            for required in ("seed_lambda", "floor", "ceiling", "ramp", "decay", "tolerance"):
+                if required not in props:
+                    raise SuiteError(f"{path}: [{name}] lacks {required!r}")
+            controllers[name] = Controller(
+                name=name,
+                kernel=(path.parent.parent / entry["kernel"]).resolve(),
+                symbol=entry["symbol"],
+                props=props,
+                nonfinite=shared_nonfinite,
+                guards_doc=guards_doc,
+            )
+    except KeyError as err:
+        raise SuiteError(f"{path}: missing key {err}") from None
+    return Contract(path=path, slots=slots, controllers=controllers)

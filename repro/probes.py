@@ -1,0 +1,50 @@
+"""Active measurements: experiments whose next input depends on the kernel's last answer.
+
+Where does ramping begin? The smallest float32 KL that makes one step raise λ,
+found by bisection over the bit patterns of the positive floats (ordered as
+integers), for several targets at once through the looped harness.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.backends.base import CompiledKernel
+from repro.isv import new_isv
+
+F32 = np.float32
+_POS_MIN, _POS_INF = 1, 0x7F800000  # bit patterns: smallest subnormal, +inf
+
+
+def _one_step(kernel: CompiledKernel, lambda0: float, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+    lam, _ = kernel.run_looped(new_isv(kernel.slots, lambda0, len(kl)), kl[None, :], target[None, :])
+    return lam[0]
+
+
+def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float) -> dict[str, np.ndarray]:
+    """Per target: ``ramp`` = least KL whose step raises λ, ``decay`` = greatest KL whose step lowers it.
+
+    Both float32; NaN where no positive KL does it. Assumes the response is
+    monotone in KL (a kernel that is not shows up as a wrong onset).
+    """
+    targets = np.asarray(targets, dtype=F32)
+    lam0 = F32(lambda0)
+
+    def search(pred_true_above: bool) -> np.ndarray:
+        # Invariant: pred(lo) != pred_true_above-side, pred(hi) on that side.
+        lo = np.full(targets.shape, _POS_MIN, dtype=np.int64)
+        hi = np.full(targets.shape, _POS_INF, dtype=np.int64)
+        for _ in range(32):
+            mid = (lo + hi) // 2
+            lam = _one_step(kernel, lam0, mid.astype(np.uint32).view(F32), targets)
+            hit = lam > lam0 if pred_true_above else lam < lam0
+            if pred_true_above:
+                hi, lo = np.where(hit, mid, hi), np.where(hit, lo, mid)
+            else:
+                lo, hi = np.where(hit, mid, lo), np.where(hit, hi, mid)
+        edge = hi if pred_true_above else lo
+        check = _one_step(kernel, lam0, edge.astype(np.uint32).view(F32), targets)
+        found = check > lam0 if pred_true_above else check < lam0
+        return np.where(found, edge.astype(np.uint32).view(F32), F32(np.nan))
+
+    return {"ramp": search(True), "decay": search(False)}

@@ -1,0 +1,77 @@
+"""Feeding scenarios through a compiled kernel, and the tidy trajectory they produce.
+
+Step numbering: step ``t`` (1-based) is the t-th kernel launch; its row holds
+the KL and target fed before that launch and λ after it. λ before step 1 is
+the scenario's ``lambda0`` (column ``lambda0``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from repro.backends.base import CompiledKernel
+from repro.contract import Slots
+from repro.isv import new_isv, stray_writes
+from repro.scenarios import Scenario
+
+MODES = ("looped", "per_step")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One scenario's result: λ after each step (float32 ``[T]``) and stray ISV writes."""
+
+    scenario: Scenario
+    lam: np.ndarray
+    stray: list[int]  # slots other than λ's whose bits changed (empty when isolated)
+
+
+def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str = "looped") -> list[Run]:
+    """Run every scenario; ``looped`` makes one harness call, ``per_step`` one launch per step."""
+    slots = kernel.slots
+    if mode == "per_step":
+        runs = []
+        for sc in scenarios:
+            lam, isv = kernel.run_per_step(new_isv(slots, sc.lambda0)[0], sc.kl, sc.target)
+            runs.append(_run(slots, sc, lam, isv[None, :]))
+        return runs
+    if mode != "looped":
+        raise ValueError(f"mode must be one of {MODES}")
+    steps = max(sc.steps for sc in scenarios)
+    # Scenarios shorter than the longest repeat their last values; those steps are dropped.
+    kl = np.stack([np.pad(sc.kl, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
+    target = np.stack([np.pad(sc.target, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
+    lam, isv = kernel.run_looped(new_isv(slots, [sc.lambda0 for sc in scenarios]), kl, target)
+    return [_run(slots, sc, lam[: sc.steps, i].copy(), isv[i : i + 1]) for i, sc in enumerate(scenarios)]
+
+
+def _run(slots: Slots, sc: Scenario, lam: np.ndarray, isv: np.ndarray) -> Run:
+    stray = stray_writes(slots, isv, sc.kl[-1:], sc.target[-1:])
+    return Run(sc, lam, sorted({slot for _, slot in stray}))
+
+
+def to_frame(runs: list[Run], controller: str, backend: str) -> pd.DataFrame:
+    """Tidy trajectories: ``controller, backend, scenario, step, kl, kl_target, lambda`` + parameters."""
+    frames = []
+    for r in runs:
+        sc = r.scenario
+        frame = pd.DataFrame(
+            {
+                "controller": controller,
+                "backend": backend,
+                "scenario": sc.name,
+                "family": sc.family,
+                "step": np.arange(1, sc.steps + 1),
+                "kl": sc.kl,
+                "kl_target": sc.target,
+                "lambda": r.lam,
+                "lambda0": sc.lambda0,
+            }
+        )
+        for key, value in sc.params.items():
+            frame[f"param_{key}"] = value
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

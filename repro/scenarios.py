@@ -1,0 +1,254 @@
+"""The scenario catalogue: named, parameterised, seeded KL traces, and replay of recorded ones.
+
+A scenario is what the training loop would write into the ISV, step by step:
+the observed KL (slot 488), the KL target (slot 491), and the λ it starts
+from. Every value is float32; every random scenario takes a seed and the same
+seed gives the same bits. Traces that sit at the dead zone's edges take the
+controller's documented tolerance from the contract.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from repro.contract import Controller
+from repro.errors import SuiteError
+
+F32 = np.float32
+#: The KL target the scripted training loop writes (nats). The rule is
+#: scale-free (it compares KL with target·tol), so any positive value serves.
+REF_TARGET = 0.02
+#: How far outside the band "high" and "low" KL sit (×, ÷ the target).
+FAR = 100.0
+REGIMES = {"high": FAR, "low": 1.0 / FAR, "band": 1.0}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A KL trace to feed the controller. ``kl``/``target`` are float32 ``[T]`` (T steps)."""
+
+    name: str
+    family: str
+    kl: np.ndarray
+    target: np.ndarray
+    lambda0: float  # λ in slot 486 before step 1
+    description: str
+    params: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.kl.shape[0])
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kl", np.asarray(self.kl, dtype=F32))
+        object.__setattr__(self, "target", np.broadcast_to(np.asarray(self.target, dtype=F32), self.kl.shape).copy())
+        object.__setattr__(self, "lambda0", F32(self.lambda0))
+
+
+def _const(value: float, steps: int) -> np.ndarray:
+    return np.full(steps, value, dtype=F32)
+
+
+def _blocks(values: list[float], each: int) -> np.ndarray:
+    return np.repeat(np.asarray(values, dtype=F32), each)
+
+
+def band_edges(target: float, tolerance: float) -> dict[str, np.float32]:
+    """The float32 dead-zone edges the documented rule computes, and their neighbours.
+
+    ``upper = fl(target·tol)`` and ``lower = fl(target/tol)`` are inside the band
+    (the rule's tests are strict); ``above``/``below`` are the nearest floats outside.
+    """
+    t, tol = F32(target), F32(tolerance)
+    upper, lower = F32(t * tol), F32(t / tol)
+    inf = F32(np.inf)
+    return {
+        "upper": upper,
+        "above": np.nextafter(upper, inf),
+        "inside_upper": np.nextafter(upper, F32(0)),
+        "lower": lower,
+        "below": np.nextafter(lower, F32(0)),
+        "inside_lower": np.nextafter(lower, inf),
+    }
+
+
+def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
+    """A short scenario for one unusual input, e.g. ``"lambda=nan,kl=high"`` or ``"target=-0"``.
+
+    Slots not named take a valid default: λ = the seed, target = REF_TARGET,
+    KL = the target (in band). KL may name a regime (high, low, band) or a value;
+    any value is parsed by ``float`` (nan, +inf, -0, 1e-40 …).
+    """
+    values = {"lambda": controller.value("seed_lambda"), "target": REF_TARGET, "kl": "band"}
+    for part in spec.split(","):
+        key, _, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if key not in values or not raw:
+            raise SuiteError(f"malformed case {spec!r}: expected slot=value with slot in lambda, kl, target")
+        values[key] = raw if key == "kl" and raw in REGIMES else _parse_value(raw, spec)
+    target = values["target"]
+    kl = values["kl"]
+    if isinstance(kl, str):
+        kl = F32(REF_TARGET * REGIMES[kl]) if not np.isfinite(target) or target <= 0 else F32(target * REGIMES[kl])
+    return Scenario(
+        name=spec,
+        family="bad_values",
+        kl=_const(kl, steps),
+        target=_const(target, steps),
+        lambda0=values["lambda"],
+        description=f"unusual input {spec}",
+        params={"case": spec},
+    )
+
+
+def _parse_value(raw: str, spec: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise SuiteError(f"malformed case {spec!r}: {raw!r} is not a number") from None
+
+
+#: Values that the guards (KL, target or λ ≤ 0) must leave λ unchanged for.
+GUARD_VALUES = ("0", "-0", "-1", "-1e-40", "-inf")
+#: Unusual inputs in the catalogue's bad-value family.
+BAD_VALUES = ("nan", "+inf", "-inf", "0", "-0", "-1", "1e-40", "-1e-40")
+
+
+def guard_cases() -> list[str]:
+    """Case specs for the guard property: each non-positive value in each slot, in each KL regime."""
+    cases = [f"kl={v}" for v in GUARD_VALUES]
+    for slot in ("target", "lambda"):
+        cases += [f"{slot}={v},kl={r}" for v in GUARD_VALUES for r in REGIMES]
+    return cases
+
+
+def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
+    """Every catalogue scenario for ``controller`` (its seed λ, bounds and tolerance)."""
+    lam0 = controller.value("seed_lambda")
+    floor, ceiling = controller.value("floor"), controller.value("ceiling")
+    tgt = REF_TARGET
+    hi, lo = tgt * FAR, tgt / FAR
+    rng = np.random.default_rng(seed)
+    out = [
+        Scenario("aligned", "sustained", _const(lo, 1000), tgt, lam0,
+                 "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR}),
+        Scenario("diverged", "sustained", _const(hi, 60), tgt, lam0,
+                 "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR}),
+        Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)"),
+        Scenario("ramp_from_floor", "sustained", _const(hi, 60), tgt, floor,
+                 "KL far above the band, starting at the floor (doubling, then the ceiling)"),
+        Scenario("decay_from_ceiling", "sustained", _const(lo, 1600), tgt, ceiling,
+                 "KL far below the band, starting at the ceiling (halving, then the floor)"),
+    ]
+    e = band_edges(tgt, controller.value("tolerance"))
+    order = ["upper", "above", "inside_upper", "lower", "below", "inside_lower"]
+    out.append(Scenario("band_edges", "band", _blocks([e[k] for k in order], 10), tgt, lam0,
+                        "10 steps each at the documented band's edges and their neighbouring floats: "
+                        + ", ".join(order), {"edges": ",".join(order)}))
+    out += [
+        Scenario("step_up", "step", np.concatenate([_const(tgt, 100), _const(hi, 100)]), tgt, lam0,
+                 "in band for 100 steps, then far above"),
+        Scenario("step_down", "step", np.concatenate([_const(tgt, 100), _const(lo, 400)]), tgt, lam0,
+                 "in band for 100 steps, then far below"),
+        Scenario("square_wave", "oscillation", np.tile(_blocks([tgt * 5, tgt / 5], 20), 10), tgt, lam0,
+                 "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0}),
+        Scenario("drift", "drift", (tgt * np.geomspace(0.1, 10.0, 400)).astype(F32), tgt, lam0,
+                 "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0}),
+    ]
+    for sigma in (0.25, 0.5, 1.0):
+        noise = rng.standard_normal(500)
+        out.append(Scenario(f"lognormal_sigma{sigma}", "noise", (tgt * np.exp(sigma * noise)).astype(F32), tgt, lam0,
+                            f"log-normal KL noise around the target, σ = {sigma}", {"sigma": sigma, "seed": seed}))
+    base = tgt * np.exp(0.1 * rng.standard_normal(500))
+    spikes = rng.random(500) < 0.02
+    out.append(Scenario("spikes", "noise", np.where(spikes, base * 50, base).astype(F32), tgt, lam0,
+                        "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed}))
+    for slot in ("kl", "target"):
+        out += [case(controller, f"{slot}={v}") for v in BAD_VALUES]
+    out += [case(controller, f"lambda={v},kl={r}") for v in BAD_VALUES for r in REGIMES]
+    return out
+
+
+def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None) -> Scenario:
+    """Replay a recorded KL trace: a CSV with a ``kl`` column (or one unnamed column of numbers).
+
+    The target comes from a ``kl_target`` column, else from ``target``; one of them is required.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SuiteError(f"trace file not found: {path}")
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise SuiteError(f"{path}: empty trace file")
+    header = [c.strip().lower() for c in rows[0]]
+    has_header = not _is_number(rows[0][0])
+    if has_header:
+        if "kl" not in header:
+            raise SuiteError(f"{path}: no 'kl' column (columns: {', '.join(header)})")
+        kl_col = header.index("kl")
+        tgt_col = header.index("kl_target") if "kl_target" in header else None
+        body, first_line = rows[1:], 2
+    else:
+        kl_col, tgt_col, body, first_line = 0, None, rows, 1
+    kl, tg = [], []
+    for offset, row in enumerate(body):
+        line = first_line + offset
+        kl.append(_cell(row, kl_col, path, line))
+        if tgt_col is not None:
+            tg.append(_cell(row, tgt_col, path, line))
+    if not kl:
+        raise SuiteError(f"{path}: no KL values")
+    if tgt_col is None:
+        if target is None:
+            raise SuiteError(f"{path}: no 'kl_target' column; give the target (--target)")
+        tg = [target] * len(kl)
+    return Scenario(name or path.stem, "replay", np.array(kl, dtype=F32), np.array(tg, dtype=F32), lambda0,
+                    f"recorded KL trace from {path.name}", {"file": path.name})
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cell(row: list[str], col: int, path: Path, line: int) -> float:
+    try:
+        value = float(row[col])
+    except (IndexError, ValueError):
+        shown = row[col] if col < len(row) else "(missing)"
+        raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
+    return value
+
+
+#: Targets (nats) at which the band is probed: the rule must not depend on scale.
+PROBE_TARGETS = (1e-4, REF_TARGET, 0.37, 5.0)
+
+
+def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario]:
+    """Constant KL inside the documented band (edges included), per target and starting λ.
+
+    KL: both edges, their inner neighbours, the target and six interior points;
+    λ0: floor, seed, ceiling and their geometric means. λ must hold bit for bit.
+    """
+    floor, ceiling, seed = (controller.value(k) for k in ("floor", "ceiling", "seed_lambda"))
+    lambdas = sorted({floor, seed, ceiling, math.sqrt(floor * seed), math.sqrt(seed * ceiling)})
+    out = []
+    for target in PROBE_TARGETS:
+        e = band_edges(target, controller.value("tolerance"))
+        interior = np.geomspace(float(e["lower"]), float(e["upper"]), 8)[1:-1]
+        kls = [e["lower"], e["inside_lower"], F32(target), e["inside_upper"], e["upper"], *interior.astype(F32)]
+        for kl in kls:
+            for lam in lambdas:
+                out.append(Scenario(f"dead_zone t={target:g} kl={float(kl):.9g} λ0={lam:.4g}", "dead_zone",
+                                    _const(kl, steps), target, lam, "constant KL inside the band",
+                                    {"target": target, "kl": float(kl)}))
+    return out
