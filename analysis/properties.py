@@ -35,6 +35,10 @@ class Finding:
     line: int = 0  # line of contracts.toml holding the documented value
     value: float | None = None  # the measured number, where there is one
 
+    def __post_init__(self) -> None:
+        self.ok = bool(self.ok)  # NumPy bools do not serialise
+        self.value = None if self.value is None else float(self.value)
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -86,14 +90,14 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Findi
     held = []
     for name in scenarios:
         step, stays = reached_and_held(ev.run(name).lam, bound)
-        held.append((name, step, stays, ev.run(name).scenario.steps))
+        held.append((name, step, stays))
         if not stays and not where:
             where = f"{name}: λ never settles at {_g(bound)} (ends at {_g(ev.run(name).lam[-1])})"
-    reached = "; ".join(f"{n}: reached step {s}, held to {t}" if ok else f"{n}: not held" for n, s, ok, t in held)
+    reached = ", ".join(f"{s} ({n})" if ok else f"never ({n})" for n, s, ok in held)
     word = "lowest" if key == "floor" else "highest"
     return Finding(
         key, f"{key} ({'never crossed, reached and held'})", _g(doc.value), _g(bound),
-        f"{word} λ {_g(extreme)}; {reached}", not where and extreme == bound, where, doc.doc, doc.line, float(extreme),
+        f"{word} λ {_g(extreme)}; held from step {reached}", not where and extreme == bound, where, doc.doc, doc.line, float(extreme),
     )
 
 

@@ -1,0 +1,128 @@
+"""The gate: measure a candidate kernel and compare every documented property with the contract.
+
+    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH]
+
+Exit 0 when every property holds, 1 when any is violated, 2 for a usage
+error, a missing file, a kernel that does not compile or lacks the symbol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.properties import Finding, judge
+from repro.backends import NAMES, get_backend
+from repro.campaign import Evidence, collect
+from repro.contract import Contract, load
+from repro.errors import SuiteError
+from repro.kernel_source import KernelSource, load_kernel
+
+
+@dataclass
+class Verdict:
+    """The gate's result for one kernel under one contract."""
+
+    source: KernelSource
+    contract: str
+    backend: str
+    device: str
+    findings: list[Finding]
+    evidence: Evidence
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if not f.ok]
+
+    def as_dict(self) -> dict:
+        return {
+            "kernel": self.source.origin,
+            "sha256": self.source.sha256,
+            "contract": self.contract,
+            "backend": self.backend,
+            "device": self.device,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "properties": [f.as_dict() for f in self.findings],
+        }
+
+
+def evaluate(source: KernelSource, contract_name: str = "fixed", backend: str = "auto",
+             contract: Contract | None = None) -> Verdict:
+    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
+    contract = contract or load()
+    controller = contract.controller(contract_name)
+    be = get_backend(backend)
+    start = time.perf_counter()
+    kernel = be.compile(source, contract.slots)
+    evidence = collect(kernel, controller)
+    findings = judge(evidence, contract.slots.lambda_)
+    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
+
+
+def format_table(verdict: Verdict, contract_path: Path) -> str:
+    """The verdict as a plain-text table, failures followed by where they show and the contract line."""
+    head = ("property", "documented", "measured", "verdict")
+    rows = [(f.key, f.documented, f.measured, "PASS" if f.ok else "FAIL") for f in verdict.findings]
+    widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
+
+    def line(cells):
+        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])]
+    for f, row in zip(verdict.findings, rows):
+        out.append(line(row))
+        if not f.ok:
+            out.append(f"    first shows: {f.where}")
+            if f.line:
+                out.append(f"    if intended, change {contract_path.name}:{f.line} ({f.doc})")
+    return "\n".join(out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
+    parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
+    parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
+    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        contract = load()
+        controller = contract.controller(args.contract)
+        path = Path(args.kernel) if args.kernel else controller.kernel
+        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, args.backend, contract)
+    except SuiteError as err:
+        print(f"gate: error: {err}", file=sys.stderr)
+        return 2
+    print(f"kernel   {verdict.source.origin}  (sha256 {verdict.source.sha256[:12]})")
+    print(f"contract {args.contract}  ({contract.path.name})")
+    print(f"backend  {verdict.backend}: {verdict.device}")
+    print()
+    print(format_table(verdict, contract.path))
+    print()
+    n, bad = len(verdict.findings), verdict.failed
+    if bad:
+        print(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) in {verdict.seconds:.2f} s")
+    else:
+        print(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(verdict.as_dict(), indent=2))
+    return 0 if verdict.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Options, markers and fixtures shared by every test.
+
+Parametrisation runs each test over controllers × backends; the cupy
+backend's tests carry the ``gpu`` marker and are skipped, with the reason,
+where CuPy does not import or no device answers (one collection hook, not a
+skip in every test). ``--kernel PATH [--contract NAME]`` puts a candidate
+kernel through the same property tests in place of the in-repo controllers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repro.backends import get_backend, unavailable_reason
+from repro.contract import load
+from repro.kernel_source import load_kernel
+
+BACKENDS = ("host", "cupy")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("rlq", "λ-controller suite")
+    group.addoption("--kernel", type=Path, help="candidate kernel .cu to judge instead of the in-repo controllers")
+    group.addoption("--contract", default="fixed", help="contract entry the --kernel candidate is judged against")
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = {}
+    for item in items:
+        if "gpu" in item.keywords:
+            reason = reasons.setdefault("cupy", unavailable_reason("cupy"))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def backend_params():
+    """``host`` and ``cupy`` (the latter marked ``gpu``), for ``@pytest.mark.parametrize``."""
+    return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cupy" else [], id=b) for b in BACKENDS]
+
+
+def pytest_generate_tests(metafunc):
+    if "backend_name" in metafunc.fixturenames:
+        metafunc.parametrize("backend_name", backend_params(), scope="session")
+    if "subject" in metafunc.fixturenames:
+        candidate = metafunc.config.getoption("--kernel")
+        names = ["candidate"] if candidate else ["fixed", "original"]
+        metafunc.parametrize("subject", names, scope="session")
+
+
+@pytest.fixture(scope="session")
+def contract():
+    return load()
+
+
+@pytest.fixture(scope="session")
+def backend(backend_name):
+    return get_backend(backend_name)
+
+
+@pytest.fixture(scope="session")
+def host():
+    return get_backend("host")
+
+
+@pytest.fixture(scope="session")
+def subject_contract(request, subject) -> str:
+    """The contract entry the subject is judged against (its own, or --contract for a candidate)."""
+    return request.config.getoption("--contract") if subject == "candidate" else subject
+
+
+@pytest.fixture(scope="session")
+def subject_source(request, contract, subject, subject_contract):
+    """The kernel source under test: an in-repo controller, or the --kernel candidate."""
+    entry = contract.controller(subject_contract)
+    path = request.config.getoption("--kernel") if subject == "candidate" else entry.kernel
+    return load_kernel(path, entry.symbol)
+
+
+def source_of(contract, name: str):
+    """The in-repo kernel source of controller ``name``."""
+    entry = contract.controller(name)
+    return load_kernel(entry.kernel, entry.symbol)

@@ -1,0 +1,107 @@
+"""Bitwise agreement: kernel ⇄ spec model, per-step ⇄ looped, host ⇄ cupy, one thread ⇄ a grid."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis import spec
+from analysis.properties import bits
+from conftest import source_of
+from repro.contract import load
+from repro.isv import new_isv
+from repro.runner import run_scenarios
+from repro.scenarios import catalogue
+
+CONTROLLERS = ("fixed", "original")
+SCENARIOS = [s.name for s in catalogue(load().controller("fixed"))]
+_runs: dict = {}
+
+
+def runs(contract, backend, controller: str, mode: str) -> dict:
+    """Catalogue runs by scenario name, cached per (controller, backend, mode)."""
+    key = (controller, backend.name, mode)
+    if key not in _runs:
+        kernel = backend.compile(source_of(contract, controller), contract.slots)
+        _runs[key] = {r.scenario.name: r for r in run_scenarios(kernel, catalogue(contract.controller(controller)), mode)}
+    return _runs[key]
+
+
+def assert_same_bits(a, b, what):
+    a, b = bits(a), bits(b)
+    if not np.array_equal(a, b):
+        step = int(np.flatnonzero(a != b)[0])
+        pytest.fail(f"{what}: first differs at step {step + 1}: {a[step]:#010x} vs {b[step]:#010x}")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_kernel_matches_spec(contract, backend, controller, scenario):
+    r = runs(contract, backend, controller, "looped")[scenario]
+    rule = spec.Rule.of(contract.controller(controller))
+    expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
+    assert_same_bits(r.lam, expected, f"{controller}/{scenario}: kernel vs spec")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_per_step_matches_looped(contract, backend, controller, scenario):
+    looped = runs(contract, backend, controller, "looped")[scenario]
+    per_step = runs(contract, backend, controller, "per_step")[scenario]
+    assert_same_bits(per_step.lam, looped.lam, f"{controller}/{scenario}: per-step vs looped")
+    assert per_step.stray == looped.stray == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ("looped", "per_step"))
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_cupy_matches_host(contract, host, controller, mode):
+    from repro.backends import get_backend
+
+    gpu = runs(contract, get_backend("cupy"), controller, mode)
+    cpu = runs(contract, host, controller, mode)
+    for name in SCENARIOS:
+        assert_same_bits(gpu[name].lam, cpu[name].lam, f"{controller}/{name}: cupy vs host ({mode})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid,block", [((1,), (32,)), ((64,), (256,)), ((132,), (1024,))])
+def test_grid_launch_matches_one_thread(contract, grid, block):
+    """Launched over many threads and blocks, only thread 0 of block 0 acts: same bits as (1,),(1,)."""
+    import cupy as cp
+
+    from repro.backends import get_backend
+
+    s = contract.slots
+    kernel = get_backend("cupy").compile(source_of(contract, "fixed"), s)
+    sc = next(x for x in catalogue(contract.controller("fixed")) if x.name == "lognormal_sigma1.0")
+    isv_one = cp.asarray(new_isv(s, sc.lambda0)[0])
+    isv_grid = isv_one.copy()
+    for t in range(sc.steps):
+        for isv in (isv_one, isv_grid):
+            isv[s.kl] = float(sc.kl[t])
+            isv[s.target] = float(sc.target[t])
+        kernel.launch(isv_one)
+        kernel.launch(isv_grid, grid=grid, block=block)
+    assert_same_bits(cp.asnumpy(isv_grid), cp.asnumpy(isv_one), f"grid {grid}×{block} vs one thread")
+
+
+def test_batched_step_matches_per_step(contract, backend):
+    """S ISVs advanced by the batched harness equal S separate per-step runs, bit for bit."""
+    s = contract.slots
+    kernel = backend.compile(source_of(contract, "fixed"), s)
+    rng = np.random.default_rng(7)
+    n_runs, n_steps = 33, 50
+    kl = (0.02 * np.exp(2.0 * rng.standard_normal((n_steps, n_runs)))).astype(np.float32)
+    lam0 = rng.uniform(0.05, 1.0, n_runs).astype(np.float32)
+    xp = backend.xp
+    isv = xp.asarray(new_isv(s, lam0))
+    batched = np.empty((n_steps, n_runs), dtype=np.float32)
+    for t in range(n_steps):
+        isv[:, s.kl] = xp.asarray(kl[t])
+        isv[:, s.target] = np.float32(0.02)
+        kernel.batched_step(isv)
+        batched[t] = xp.asnumpy(isv[:, s.lambda_]) if xp is not np else isv[:, s.lambda_]
+    for r in range(n_runs):
+        lam, _ = kernel.run_per_step(new_isv(s, lam0[r])[0], kl[:, r], np.full(n_steps, 0.02, np.float32))
+        assert_same_bits(batched[:, r], lam, f"run {r}: batched vs per-step")

@@ -1,0 +1,42 @@
+"""The host backend's compile cache: keyed by content, shared safely by concurrent workers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from repro.backends.host import FLAGS, HostBackend, cache_dir
+from repro.contract import ROOT
+
+
+def test_ieee_flags():
+    assert "-ffp-contract=off" in FLAGS and not any("fast-math" in f and "no" not in f for f in FLAGS)
+
+
+def test_cache_is_keyed_by_content(contract, tmp_path, monkeypatch):
+    from conftest import source_of
+
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
+    src = source_of(contract, "fixed")
+    HostBackend().compile(src, contract.slots)
+    HostBackend().compile(src, contract.slots)
+    assert len(list(tmp_path.glob("*.so"))) == 1
+    HostBackend().compile(src.with_defines(MIN_LAMBDA=0.07), contract.slots)
+    assert len(list(tmp_path.glob("*.so"))) == 2
+    assert cache_dir() == tmp_path
+
+
+def test_concurrent_compiles_share_one_library(tmp_path):
+    script = (
+        "from repro.backends.host import HostBackend; from repro.contract import load; "
+        "from repro.kernel_source import load_kernel; c = load(); e = c.controller('fixed'); "
+        "k = HostBackend().compile(load_kernel(e.kernel, e.symbol).with_defines(MIN_LAMBDA=0.0625), c.slots); "
+        "print(k.source.sha256)"
+    )
+    env = {"RLQ_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len(set(outs)) == 1 and len(list(tmp_path.glob("*.so"))) == 1
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.cpp"))

@@ -1,0 +1,86 @@
+"""The scenario catalogue: seeded reproducibility, band edges, CSV replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.properties import bits
+from repro.errors import SuiteError
+from repro.scenarios import REGIMES, band_edges, case, catalogue, from_csv
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("controller", ["fixed", "original"])
+def test_same_seed_same_bits_other_seed_other_noise(contract, controller):
+    entry = contract.controller(controller)
+    a, b, c = catalogue(entry, seed=3), catalogue(entry, seed=3), catalogue(entry, seed=4)
+    assert [s.name for s in a] == [s.name for s in b]
+    for x, y in zip(a, b):
+        assert np.array_equal(bits(x.kl), bits(y.kl)) and np.array_equal(bits(x.target), bits(y.target))
+    noisy = [i for i, s in enumerate(a) if s.family == "noise"]
+    assert noisy and all(not np.array_equal(a[i].kl, c[i].kl) for i in noisy)
+
+
+def test_catalogue_covers_the_issue_families(contract):
+    families = {s.family for s in catalogue(contract.controller("fixed"))}
+    assert {"sustained", "band", "step", "oscillation", "drift", "noise", "bad_values"} <= families
+    names = {s.name for s in catalogue(contract.controller("fixed"))}
+    for slot in ("kl", "target"):
+        assert {f"{slot}=nan", f"{slot}=+inf", f"{slot}=-inf", f"{slot}=0", f"{slot}=-1", f"{slot}=1e-40"} <= names
+
+
+@pytest.mark.parametrize("target", [1e-4, 0.02, 0.37, 5.0, 1e-38])
+@pytest.mark.parametrize("tol", [1.5, 3.0])
+def test_band_edges_are_neighbouring_floats(target, tol):
+    e = band_edges(target, tol)
+    assert e["upper"] == F32(F32(target) * F32(tol)) and e["lower"] == F32(F32(target) / F32(tol))
+    assert bits(e["above"]) == bits(e["upper"]) + 1 and bits(e["inside_upper"]) == bits(e["upper"]) - 1
+    assert bits(e["below"]) == bits(e["lower"]) - 1 and bits(e["inside_lower"]) == bits(e["lower"]) + 1
+
+
+def test_case_regimes_place_kl_relative_to_target(contract):
+    entry = contract.controller("fixed")
+    for regime, factor in REGIMES.items():
+        sc = case(entry, f"lambda=nan,kl={regime}")
+        assert np.isnan(sc.lambda0) and sc.kl[0] == F32(sc.target[0] * factor)
+
+
+@pytest.mark.parametrize("spec", ["lambda", "speed=1", "kl=fast", "lambda=1,,"])
+def test_malformed_case_is_a_clear_error(contract, spec):
+    with pytest.raises(SuiteError, match="malformed case"):
+        case(contract.controller("fixed"), spec)
+
+
+def test_csv_replay_with_and_without_header(tmp_path):
+    with_target = tmp_path / "run.csv"
+    with_target.write_text("step,kl,kl_target\n1,0.01,0.02\n2,0.5,0.02\n3,nan,0.02\n")
+    sc = from_csv(with_target)
+    assert sc.steps == 3 and np.isnan(sc.kl[2]) and sc.target.dtype == np.float32
+    bare = tmp_path / "bare.csv"
+    bare.write_text("0.01\n0.02\n0.03\n")
+    sc = from_csv(bare, target=0.02)
+    assert sc.kl.tolist() == [F32(0.01), F32(0.02), F32(0.03)]
+
+
+@pytest.mark.parametrize(
+    "text,kwargs,message",
+    [
+        ("", {}, "empty trace file"),
+        ("loss\n1\n", {}, "no 'kl' column"),
+        ("kl\n0.1\nabc\n", {"target": 0.02}, ":3: not a number"),
+        ("0.1\n0.2\n", {}, "give the target"),
+        ("kl,kl_target\n0.1,\n", {}, ":2: not a number"),
+    ],
+)
+def test_malformed_trace_file(tmp_path, text, kwargs, message):
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    with pytest.raises(SuiteError, match=message):
+        from_csv(path, **kwargs)
+
+
+def test_missing_trace_file(tmp_path):
+    with pytest.raises(SuiteError, match="trace file not found"):
+        from_csv(tmp_path / "nope.csv", target=0.02)

@@ -1,0 +1,57 @@
+"""The spec model against its own closed forms, and against the rule's description step by step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import spec
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("controller", ["fixed", "original"])
+def test_simulated_doubling_and_halving_match_closed_form(contract, controller):
+    entry = contract.controller(controller)
+    rule = spec.Rule.of(entry)
+    up = spec.run(rule, [entry.value("floor")], np.full((200, 1), 1e3, F32), F32(1.0))[:, 0]
+    assert int(np.argmax(up >= 2 * F32(entry.value("floor")))) + 1 == spec.steps_to_double(entry.value("ramp"))
+    down = spec.run(rule, [entry.value("ceiling")], np.full((3000, 1), 1e-6, F32), F32(1.0))[:, 0]
+    assert int(np.argmax(down <= 0.5)) + 1 == spec.steps_to_halve(entry.value("decay"))
+
+
+@pytest.mark.parametrize("controller", ["fixed", "original"])
+def test_simulated_steps_to_floor_match_closed_form(contract, controller):
+    entry = contract.controller(controller)
+    rule = spec.Rule.of(entry)
+    lam = spec.run(rule, [entry.value("seed_lambda")], np.full((3000, 1), 1e-6, F32), F32(1.0))[:, 0]
+    first = int(np.argmax(lam == rule.floor)) + 1
+    assert first == spec.steps_to_floor(entry.value("seed_lambda"), entry.value("floor"), entry.value("decay"))
+
+
+def test_one_step_follows_the_description():
+    rule = spec.Rule(F32(0.05), F32(1.0), F32(3.0), F32(1.2), F32(0.998))
+    t = F32(0.02)
+    assert spec.step(rule, F32(0.5), F32(0.07), t) == F32(F32(0.5) * F32(1.2))  # above 3·t: ramp
+    assert spec.step(rule, F32(0.5), F32(0.006), t) == F32(F32(0.5) * F32(0.998))  # below t/3: decay
+    assert spec.step(rule, F32(0.5), F32(0.06), t) == F32(0.5)  # fl(3·t) itself: hold
+    assert spec.step(rule, F32(0.9), F32(1.0), t) == F32(1.0)  # clamped at the ceiling
+    assert spec.step(rule, F32(0.0501), F32(1e-9), t) == F32(0.05)  # clamped at the floor
+    assert spec.step(rule, F32(0.5), F32(-1.0), t) == F32(0.5)  # guard
+
+
+@pytest.mark.parametrize("sigma", [0.25, 0.5, 1.0, 1.5])
+@pytest.mark.parametrize("tol", [1.5, 3.0])
+def test_in_band_probability_matches_monte_carlo(sigma, tol):
+    rng = np.random.default_rng(0)
+    z = np.exp(sigma * rng.standard_normal(200_000))
+    measured = np.mean((z >= 1 / tol) & (z <= tol))
+    assert measured == pytest.approx(spec.in_band_probability(tol, sigma), abs=0.005)
+
+
+def test_closed_forms():
+    assert spec.steps_to_double(1.2) == math.ceil(math.log(2) / math.log(1.2))
+    assert spec.in_band_probability(3.0, 0.0) == 1.0
+    assert spec.decay_to_ramp_log_ratio(1.2, 1 / 1.2) == pytest.approx(1.0)
