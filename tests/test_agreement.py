@@ -105,3 +105,25 @@ def test_batched_step_matches_per_step(contract, backend):
     for r in range(n_runs):
         lam, _ = kernel.run_per_step(new_isv(s, lam0[r])[0], kl[:, r], np.full(n_steps, 0.02, np.float32))
         assert_same_bits(batched[:, r], lam, f"run {r}: batched vs per-step")
+
+
+@pytest.mark.gpu
+def test_flush_to_zero_would_break_agreement_on_subnormals(contract):
+    """Why the cupy backend passes --ftz=false: with FTZ a subnormal KL reads as 0 and trips the guard.
+
+    Measured, not assumed: the IEEE build decays λ on KL = 1e-40 (as the spec does), the FTZ build holds it.
+    """
+    from repro.backends import get_backend
+    from repro.backends.cupy_backend import OPTIONS
+    from repro.scenarios import case
+
+    cupy_be = get_backend("cupy")
+    src = source_of(contract, "fixed")
+    entry = contract.controller("fixed")
+    sc = case(entry, "kl=1e-40", steps=1)
+    ieee = run_scenarios(cupy_be.compile(src, contract.slots), [sc])[0].lam[0]
+    ftz_options = tuple(o for o in OPTIONS if not o.startswith("--ftz")) + ("--ftz=true",)
+    ftz = run_scenarios(cupy_be.compile(src, contract.slots, ftz_options), [sc])[0].lam[0]
+    rule = spec.Rule.of(entry)
+    assert bits(ieee) == bits(spec.step(rule, sc.lambda0, sc.kl[0], sc.target[0]))
+    assert bits(ftz) == bits(sc.lambda0), "with --ftz=true the subnormal KL no longer trips the guard"

@@ -3,8 +3,13 @@
 Per-step runs are the production pattern: per step a feed kernel writes KL
 and target into the device ISV, the controller is launched ``(1,),(1,)``, and
 a record kernel copies λ out, all queued on one stream with one
-synchronisation at the end. ``--fmad=false`` matches the host's
-``-ffp-contract=off`` so that a candidate with ``a*b+c`` gives the same bits.
+synchronisation at the end.
+
+The NVRTC options pin IEEE float32 semantics, as the host's flags do:
+``--fmad=false`` matches ``-ffp-contract=off`` (a candidate's ``a*b+c`` is
+not fused), and ``--ftz=false`` keeps subnormals. Measured on the H200 with
+CuPy 14.2: without ``--ftz=false`` a subnormal KL or target was read as zero
+and tripped the ``<= 0`` guards, so the GPU and the spec model disagreed.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from repro.contract import Slots
 from repro.errors import BackendUnavailable, SuiteError
 from repro.kernel_source import KernelSource, check_symbol
 
-OPTIONS = ("--std=c++17", "--fmad=false")
+OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 THREADS = 256
 
 _FEED_RECORD = r"""
@@ -46,18 +51,18 @@ def _import_cupy():
 
 
 class CupyKernel(CompiledKernel):
-    def __init__(self, cp, source: KernelSource, slots: Slots):
+    def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS):
         self.cp, self.source, self.slots = cp, source, slots
         slot_defs = (
             f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
             f"#define RLQ_TARGET_SLOT {slots.target}\n"
         )
-        self.step = _compile(cp, source.text, source.symbol, source.origin)
-        harness = _module(cp, harness_unit(source, slots, for_device=True), source.origin)
+        self.step = _module(cp, source.text, source.origin, options).get_function(source.symbol)
+        harness = _module(cp, harness_unit(source, slots, for_device=True), source.origin, options)
         self._batched = harness.get_function("rlq_batched_step")
         self._looped = harness.get_function("rlq_looped")
         self._private = harness.get_function("rlq_looped_private")
-        helpers = _module(cp, slot_defs + _FEED_RECORD, "feed/record helpers")
+        helpers = _module(cp, slot_defs + _FEED_RECORD, "feed/record helpers", options)
         self._feed = helpers.get_function("rlq_feed")
         self._record = helpers.get_function("rlq_record")
 
@@ -106,18 +111,14 @@ def _grid(n_runs: int) -> tuple[int]:
     return (max(1, (n_runs + THREADS - 1) // THREADS),)
 
 
-def _module(cp, code: str, origin: str):
+def _module(cp, code: str, origin: str, options: tuple[str, ...]):
     try:
-        module = cp.RawModule(code=code, options=OPTIONS)
+        module = cp.RawModule(code=code, options=options)
         module.compile()
     except cp.cuda.compiler.CompileException as err:
         lines = [ln.strip() for ln in str(err).splitlines() if "error" in ln]
         raise SuiteError(f"{origin} does not compile (NVRTC): {' | '.join(lines[:3]) or err}") from None
     return module
-
-
-def _compile(cp, code: str, symbol: str, origin: str):
-    return _module(cp, code, origin).get_function(symbol)
 
 
 class CupyBackend(Backend):
@@ -135,11 +136,12 @@ class CupyBackend(Backend):
         driver = cp.cuda.runtime.driverGetVersion()
         return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 
-    def compile(self, source: KernelSource, slots: Slots) -> CupyKernel:
+    def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS) -> CupyKernel:
+        """Compile with NVRTC; ``options`` replace the IEEE defaults (tests use it to show their effect)."""
         check_symbol(source)
-        key = (source.text, source.symbol, slots)
+        key = (source.text, source.symbol, slots, options)
         if key not in self._loaded:
-            self._loaded[key] = CupyKernel(self.cp, source, slots)
+            self._loaded[key] = CupyKernel(self.cp, source, slots, options)
         return self._loaded[key]
 
     def synchronize(self) -> None:
