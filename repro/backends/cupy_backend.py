@@ -5,11 +5,14 @@ and target into the device ISV, the controller is launched ``(1,),(1,)``, and
 a record kernel copies λ out, all queued on one stream with one
 synchronisation at the end.
 
-The NVRTC options pin IEEE float32 semantics, as the host's flags do:
-``--fmad=false`` matches ``-ffp-contract=off`` (a candidate's ``a*b+c`` is
-not fused), and ``--ftz=false`` keeps subnormals. Measured on the H200 with
-CuPy 14.2: without ``--ftz=false`` a subnormal KL or target was read as zero
-and tripped the ``<= 0`` guards, so the GPU and the spec model disagreed.
+Compilation calls NVRTC directly rather than through ``cupy.RawModule``:
+CuPy appends ``-ftz=true`` to every NVRTC compile it makes, after the
+caller's options. Measured on the H200 (CuPy 14.2): built that way a
+subnormal KL or target reads as zero and trips the ``<= 0`` guards, so the
+GPU and the spec model disagree (``tests/test_agreement.py`` pins it). The
+options here keep IEEE float32 semantics, as the host's flags do:
+``--fmad=false`` matches ``-ffp-contract=off`` and ``--ftz=false`` keeps
+subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 """
 
 from __future__ import annotations
@@ -51,18 +54,23 @@ def _import_cupy():
 
 
 class CupyKernel(CompiledKernel):
-    def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS):
+    def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...], cupy_defaults: bool):
         self.cp, self.source, self.slots = cp, source, slots
+        build = _rawmodule if cupy_defaults else _nvrtc_module
+
+        def _module(code, origin, options):
+            return build(cp, code, origin, options)
+
         slot_defs = (
             f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
             f"#define RLQ_TARGET_SLOT {slots.target}\n"
         )
-        self.step = _module(cp, source.text, source.origin, options).get_function(source.symbol)
-        harness = _module(cp, harness_unit(source, slots, for_device=True), source.origin, options)
+        self.step = _module(source.text, source.origin, options).get_function(source.symbol)
+        harness = _module(harness_unit(source, slots, for_device=True), source.origin, options)
         self._batched = harness.get_function("rlq_batched_step")
         self._looped = harness.get_function("rlq_looped")
         self._private = harness.get_function("rlq_looped_private")
-        helpers = _module(cp, slot_defs + _FEED_RECORD, "feed/record helpers", options)
+        helpers = _module(slot_defs + _FEED_RECORD, "feed/record helpers", options)
         self._feed = helpers.get_function("rlq_feed")
         self._record = helpers.get_function("rlq_record")
 
@@ -111,13 +119,38 @@ def _grid(n_runs: int) -> tuple[int]:
     return (max(1, (n_runs + THREADS - 1) // THREADS),)
 
 
-def _module(cp, code: str, origin: str, options: tuple[str, ...]):
+def _compile_error(origin: str, log: str) -> SuiteError:
+    lines = [ln.strip() for ln in log.splitlines() if "error" in ln]
+    return SuiteError(f"{origin} does not compile (NVRTC): {' | '.join(lines[:3]) or log.strip()}")
+
+
+def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
+    """NVRTC with exactly ``options`` (plus the device's architecture), loaded as a module."""
+    from cupy.cuda import function
+    from cupy_backends.cuda.libs import nvrtc
+
+    arch = cp.cuda.Device().compute_capability
+    prog = nvrtc.createProgram(code, "kernel.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, [*options, f"--gpu-architecture=sm_{arch}"])
+        except nvrtc.NVRTCError:
+            raise _compile_error(origin, nvrtc.getProgramLog(prog)) from None
+        image = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    module = function.Module()
+    module.load(image)
+    return module
+
+
+def _rawmodule(cp, code: str, origin: str, options: tuple[str, ...]):
+    """The way most CuPy users build a kernel; CuPy appends ``-ftz=true`` to ``options``."""
     try:
         module = cp.RawModule(code=code, options=options)
         module.compile()
     except cp.cuda.compiler.CompileException as err:
-        lines = [ln.strip() for ln in str(err).splitlines() if "error" in ln]
-        raise SuiteError(f"{origin} does not compile (NVRTC): {' | '.join(lines[:3]) or err}") from None
+        raise _compile_error(origin, str(err)) from None
     return module
 
 
@@ -136,12 +169,13 @@ class CupyBackend(Backend):
         driver = cp.cuda.runtime.driverGetVersion()
         return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 
-    def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS) -> CupyKernel:
-        """Compile with NVRTC; ``options`` replace the IEEE defaults (tests use it to show their effect)."""
+    def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS,
+                cupy_defaults: bool = False) -> CupyKernel:
+        """Compile with NVRTC; ``cupy_defaults`` builds through ``cupy.RawModule`` (which adds FTZ)."""
         check_symbol(source)
-        key = (source.text, source.symbol, slots, options)
+        key = (source.text, source.symbol, slots, options, cupy_defaults)
         if key not in self._loaded:
-            self._loaded[key] = CupyKernel(self.cp, source, slots, options)
+            self._loaded[key] = CupyKernel(self.cp, source, slots, options, cupy_defaults)
         return self._loaded[key]
 
     def synchronize(self) -> None:
