@@ -95,10 +95,10 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Findi
             where = f"{name}: λ never settles at {_g(bound)} (ends at {_g(ev.run(name).lam[-1])})"
     reached = ", ".join(f"{s} ({n})" if ok else f"never ({n})" for n, s, ok in held)
     word = "lowest" if key == "floor" else "highest"
-    return Finding(
-        key, f"{key} ({'never crossed, reached and held'})", _g(doc.value), _g(bound),
-        f"{word} λ {_g(extreme)}; held from step {reached}", not where and extreme == bound, where, doc.doc, doc.line, float(extreme),
-    )
+    measured = f"{word} λ {_g(extreme)}; held from step {reached}"
+    ok = not where and extreme == bound
+    return Finding(key, f"{key} (never crossed, reached and held)", _g(doc.value), _g(bound), measured, ok, where,
+                   doc.doc, doc.line, float(extreme))
 
 
 def floor(ev: Evidence) -> Finding:

@@ -47,6 +47,7 @@ class Documented:
     line: int  # line of contracts.toml that holds it
     rtol: float = 0.0
     tolerance: float = 0.0  # absolute, in the value's own unit (steps)
+    informational: bool = False  # reported beside its measurement, not gated
 
     def accepts(self, measured: float) -> bool:
         """True when ``measured`` agrees with the documented value within its stated tolerance."""
@@ -134,6 +135,7 @@ def load(path: Path | str = CONTRACTS) -> Contract:
                     line=_line_of(lines, name, key),
                     rtol=float(spec.get("rtol", 0.0)),
                     tolerance=float(spec.get("tolerance", 0.0)),
+                    informational=bool(spec.get("informational", False)),
                 )
                 for key, spec in entry.items()
                 if isinstance(spec, dict)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.properties import judge
 from analysis.gate import evaluate
+from analysis.properties import judge
 from repro.campaign import collect
 
 PROPERTIES = (

@@ -60,5 +60,5 @@ class Backend(ABC):
     def describe(self) -> str:
         """The device, in words (GPU name, or the CPU and compiler)."""
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a no-op is the right default
         """Wait for queued device work (a no-op where calls are synchronous)."""

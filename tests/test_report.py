@@ -1,0 +1,101 @@
+"""The report job, run into a temporary folder on the host backend (as CI does)."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import report
+from conftest import source_of
+
+MIN_DPI = 150
+MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    rep = report.measure("host", progress=lambda *_: None)
+    report.write(rep, out, progress=lambda *_: None)
+    return out, rep
+
+
+def png_info(path):
+    """(width, height, dpi) from the PNG's IHDR and pHYs chunks."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name} is not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    at = data.find(b"pHYs")
+    ppm = struct.unpack(">I", data[at + 4 : at + 8])[0] if at > 0 else 0
+    return width, height, round(ppm * 0.0254)
+
+
+def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made):
+    out, _ = made
+    for name in report.FIGURES:
+        width, height, dpi = png_info(out / name)
+        assert width >= MIN_SIZE[0] and height >= MIN_SIZE[1], f"{name}: {width}×{height}"
+        assert dpi >= MIN_DPI, f"{name}: {dpi} dpi"
+
+
+def test_summary_links_every_figure_and_names_its_sources(made):
+    out, rep = made
+    text = (out / "summary.md").read_text()
+    for name in report.FIGURES:
+        assert f"]({name})" in text
+    for n in report.CONTROLLERS:
+        assert rep.header["kernels"][n]["sha256"] in text
+    assert f"`{rep.header['backend']}`" in text and "suite commit" in text
+
+
+def _table_cell(text: str, prop: str, column: int) -> str:
+    row = next(line for line in text.splitlines() if line.startswith(f"| {prop} |"))
+    return [c.strip() for c in row.strip("|").split("|")][column]
+
+
+def test_summary_numbers_recompute_from_data(made):
+    """Recompute the halving and floor steps from data/trajectories.csv; the summary must agree."""
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    traj = pd.read_csv(out / "data" / "trajectories.csv")
+    props = json.loads((out / "data" / "properties.json").read_text())
+    for name, col in (("fixed", 3), ("original", 7)):
+        run = traj[(traj.controller == name) & (traj.scenario == "decay_from_ceiling")].sort_values("step")
+        lam = run["lambda"].to_numpy(np.float32)
+        halved = int(run.step.to_numpy()[np.argmax(lam <= np.float32(run.lambda0.iloc[0]) / 2)])
+        assert re.match(rf"^{halved} from λ0 1\b", _table_cell(text, "steps_to_halve", col))
+        floor = np.float32(lam.min())
+        aligned = traj[(traj.controller == name) & (traj.scenario == "aligned")]
+        first = int(aligned.step[aligned["lambda"].astype(np.float32) == floor].min())
+        assert f"held from step {first} (aligned)" in _table_cell(text, "floor", col)
+        recorded = {p["key"]: p for p in props["verdicts"][name]["properties"]}
+        assert recorded["steps_to_halve"]["value"] == halved
+
+
+def test_noise_table_matches_data(made):
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    noise = pd.read_csv(out / "data" / "noise_tolerance.csv")
+    fixed = noise[(noise.controller == "fixed") & np.isclose(noise.sigma, 1.0)].changed_fraction.iloc[0]
+    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    assert f"{fixed:.3f} /" in row
+
+
+def test_report_of_a_mutated_kernel_shows_the_property_failed(contract, tmp_path):
+    mutant = tmp_path / "decay_0997.cu"
+    mutant.write_text(source_of(contract, "fixed").with_defines(LAMBDA_DECAY_RATE=0.997).text)
+    rep = report.measure("host", fixed_kernel=mutant, progress=lambda *_: None)
+    text = report.summary(rep)
+    assert _table_cell(text, "steps_to_halve", 4) == "**FAIL**"
+    assert _table_cell(text, "floor", 4) == "pass"
+    assert "**fixed: steps_to_halve fails**" in text
+
+
+def test_report_cli_bad_kernel_exits_2(tmp_path, capsys):
+    assert report.main(["--out", str(tmp_path), "--backend", "host", "--kernel", str(tmp_path / "nope.cu")]) == 2
+    assert "kernel file not found" in capsys.readouterr().err
