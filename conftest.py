@@ -82,3 +82,13 @@ def source_of(contract, name: str):
     """The in-repo kernel source of controller ``name``."""
     entry = contract.controller(name)
     return load_kernel(entry.kernel, entry.symbol)
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Record the GPU, driver and CuPy versions beside pytest-benchmark's CPU description."""
+    if unavailable_reason("cupy") is None:
+        cp = get_backend("cupy").cp
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        machine_info["gpu"] = {"name": name, "driver": cp.cuda.runtime.driverGetVersion(),
+                               "runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}

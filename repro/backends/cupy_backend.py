@@ -180,3 +180,7 @@ class CupyBackend(Backend):
 
     def synchronize(self) -> None:
         self.cp.cuda.get_current_stream().synchronize()
+
+    def helper_module(self, code: str, origin: str):
+        """Compile helper kernels (benchmark feeders, closed-loop models) with the same IEEE options."""
+        return _nvrtc_module(self.cp, code, origin, OPTIONS)

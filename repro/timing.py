@@ -1,0 +1,44 @@
+"""GPU timing primitives for the benchmark: CUDA events, graph capture, copy bandwidth.
+
+Times are in µs unless a name says otherwise. Every function synchronises
+what it times; none includes module load or NVRTC compilation (callers warm up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: The training loop's feed: KL EMA update from a fresh KL value, as a loop would run it before the controller.
+FEED_EMA = r"""
+extern "C" __global__ void rlq_feed_ema(float* __restrict__ isv, const float* __restrict__ kl_new, float alpha) {
+    isv[RLQ_KL_SLOT] = (1.0f - alpha) * isv[RLQ_KL_SLOT] + alpha * kl_new[0];
+}
+"""
+
+
+def event_time_us(cp, work: Callable[[], None], stream=None) -> float:
+    """Device time (µs) between CUDA events recorded around ``work`` on ``stream``."""
+    stream = stream or cp.cuda.get_current_stream()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    work()
+    end.record(stream)
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) * 1e3
+
+
+def capture_graph(cp, launches: Callable[[], None], stream):
+    """A CUDA graph of everything ``launches`` enqueues on ``stream`` (captured, not run)."""
+    with stream:
+        stream.begin_capture()
+        launches()
+        return stream.end_capture()
+
+
+def copy_bandwidth_gbs(cp, nbytes: int, repeats: int = 5) -> float:
+    """Device-to-device copy bandwidth (GB/s, bytes read + written), best of ``repeats``."""
+    src = cp.ones(nbytes // 4, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    cp.copyto(dst, src)  # warm-up
+    best = min(event_time_us(cp, lambda: cp.copyto(dst, src)) for _ in range(repeats))
+    return 2 * src.nbytes / (best * 1e-6) / 1e9
