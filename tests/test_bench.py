@@ -220,4 +220,3 @@ def test_looped_many_scenarios(benchmark, gpu, contract, which):
         cols = slice(0, 64)
         expected = spec.run(rule, cp.asnumpy(lam0[cols]), cp.asnumpy(kl[:, cols]), F32(0.02))
         assert np.array_equal(cp.asnumpy(out[:, cols]).view(np.uint32), expected.view(np.uint32))
-    del kl, out
