@@ -217,3 +217,44 @@ def bad_input(outcomes: pd.DataFrame):
 def save(fig, path) -> None:
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
+
+
+def closed_loop(results: dict[str, dict]):
+    """λ and q_pi_agree over steps in the closed-loop toy, per controller (log axes)."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, r in results.items():
+        tr = r["trace"]
+        steps = np.arange(1, len(tr["lambda"]) + 1)
+        color = COLORS.get(name, "k")
+        top.plot(steps, tr["lambda"], color=color, lw=1.4, label=LABELS.get(name, name))
+        agree = np.maximum(np.asarray(tr["q_pi_agree"]), 1e-300)
+        bottom.plot(steps, agree, color=color, lw=1.4,
+                    label=f"{name}: min 10^{r['log10_q_pi_agree_min']:.1f}")
+    top.set(yscale="log", ylabel="λ (log)", title="Closed loop: the controller kernel drives a Q→π distillation toy")
+    top.legend(loc="lower right")
+    bottom.axhline(1e-6, color="k", ls=":", lw=0.8)
+    bottom.annotate("collapse threshold 1e-6", (len(tr["lambda"]), 1e-6), xytext=(-4, 3), textcoords="offset points",
+                    ha="right", fontsize=8)
+    bottom.set(yscale="log", xscale="log", xlabel="training step (log)", ylabel="q_pi_agree = π(argmax Q) (log)")
+    bottom.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def ablation(table: pd.DataFrame):
+    """Collapse fraction of each of the 16 combinations of the fixes (bars), ordered as run."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    y = np.arange(len(table))
+    colors = [COLORS["original"] if v == "original" else COLORS["fixed"] if v.startswith("fixed") else "#7f7f7f"
+              for v in table.variant]
+    ax.barh(y, table.collapse_fraction, color=colors)
+    for i, r in enumerate(table.itertuples()):
+        ax.annotate(f"{r.collapse_fraction:.0%}  (median min agree 10^{r.median_log10_q_pi_agree_min:.1f})",
+                    (r.collapse_fraction, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+    ax.set_yticks(y, table.variant, fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlim=(0, 1.25), xlabel=f"fraction of runs that collapse (q_pi_agree < 1e-6), {int(table.runs.iloc[0])} runs "
+                                   "each (grid × seeds)",
+           title="Which fix prevents the collapse: the original with each combination of the four changes")
+    fig.tight_layout()
+    return fig

@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis import gate, plots, spec
 from analysis.properties import Finding, classify
-from repro import experiments
+from repro import closed_loop, experiments
 from repro.backends import NAMES, get_backend
 from repro.contract import ROOT, load
 from repro.errors import SuiteError
@@ -47,6 +47,10 @@ FIGURES = {
     "to regain the seed λ after an aligned stretch.",
     "fig6_scenarios.png": "The scenario grid: every catalogue scenario, both controllers.",
     "fig7_bad_input.png": "Bad input: what one step does to λ for NaN, ±inf, 0, −0, negative and subnormal inputs.",
+    "fig8_closed_loop.png": "Closed loop: λ and q_pi_agree over steps with each controller kernel driving the "
+    "distillation toy (repro/closed_loop.py), default parameters, seed 0.",
+    "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "
+    "robustness grid × seeds.",
 }
 
 
@@ -59,6 +63,9 @@ class Report:
     noise: dict[str, pd.DataFrame]
     recovery: dict[str, pd.DataFrame]
     outcomes: pd.DataFrame
+    closed_loop: dict[str, dict]
+    ablation: pd.DataFrame
+    robustness: pd.DataFrame
     header: dict
     written: list[Path] = field(default_factory=list)
 
@@ -93,8 +100,13 @@ def _bad_input_outcomes(verdicts: dict[str, gate.Verdict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=print) -> Report:
-    """Run every experiment the report needs (kernels run here; nothing is written)."""
+def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=print, closed_loop_seeds: int = 20,
+            grid: dict | None = None) -> Report:
+    """Run every experiment the report needs (kernels run here; nothing is written).
+
+    ``closed_loop_seeds`` and ``grid`` size the closed-loop ablation and robustness study
+    (the tests pass a reduced grid).
+    """
     contract = load()
     be = get_backend(backend)
     sources = {}
@@ -102,17 +114,23 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
         entry = contract.controller(name)
         path = fixed_kernel if (name == "fixed" and fixed_kernel) else entry.kernel
         sources[name] = load_kernel(path, entry.symbol)
-    progress(f"[1/4] gate: both controllers against their contracts on {be.name} ({be.describe()})")
+    progress(f"[1/5] gate: both controllers against their contracts on {be.name} ({be.describe()})")
     verdicts = {name: gate.evaluate(sources[name], name, be.name, contract) for name in CONTROLLERS}
     cross = gate.evaluate(sources["original"], "fixed", be.name, contract)
     traj = pd.concat([to_frame(verdicts[n].evidence.catalogue, n, be.name) for n in CONTROLLERS], ignore_index=True)
-    progress(f"[2/4] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
+    progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
     noise, recovery = {}, {}
     for name in CONTROLLERS:
         kernel = be.compile(sources[name], contract.slots)
         entry = contract.controller(name)
         noise[name] = experiments.noise_tolerance(kernel, entry, SIGMAS)
         recovery[name] = experiments.recovery(kernel, entry, STRETCHES)
+    grid = grid or closed_loop.GRID
+    n_grid = int(np.prod([len(v) for v in grid.values()]))
+    progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
+    loops = {n: closed_loop.run_one(n, be.name) for n in CONTROLLERS}
+    ablation = closed_loop.ablation(be, seeds=closed_loop_seeds, grid=grid)
+    robustness = closed_loop.robustness(be, seeds=closed_loop_seeds, grid=grid)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -122,7 +140,8 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
                         if Path(sources[n].origin).resolve().is_relative_to(ROOT) else sources[n].origin,
                         "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
-    return Report(Path(), verdicts, cross, traj, noise, recovery, _bad_input_outcomes(verdicts), header)
+    return Report(Path(), verdicts, cross, traj, noise, recovery, _bad_input_outcomes(verdicts), loops, ablation,
+                  robustness, header)
 
 
 def _steps(verdict: gate.Verdict, key: str) -> int:
@@ -152,6 +171,8 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig5_oscillation_recovery.png": lambda: plots.oscillation_recovery(report.trajectories, report.recovery),
         "fig6_scenarios.png": lambda: plots.scenario_grid(report.trajectories, grid),
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
+        "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
+        "fig9_ablation.png": lambda: plots.ablation(report.ablation),
     }
     for i, (name, make) in enumerate(figures.items(), start=1):
         plots.save(make(), out / name)
@@ -170,6 +191,9 @@ def write_data(report: Report, out: Path) -> None:
         pd.concat([f.assign(controller=n) for n, f in frames.items()], ignore_index=True).to_csv(data / name,
                                                                                                index=False)
     report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
+    report.ablation.to_csv(data / "ablation.csv", index=False)
+    report.robustness.to_csv(data / "robustness.csv", index=False)
+    (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
     report.written += sorted(data.iterdir())
 
 
@@ -217,6 +241,7 @@ def summary(report: Report) -> str:
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
         lines += _figure_notes(report, name)
+    lines += _bench_section(report.out)
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
               "backend, scenario, step, kl, kl_target, lambda, …), `properties.json` (every measured property), "
               "`noise_tolerance.csv`, `recovery.csv`, `bad_inputs.csv`.", ""]
@@ -269,15 +294,57 @@ def _figure_notes(report: Report, name: str) -> list[str]:
                      f"{report.recovery[n].recovery_steps.iloc[i]:g}" for n in CONTROLLERS]
             rows.append(f"| {n_steps} | " + " | ".join(cells) + " |")
         return rows + [""]
+    if name == "fig8_closed_loop.png":
+        rows = ["| controller | λ min | λ final | first step at the floor | q_pi_agree min | min after warm-up | final |",
+                "|---|---|---|---|---|---|---|"]
+        for n, r in report.closed_loop.items():
+            floor = r["steps_to_lambda_floor"] or "never"
+            rows.append(f"| {n} | {r['lambda_min']:.4g} | {r['lambda_final']:.4g} | {floor} | "
+                        f"10^{r['log10_q_pi_agree_min']:.1f} | {r['q_pi_agree_min_after_warmup']:.3f} | "
+                        f"{r['q_pi_agree_final']:.3f} |")
+        warm = next(iter(report.closed_loop.values()))["parameters"]["warmup"]
+        return rows + ["", f"Warm-up: {warm} steps. Parameters: `data/closed_loop.json`.", ""]
+    if name == "fig9_ablation.png":
+        rb = report.robustness.groupby("controller").collapse_fraction
+        lines = ["| variant | collapse fraction | median log10 q_pi_agree min | median λ min – max |",
+                 "|---|---|---|---|"]
+        for r in report.ablation.itertuples():
+            lines.append(f"| {r.variant} | {r.collapse_fraction:.1%} | {r.median_log10_q_pi_agree_min:.1f} | "
+                         f"{r.median_lambda_min:.3g} – {r.median_lambda_max:.3g} |")
+        worst = report.robustness[report.robustness.controller == "fixed"].nlargest(3, "collapse_fraction")
+        lines += ["", "Robustness over the grid (π's own signal × KL EMA rate × KL target, each × seeds): "
+                  + ", ".join(f"{c} collapses in {m:.1%} of runs" for c, m in rb.mean().items()) + ". "
+                  "Grid points where the fixed controller collapses most: "
+                  + "; ".join(f"actor_lr {w.actor_lr:g}, EMA rate {w.kl_ema_rate:g}, target {w.kl_target:g}: "
+                              f"{w.collapse_fraction:.0%}" for w in worst.itertuples()) + " (`data/robustness.csv`).", ""]
+        return lines
     return []
+
+
+def _bench_section(out: Path) -> list[str]:
+    """The benchmark's table and figure, when a benchmark run has written them under ``out/bench``."""
+    from analysis import bench_report
+
+    latest = out / "bench" / "latest.json"
+    if not latest.is_file():
+        return []
+    df, machine = bench_report.load(latest)
+    repeat = out / "bench" / "repeat.json"
+    table = bench_report.table(df, bench_report.load(repeat)[0] if repeat.is_file() else None)
+    gpu = machine.get("gpu", {})
+    where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("processor", "CPU")
+    return ["## Launch overhead (benchmark)", "",
+            f"From the benchmark run in `bench/latest.json` ({where}; a separate job, `tox -e bench`)"
+            + (", with a back-to-back repeat in `bench/repeat.json`" if repeat.is_file() else "") + ".", "",
+            table, "", "![launch overhead](bench/bench.png)", ""]
 
 
 def write(report: Report, out: Path, progress=print) -> None:
     out.mkdir(parents=True, exist_ok=True)
     report.out = out
-    progress(f"[3/4] figures → {out}")
+    progress(f"[4/5] figures → {out}")
     draw(report, out, progress)
-    progress(f"[4/4] data and summary → {out}")
+    progress(f"[5/5] data and summary → {out}")
     write_data(report, out)
     (out / "summary.md").write_text(summary(report))
     report.written.append(out / "summary.md")

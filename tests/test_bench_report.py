@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,8 +18,9 @@ def run_json(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "run.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_bench.py", "-m", "benchmark and not gpu",
                            "--benchmark-only", "-p", "no:xdist", "-q", f"--benchmark-json={out}",
-                           "--benchmark-max-time=0.05"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-2000:]
+                           "--benchmark-max-time=0.05"], cwd=ROOT, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return out
 
 

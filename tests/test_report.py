@@ -15,12 +15,13 @@ from conftest import source_of
 
 MIN_DPI = 150
 MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
+QUICK = {"closed_loop_seeds": 2, "grid": {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}}
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    rep = report.measure("host", progress=lambda *_: None)
+    rep = report.measure("host", progress=lambda *_: None, **QUICK)
     report.write(rep, out, progress=lambda *_: None)
     return out, rep
 
@@ -89,7 +90,7 @@ def test_noise_table_matches_data(made):
 def test_report_of_a_mutated_kernel_shows_the_property_failed(contract, tmp_path):
     mutant = tmp_path / "decay_0997.cu"
     mutant.write_text(source_of(contract, "fixed").with_defines(LAMBDA_DECAY_RATE=0.997).text)
-    rep = report.measure("host", fixed_kernel=mutant, progress=lambda *_: None)
+    rep = report.measure("host", fixed_kernel=mutant, progress=lambda *_: None, **QUICK)
     text = report.summary(rep)
     assert _table_cell(text, "steps_to_halve", 4) == "**FAIL**"
     assert _table_cell(text, "floor", 4) == "pass"
@@ -99,3 +100,15 @@ def test_report_of_a_mutated_kernel_shows_the_property_failed(contract, tmp_path
 def test_report_cli_bad_kernel_exits_2(tmp_path, capsys):
     assert report.main(["--out", str(tmp_path), "--backend", "host", "--kernel", str(tmp_path / "nope.cu")]) == 2
     assert "kernel file not found" in capsys.readouterr().err
+
+
+def test_closed_loop_table_matches_data(made):
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    loops = json.loads((out / "data" / "closed_loop.json").read_text())
+    for name, r in loops.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} | "))
+        assert f"10^{r['log10_q_pi_agree_min']:.1f}" in row and f"{r['q_pi_agree_final']:.3f}" in row
+    ablation = pd.read_csv(out / "data" / "ablation.csv")
+    original = ablation[ablation.variant == "original"].collapse_fraction.iloc[0]
+    assert f"| original | {original:.1%} |" in text
