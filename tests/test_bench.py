@@ -150,8 +150,8 @@ def test_cuda_graph_replay(benchmark, gpu, which, with_feed):
     def launches():
         for _ in range(GRAPH_STEPS):
             if with_feed:
-                feed((1,), (1,), (isv, kl_new, F32(0.1)))
-            fn((1,), (1,), (isv,))
+                feed((1,), (1,), (isv, kl_new, F32(0.1)), stream=stream)
+            fn((1,), (1,), (isv,), stream=stream)
 
     graph = capture_graph(cp, launches, stream)
     graph.launch(stream)
