@@ -71,6 +71,11 @@ class Report:
 
 
 def _git_commit() -> str:
+    """The suite's commit (``$RLQ_SUITE_COMMIT`` where the tree travelled without its .git, as to a GPU machine)."""
+    import os
+
+    if os.environ.get("RLQ_SUITE_COMMIT"):
+        return os.environ["RLQ_SUITE_COMMIT"]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()

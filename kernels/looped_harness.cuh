@@ -42,14 +42,17 @@ extern "C" __global__ void rlq_looped(float* isv, const float* kl, const float* 
 // Throughput variant for the benchmark: each run's ISV is a private array
 // whose only touched slots have constant indices, so the compiler keeps them
 // in registers; memory traffic is the KL trace in and λ out (8 bytes a step)
-// plus a target and a seed λ per run.
-extern "C" __global__ void rlq_looped_private(const float* lambda0, const float* kl,
-                                              const float* target, float* lambda_out,
+// plus a target and a seed λ per run. The step loop is a dependent chain
+// (λ_t needs λ_{t-1}) but its KL loads are not: __restrict__ and unrolling
+// let the compiler issue several loads ahead, which a memory-bound loop needs.
+extern "C" __global__ void rlq_looped_private(const float* __restrict__ lambda0, const float* __restrict__ kl,
+                                              const float* __restrict__ target, float* __restrict__ lambda_out,
                                               long long n_runs, long long n_steps) {
     RLQ_FOR_EACH_RUN(r, n_runs) {
         float v[RLQ_ISV_LEN];
         v[RLQ_LAMBDA_SLOT] = lambda0[r];
         v[RLQ_TARGET_SLOT] = target[r];
+#pragma unroll 8
         for (long long t = 0; t < n_steps; ++t) {
             v[RLQ_KL_SLOT] = kl[t * n_runs + r];
             RLQ_CONTROLLER(v);
