@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from analysis import spec
+from repro.backends.base import chunked, unchunked
 from repro.backends.translation_unit import KERNELS
 from repro.isv import new_isv
 from repro.kernel_source import load_kernel
@@ -174,7 +175,8 @@ def test_looped_one_scenario(benchmark, gpu, contract, which):
     kernel = kernels[which]
     lam0 = cp.asarray(np.array([0.1], dtype=F32))
     target = cp.asarray(np.array([0.02], dtype=F32))
-    kl = cp.asarray((0.02 * np.exp(np.random.default_rng(0).standard_normal((ONE_SCENARIO_STEPS, 1)))).astype(F32))
+    trace = (0.02 * np.exp(np.random.default_rng(0).standard_normal((ONE_SCENARIO_STEPS, 1)))).astype(F32)
+    kl = cp.asarray(chunked(trace))
     out = cp.empty_like(kl)
     device_us = []
 
@@ -186,8 +188,9 @@ def test_looped_one_scenario(benchmark, gpu, contract, which):
     benchmark.extra_info["device_us"] = device_us[2:]
     if which == "controller":
         rule = spec.Rule.of(contract.controller("fixed"))
-        expected = spec.run(rule, [0.1], cp.asnumpy(kl[:2000]), F32(0.02))
-        assert np.array_equal(cp.asnumpy(out[:2000]).view(np.uint32), expected.view(np.uint32))
+        expected = spec.run(rule, [0.1], trace[:2000], F32(0.02))
+        got = unchunked(cp.asnumpy(out))[:2000]
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
 @pytest.mark.gpu
@@ -197,7 +200,8 @@ def test_looped_many_scenarios(benchmark, gpu, contract, which):
     be, cp, kernels, _, _ = gpu
     kernel = kernels[which]
     rng = cp.random.default_rng(1)
-    kl = (0.02 * cp.exp(rng.standard_normal((MANY_STEPS, MANY_RUNS), dtype=cp.float32))).astype(cp.float32)
+    # generated directly in the harness's chunk-major layout [T/4, S, 4]
+    kl = (0.02 * cp.exp(rng.standard_normal((MANY_STEPS // 4, MANY_RUNS, 4), dtype=cp.float32))).astype(cp.float32)
     lam0 = cp.full(MANY_RUNS, 0.1, dtype=cp.float32)
     target = cp.full(MANY_RUNS, 0.02, dtype=cp.float32)
     out = cp.empty_like(kl)
@@ -218,5 +222,5 @@ def test_looped_many_scenarios(benchmark, gpu, contract, which):
     if which == "controller":
         rule = spec.Rule.of(contract.controller("fixed"))
         cols = slice(0, 64)
-        expected = spec.run(rule, cp.asnumpy(lam0[cols]), cp.asnumpy(kl[:, cols]), F32(0.02))
-        assert np.array_equal(cp.asnumpy(out[:, cols]).view(np.uint32), expected.view(np.uint32))
+        expected = spec.run(rule, cp.asnumpy(lam0[cols]), unchunked(cp.asnumpy(kl[:, cols])), F32(0.02))
+        assert np.array_equal(unchunked(cp.asnumpy(out[:, cols])).view(np.uint32), expected.view(np.uint32))

@@ -43,7 +43,11 @@ class CompiledKernel(ABC):
 
     @abstractmethod
     def run_private(self, lambda0, kl, target, out) -> None:
-        """Device: the register-resident throughput harness; ``kl``/``out`` are ``[T, S]``, ``target`` ``[S]``."""
+        """Device: the register-resident throughput harness.
+
+        ``kl`` and ``out`` are chunk-major ``[T/4, S, 4]`` float32 (T a multiple of 4 steps);
+        ``lambda0`` and ``target`` are ``[S]``. See :func:`chunked` for the layout.
+        """
 
 
 class Backend(ABC):
@@ -62,3 +66,17 @@ class Backend(ABC):
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op is the right default
         """Wait for queued device work (a no-op where calls are synchronous)."""
+
+
+def chunked(trace: np.ndarray) -> np.ndarray:
+    """A step-major ``[T, S]`` trace in the throughput harness's layout ``[T/4, S, 4]`` (T a multiple of 4)."""
+    steps, runs = trace.shape
+    if steps % 4:
+        raise ValueError(f"the throughput harness takes whole chunks of 4 steps, not {steps}")
+    return np.ascontiguousarray(trace.reshape(steps // 4, 4, runs).transpose(0, 2, 1))
+
+
+def unchunked(chunks: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`chunked`: ``[T/4, S, 4]`` back to step-major ``[T, S]``."""
+    n, runs, _ = chunks.shape
+    return np.ascontiguousarray(chunks.transpose(0, 2, 1).reshape(n * 4, runs))

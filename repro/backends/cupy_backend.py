@@ -111,8 +111,8 @@ class CupyKernel(CompiledKernel):
         self._batched(_grid(n), (THREADS,), (isv, np.int64(n)))
 
     def run_private(self, lambda0, kl, target, out):
-        n_steps, n_runs = kl.shape
-        self._private(_grid(n_runs), (THREADS,), (lambda0, kl, target, out, np.int64(n_runs), np.int64(n_steps)))
+        n_chunks, n_runs, _ = kl.shape
+        self._private(_grid(n_runs), (THREADS,), (lambda0, kl, target, out, np.int64(n_runs), np.int64(n_chunks)))
 
 
 def _grid(n_runs: int) -> tuple[int]:

@@ -82,8 +82,8 @@ class HostKernel(CompiledKernel):
         self._batched(_ptr_of(isv), isv.shape[0])
 
     def run_private(self, lambda0, kl, target, out):
-        n_steps, n_runs = kl.shape
-        self._private(_ptr_of(lambda0), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
+        n_chunks, n_runs, _ = kl.shape
+        self._private(_ptr_of(lambda0), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_chunks)
 
 
 class HostBackend(Backend):
