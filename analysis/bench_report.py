@@ -50,6 +50,14 @@ def load(path: Path) -> tuple[pd.DataFrame, dict]:
     return pd.DataFrame(rows), data.get("machine_info", {})
 
 
+def compact(path: Path) -> None:
+    """Drop the per-round samples (``stats.data``) from a results file; the summary stats stay."""
+    data = json.loads(Path(path).read_text())
+    for b in data.get("benchmarks", []):
+        b.get("stats", {}).pop("data", None)
+    Path(path).write_text(json.dumps(data, indent=1))
+
+
 def _us(x: float) -> str:
     return f"{x:.3g}" if x < 1 else f"{x:.2f}"
 

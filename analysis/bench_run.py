@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     code = int(pytest.main(flags + rest))
     if (args.out / "latest.json").is_file():
+        bench_report.compact(args.out / "latest.json")  # per-round samples are megabytes; stats suffice
         bench_report.main([str(args.out / "latest.json"), "--out", str(args.out)])
     return code
 
