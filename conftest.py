@@ -90,5 +90,17 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         cp = get_backend("cupy").cp
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        machine_info["gpu"] = {"name": name, "driver": cp.cuda.runtime.driverGetVersion(),
+        machine_info["gpu"] = {"name": name, "driver": _nvidia_driver(), "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
                                "runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}
+
+
+def _nvidia_driver() -> str:
+    """The NVIDIA driver version as nvidia-smi reports it ("unknown" without nvidia-smi)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

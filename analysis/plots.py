@@ -258,3 +258,17 @@ def ablation(table: pd.DataFrame):
            title="Which fix prevents the collapse: the original with each combination of the four changes")
     fig.tight_layout()
     return fig
+
+
+def replay(frame: pd.DataFrame):
+    """A replayed trace: KL / target above, λ of each controller below (log axes)."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, gridspec_kw={"height_ratios": [1, 1.3]})
+    first = frame[frame.controller == frame.controller.iloc[0]]
+    top.plot(first.step, first.kl / first.kl_target, color="k", lw=0.9)
+    top.set(yscale="log", ylabel="KL / target (log)", title=f"Replay of {first.scenario.iloc[0]}")
+    for name, part in frame.groupby("controller", sort=False):
+        bottom.plot(part.step, part["lambda"], color=COLORS.get(name, "k"), lw=1.3, label=LABELS.get(name, name))
+    bottom.set(yscale="log", xlabel="step", ylabel="λ (log)")
+    bottom.legend(loc="best")
+    fig.tight_layout()
+    return fig

@@ -84,3 +84,18 @@ def test_malformed_trace_file(tmp_path, text, kwargs, message):
 def test_missing_trace_file(tmp_path):
     with pytest.raises(SuiteError, match="trace file not found"):
         from_csv(tmp_path / "nope.csv", target=0.02)
+
+
+def test_replay_cli(tmp_path, capsys):
+    from repro import replay
+
+    trace = tmp_path / "run.csv"
+    trace.write_text("kl\n" + "\n".join(["0.0002"] * 40 + ["2.0"] * 5) + "\n")
+    out, plot = tmp_path / "out.csv", tmp_path / "out.png"
+    assert replay.main([str(trace), "--target", "0.02", "--backend", "host", "--csv", str(out), "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    # 40 steps below the band, then 5 above: each controller moves on every step
+    assert "40 down" in text and "5 up" in text and "0 unchanged" in text.splitlines()[0]
+    assert plot.read_bytes()[:4] == b"\x89PNG" and len(out.read_text().splitlines()) == 1 + 2 * 45
+    assert replay.main([str(trace), "--backend", "host"]) == 2
+    assert "give the target" in capsys.readouterr().err
