@@ -46,7 +46,15 @@ def pytest_generate_tests(metafunc):
     if "subject" in metafunc.fixturenames:
         candidate = metafunc.config.getoption("--kernel")
         names = ["candidate"] if candidate else ["fixed", "original"]
-        metafunc.parametrize("subject", names, scope="session")
+        if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
+            from analysis.properties import applicable
+
+            contract = load()
+            judged = {n: metafunc.config.getoption("--contract") if n == "candidate" else n for n in names}
+            pairs = [(n, p) for n in names for p in applicable(contract.controller(judged[n]))]
+            metafunc.parametrize(("subject", "prop"), pairs, scope="session", ids=[f"{n}-{p}" for n, p in pairs])
+        else:
+            metafunc.parametrize("subject", names, scope="session")
 
 
 @pytest.fixture(scope="session")

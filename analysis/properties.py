@@ -294,12 +294,31 @@ def nonfinite(ev: Evidence) -> Finding:
                    not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
 
 
+#: Every property the gate judges, in its order; each takes (evidence, λ slot).
+CHECKS = {
+    "floor": lambda ev, _: floor(ev),
+    "ceiling": lambda ev, _: ceiling(ev),
+    "ramp": lambda ev, _: ramp(ev),
+    "decay": lambda ev, _: decay(ev),
+    "steps_to_double": lambda ev, _: steps_to_double(ev),
+    "steps_to_halve": lambda ev, _: steps_to_halve(ev),
+    "steps_to_floor": lambda ev, _: steps_to_floor(ev),
+    "dead_zone": lambda ev, _: dead_zone(ev),
+    "ramp_onset": lambda ev, _: ramp_onset(ev),
+    "decay_onset": lambda ev, _: decay_onset(ev),
+    "guards": lambda ev, _: guards(ev),
+    "nonfinite": lambda ev, _: nonfinite(ev),
+    "isolation": isolation,
+    "spec_agreement": lambda ev, _: spec_agreement(ev),
+    "launch_modes": lambda ev, _: launch_modes(ev),
+}
+
+
+def applicable(ctrl: Controller) -> list[str]:
+    """The properties judged for a contract entry (steps_to_floor only where it is documented)."""
+    return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
+
+
 def judge(ev: Evidence, lambda_slot: int) -> list[Finding]:
     """Every property that applies to the evidence's controller, in the gate's order."""
-    ctrl: Controller = ev.controller
-    rows = [floor(ev), ceiling(ev), ramp(ev), decay(ev), steps_to_double(ev), steps_to_halve(ev)]
-    if ctrl.has("steps_to_floor"):
-        rows.append(steps_to_floor(ev))
-    rows += [dead_zone(ev), ramp_onset(ev), decay_onset(ev), guards(ev), nonfinite(ev),
-             isolation(ev, lambda_slot), spec_agreement(ev), launch_modes(ev)]
-    return rows
+    return [CHECKS[key](ev, lambda_slot) for key in applicable(ev.controller)]
