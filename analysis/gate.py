@@ -65,7 +65,7 @@ def evaluate(source: KernelSource, contract_name: str = "fixed", backend: str = 
     start = time.perf_counter()
     kernel = be.compile(source, contract.slots)
     evidence = collect(kernel, controller)
-    findings = judge(evidence, contract.slots.lambda_)
+    findings = judge(evidence)
     return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
 
 

@@ -231,7 +231,8 @@ def guards(ev: Evidence) -> Finding:
                    not broken, where, ev.controller.guards_doc, 0, float(len(broken)))
 
 
-def isolation(ev: Evidence, slot: int) -> Finding:
+def isolation(ev: Evidence) -> Finding:
+    slot = ev.lambda_slot
     everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
     stray = [r for r in everything if r.stray]
     where = f"{stray[0].scenario.name}: slot(s) {', '.join(map(str, stray[0].stray))} written" if stray else ""
@@ -294,24 +295,9 @@ def nonfinite(ev: Evidence) -> Finding:
                    not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
 
 
-#: Every property the gate judges, in its order; each takes (evidence, λ slot).
-CHECKS = {
-    "floor": lambda ev, _: floor(ev),
-    "ceiling": lambda ev, _: ceiling(ev),
-    "ramp": lambda ev, _: ramp(ev),
-    "decay": lambda ev, _: decay(ev),
-    "steps_to_double": lambda ev, _: steps_to_double(ev),
-    "steps_to_halve": lambda ev, _: steps_to_halve(ev),
-    "steps_to_floor": lambda ev, _: steps_to_floor(ev),
-    "dead_zone": lambda ev, _: dead_zone(ev),
-    "ramp_onset": lambda ev, _: ramp_onset(ev),
-    "decay_onset": lambda ev, _: decay_onset(ev),
-    "guards": lambda ev, _: guards(ev),
-    "nonfinite": lambda ev, _: nonfinite(ev),
-    "isolation": isolation,
-    "spec_agreement": lambda ev, _: spec_agreement(ev),
-    "launch_modes": lambda ev, _: launch_modes(ev),
-}
+#: Every property the gate judges, in its order.
+CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, dead_zone,
+                                  ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement, launch_modes)}
 
 
 def applicable(ctrl: Controller) -> list[str]:
@@ -319,6 +305,6 @@ def applicable(ctrl: Controller) -> list[str]:
     return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
 
 
-def judge(ev: Evidence, lambda_slot: int) -> list[Finding]:
+def judge(ev: Evidence) -> list[Finding]:
     """Every property that applies to the evidence's controller, in the gate's order."""
-    return [CHECKS[key](ev, lambda_slot) for key in applicable(ev.controller)]
+    return [CHECKS[key](ev) for key in applicable(ev.controller)]

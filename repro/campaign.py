@@ -30,6 +30,7 @@ class Evidence:
     dead_zone: list[Run]
     probe_targets: np.ndarray
     onsets: dict[str, np.ndarray]  # ramp/decay onset KL per probe target
+    lambda_slot: int  # the one ISV slot the controller may write
 
     def run(self, name: str) -> Run:
         """The catalogue run of scenario ``name``."""
@@ -49,4 +50,5 @@ def collect(kernel: CompiledKernel, controller: Controller, seed: int = 0) -> Ev
         dead_zone=run_scenarios(kernel, dead_zone_probes(controller)),
         probe_targets=targets,
         onsets=onsets(kernel, targets, controller.value("seed_lambda")),
+        lambda_slot=kernel.slots.lambda_,
     )

@@ -17,7 +17,7 @@ def findings(contract, backend, subject, subject_contract, subject_source):
     if key not in _findings:
         kernel = backend.compile(subject_source, contract.slots)
         evidence = collect(kernel, contract.controller(subject_contract))
-        _findings[key] = {f.key: f for f in judge(evidence, contract.slots.lambda_)}
+        _findings[key] = {f.key: f for f in judge(evidence)}
     return _findings[key]
 
 
