@@ -155,8 +155,9 @@ def oscillation_recovery(traj, recovery: dict[str, pd.DataFrame]):
     kl_ax.tick_params(labelbottom=False)
     kl_ax.set_yticks([0.2, 1, 5], ["1/5", "1", "5"])
     kl_ax.minorticks_off()
-    left.set(yscale="log", xlabel="training step", ylabel="λ (log)")
-    left.legend(loc="lower right", framealpha=0.95)
+    # room below the sawtooth's minima for the legend
+    left.set(yscale="log", xlabel="training step", ylabel="λ (log)", ylim=(0.006, 1.5))
+    left.legend(loc="lower right", framealpha=0.95, ncol=2)
     right.set(xscale="log", xlabel="length of the aligned stretch (steps, log)",
               ylabel="steps of high KL to regain the seed λ", title="Recovery after an aligned stretch")
     right.legend(loc="upper left")
