@@ -69,6 +69,7 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None) -> str:
         head += " run-to-run Δ median (controller / empty) |"
         sep += "---|"
     lines = [head, sep]
+    flagged, steady = [], []
     for mode in dict.fromkeys(df["mode"]):
         part = df[df["mode"] == mode].set_index("kernel")
         cells = []
@@ -86,8 +87,17 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None) -> str:
                 if k in part.index and k in other.index:
                     d = other.loc[k, "median_us"] / part.loc[k, "median_us"] - 1
                     deltas.append(f"{d:+.1%}" + (" ⚠" if abs(d) > REPEATABILITY else ""))
+                    (flagged if abs(d) > REPEATABILITY else steady).append((mode, abs(d)))
             row += f" {' / '.join(deltas)} |"
         lines.append(row)
+    if flagged:
+        modes = ", ".join(dict.fromkeys(m for m, _ in flagged))
+        calm = sorted({m for m, _ in steady} - {m for m, _ in flagged})
+        worst = max((d for m, d in steady if m in calm), default=float("nan"))
+        lines += ["", f"⚠ a median that moved more than {REPEATABILITY:.0%} between the two runs: {modes}. These are "
+                  "the modes whose time the host sets (a ctypes call, Python launching and waiting, or CUDA events "
+                  "around launches the host enqueues one by one), and the host is a shared virtual machine whose "
+                  f"CPU state drifts between runs; the other modes moved at most {worst:.1%}."]
     many = df[df["steps_per_s"].notna()] if "steps_per_s" in df else df.iloc[0:0]
     for _, r in many.iterrows():
         lines.append("")
