@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import subprocess
 import sys
 import time
@@ -261,7 +260,7 @@ def _differences(report: Report, fixed, original) -> list[str]:
     if fixed.has("decay_slowness"):
         claim = fixed["decay_slowness"]
         out.append(f"- The kernel comment says *\"{claim.doc.split(': ', 1)[-1]}\"* Measured: the ratio of "
-                   f"log-rates ln {ramp_m:.7f} / −ln {decay_m:.7f} is **{math.log(ramp_m) / -math.log(decay_m):.1f}×**, "
+                   f"log-rates ln {ramp_m:.7f} / −ln {decay_m:.7f} is **{spec.decay_to_ramp_log_ratio(ramp_m, decay_m):.1f}×**, "
                    f"and steps to halve / steps to double is {hlv} / {dbl} = **{hlv / dbl:.1f}×** "
                    f"(documented {claim.value:g}×).")
     f = _finding(v["original"], "steps_to_floor")

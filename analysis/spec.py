@@ -84,11 +84,6 @@ def steps_to_floor(lambda0: float, floor: float, decay: float) -> int:
     return math.ceil(math.log(lambda0 / floor) / -math.log(decay))
 
 
-def steps_to_ceiling(lambda0: float, ceiling: float, ramp: float) -> int:
-    """Steps of sustained high KL until λ is clamped at the ceiling."""
-    return math.ceil(math.log(ceiling / lambda0) / math.log(ramp))
-
-
 def in_band_probability(tolerance: float, sigma: float) -> float:
     """P(target/tol ≤ KL ≤ target·tol) for KL = target·exp(σ·N(0,1)): erf(ln tol / (σ√2))."""
     if sigma == 0:

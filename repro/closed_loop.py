@@ -154,7 +154,7 @@ def simulate(backend, groups: list[tuple[CompiledKernel, float, float]], toy: To
         else:
             host = backend.xp.asnumpy(isv) if xp is not np else isv
             for r in range(n):
-                lam_r, row = groups[r // base][0].run_per_step(host[r], host[r : r + 1, slots.kl], host[r : r + 1, slots.target])
+                _, row = groups[r // base][0].run_per_step(host[r], host[r : r + 1, slots.kl], host[r : r + 1, slots.target])
                 host[r] = row
             isv[...] = xp.asarray(host)
         lam32 = isv[:, slots.lambda_]

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from repro.contract import Slots
+from repro.errors import SuiteError
 from repro.kernel_source import KernelSource
 
 
@@ -20,6 +21,15 @@ class CompiledKernel(ABC):
 
     source: KernelSource
     slots: Slots
+
+    def _check_looped(self, isv, kl, target) -> None:
+        """One ISV row per run, and KL/target traces of the same ``[T, S]`` shape."""
+        if isv.shape != (kl.shape[1], self.slots.isv_len) or target.shape != kl.shape:
+            raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl.shape}, target {target.shape})")
+
+    def _check_batch(self, isv) -> None:
+        if not (isv.flags.c_contiguous and isv.dtype == np.float32 and isv.shape[-1] == self.slots.isv_len):
+            raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")
 
     @abstractmethod
     def run_per_step(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,9 +73,6 @@ class Backend(ABC):
     @abstractmethod
     def describe(self) -> str:
         """The device, in words (GPU name, or the CPU and compiler)."""
-
-    def synchronize(self) -> None:  # noqa: B027 - a no-op is the right default
-        """Wait for queued device work (a no-op where calls are synchronous)."""
 
 
 def chunked(trace: np.ndarray) -> np.ndarray:

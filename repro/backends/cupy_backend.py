@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import harness_unit
+from repro.backends.translation_unit import compile_error, harness_unit
 from repro.contract import Slots
-from repro.errors import BackendUnavailable, SuiteError
+from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
 
 OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
@@ -97,16 +97,14 @@ class CupyKernel(CompiledKernel):
         isv = cp.asarray(np.ascontiguousarray(isv0, dtype=np.float32))
         kl_d = cp.asarray(np.ascontiguousarray(kl, dtype=np.float32))
         tg_d = cp.asarray(np.ascontiguousarray(target, dtype=np.float32))
+        self._check_looped(isv, kl_d, tg_d)
         n_steps, n_runs = kl_d.shape
-        if isv.shape != (n_runs, self.slots.isv_len) or tg_d.shape != kl_d.shape:
-            raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl_d.shape}, target {tg_d.shape})")
         out = cp.empty((n_steps, n_runs), dtype=cp.float32)
         self._looped(_grid(n_runs), (THREADS,), (isv, kl_d, tg_d, out, np.int64(n_runs), np.int64(n_steps)))
         return cp.asnumpy(out), cp.asnumpy(isv)
 
     def batched_step(self, isv):
-        if not (isv.flags.c_contiguous and isv.dtype == np.float32 and isv.shape[-1] == self.slots.isv_len):
-            raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")
+        self._check_batch(isv)
         n = isv.shape[0]
         self._batched(_grid(n), (THREADS,), (isv, np.int64(n)))
 
@@ -117,11 +115,6 @@ class CupyKernel(CompiledKernel):
 
 def _grid(n_runs: int) -> tuple[int]:
     return (max(1, (n_runs + THREADS - 1) // THREADS),)
-
-
-def _compile_error(origin: str, log: str) -> SuiteError:
-    lines = [ln.strip() for ln in log.splitlines() if "error" in ln]
-    return SuiteError(f"{origin} does not compile (NVRTC): {' | '.join(lines[:3]) or log.strip()}")
 
 
 def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
@@ -135,7 +128,7 @@ def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
         try:
             nvrtc.compileProgram(prog, [*options, f"--gpu-architecture=sm_{arch}"])
         except nvrtc.NVRTCError:
-            raise _compile_error(origin, nvrtc.getProgramLog(prog)) from None
+            raise compile_error(origin, "NVRTC", nvrtc.getProgramLog(prog)) from None
         image = nvrtc.getCUBIN(prog)
     finally:
         nvrtc.destroyProgram(prog)
@@ -150,7 +143,7 @@ def _rawmodule(cp, code: str, origin: str, options: tuple[str, ...]):
         module = cp.RawModule(code=code, options=options)
         module.compile()
     except cp.cuda.compiler.CompileException as err:
-        raise _compile_error(origin, str(err)) from None
+        raise compile_error(origin, "NVRTC", str(err)) from None
     return module
 
 
@@ -177,9 +170,6 @@ class CupyBackend(Backend):
         if key not in self._loaded:
             self._loaded[key] = CupyKernel(self.cp, source, slots, options, cupy_defaults)
         return self._loaded[key]
-
-    def synchronize(self) -> None:
-        self.cp.cuda.get_current_stream().synchronize()
 
     def helper_module(self, code: str, origin: str):
         """Compile helper kernels (benchmark feeders, closed-loop models) with the same IEEE options."""

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import HOST_SHIM, harness_unit
+from repro.backends.translation_unit import HOST_SHIM, compile_error, harness_unit
 from repro.contract import ROOT, Slots
-from repro.errors import BackendUnavailable, SuiteError
+from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
 
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
@@ -69,16 +69,14 @@ class HostKernel(CompiledKernel):
         isv = np.ascontiguousarray(isv0, dtype=np.float32).copy()
         kl = np.ascontiguousarray(kl, dtype=np.float32)
         target = np.ascontiguousarray(target, dtype=np.float32)
+        self._check_looped(isv, kl, target)
         n_steps, n_runs = kl.shape
-        if isv.shape != (n_runs, self.slots.isv_len) or target.shape != kl.shape:
-            raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl.shape}, target {target.shape})")
         out = np.empty((n_steps, n_runs), dtype=np.float32)
         self._looped(_ptr_of(isv), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
         return out, isv
 
     def batched_step(self, isv):
-        if not (isv.flags.c_contiguous and isv.dtype == np.float32 and isv.shape[-1] == self.slots.isv_len):
-            raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")
+        self._check_batch(isv)
         self._batched(_ptr_of(isv), isv.shape[0])
 
     def run_private(self, lambda0, kl, target, out):
@@ -139,12 +137,6 @@ class HostBackend(Backend):
             cpp.unlink(missing_ok=True)
             if done.returncode != 0:
                 tmp.unlink(missing_ok=True)
-                raise SuiteError(f"{source.origin} does not compile ({Path(self.cxx).name}): {_first_errors(done.stderr)}")
+                raise compile_error(source.origin, Path(self.cxx).name, done.stderr)
             os.replace(tmp, lib)
         return lib
-
-
-def _first_errors(stderr: str, most: int = 3) -> str:
-    """The compiler's own error lines, joined on one line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if "error" in ln]
-    return " | ".join(lines[:most]) or stderr.strip().splitlines()[-1] if stderr.strip() else "no message"

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from repro.contract import Slots
+from repro.errors import SuiteError
 from repro.kernel_source import KernelSource
 
 KERNELS = Path(__file__).resolve().parent.parent.parent / "kernels"
@@ -26,6 +27,13 @@ struct rlq_dim3 { unsigned int x, y, z; };
 #define gridDim (rlq_dim3{1u, 1u, 1u})
 """
 _DEVICE_RESTORE = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n"
+
+
+def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteError:
+    """One line for a user: what failed to compile, and the compiler's own first error lines."""
+    lines = [ln.strip() for ln in log.splitlines() if "error" in ln]
+    message = " | ".join(lines[:most]) or (log.strip().splitlines() or ["no message"])[-1]
+    return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
 def harness_unit(source: KernelSource, slots: Slots, for_device: bool) -> str:
