@@ -123,7 +123,7 @@ def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
     from cupy_backends.cuda.libs import nvrtc
 
     arch = cp.cuda.Device().compute_capability
-    prog = nvrtc.createProgram(code, "kernel.cu", (), ())
+    prog = nvrtc.createProgram(code, origin, (), ())  # errors name the user's file
     try:
         try:
             nvrtc.compileProgram(prog, [*options, f"--gpu-architecture=sm_{arch}"])
