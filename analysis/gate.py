@@ -11,62 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.properties import Finding, judge
+from analysis.verdict import Verdict, evaluate
 from repro.backends import NAMES, get_backend
-from repro.campaign import Evidence, collect
-from repro.contract import Contract, load
+from repro.contract import load
 from repro.errors import SuiteError
-from repro.kernel_source import KernelSource, load_kernel
-
-
-@dataclass
-class Verdict:
-    """The gate's result for one kernel under one contract."""
-
-    source: KernelSource
-    contract: str
-    backend: str
-    device: str
-    findings: list[Finding]
-    evidence: Evidence
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return all(f.ok for f in self.findings)
-
-    @property
-    def failed(self) -> list[Finding]:
-        return [f for f in self.findings if not f.ok]
-
-    def as_dict(self) -> dict:
-        return {
-            "kernel": self.source.origin,
-            "sha256": self.source.sha256,
-            "contract": self.contract,
-            "backend": self.backend,
-            "device": self.device,
-            "ok": self.ok,
-            "seconds": round(self.seconds, 3),
-            "properties": [f.as_dict() for f in self.findings],
-        }
-
-
-def evaluate(source: KernelSource, contract_name: str = "fixed", backend: str = "auto",
-             contract: Contract | None = None) -> Verdict:
-    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
-    contract = contract or load()
-    controller = contract.controller(contract_name)
-    be = get_backend(backend)
-    start = time.perf_counter()
-    kernel = be.compile(source, contract.slots)
-    evidence = collect(kernel, controller)
-    findings = judge(evidence)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
+from repro.kernel_source import load_kernel
 
 
 def format_table(verdict: Verdict, contract_path: Path) -> str:
@@ -103,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         contract = load()
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
-        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, args.backend, contract)
+        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2

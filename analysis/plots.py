@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis import spec  # noqa: E402
+from repro import spec  # noqa: E402
 from repro.contract import Controller  # noqa: E402
 
 COLORS = {"original": "#d62728", "fixed": "#1f77b4"}

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from analysis import spec
+from repro import spec
 from repro.campaign import Evidence
 from repro.contract import Controller
 from repro.runner import Run
-from repro.scenarios import band_edges
+from repro.spec import band_edges
 
 F32 = np.float32
 

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import gate, plots, spec
+from analysis import plots
 from analysis.properties import Finding, classify
-from repro import closed_loop, experiments
+from analysis.verdict import Verdict, evaluate
+from repro import closed_loop, experiments, spec
 from repro.backends import NAMES, get_backend
 from repro.contract import ROOT, load
 from repro.errors import SuiteError
@@ -56,8 +57,8 @@ FIGURES = {
 @dataclass
 class Report:
     out: Path
-    verdicts: dict[str, gate.Verdict]
-    cross: gate.Verdict  # the original judged against the fixed contract
+    verdicts: dict[str, Verdict]
+    cross: Verdict  # the original judged against the fixed contract
     trajectories: pd.DataFrame
     noise: dict[str, pd.DataFrame]
     recovery: dict[str, pd.DataFrame]
@@ -85,7 +86,7 @@ def _git_commit() -> str:
         return "unknown (not a git checkout)"
 
 
-def _bad_input_outcomes(verdicts: dict[str, gate.Verdict]) -> pd.DataFrame:
+def _bad_input_outcomes(verdicts: dict[str, Verdict]) -> pd.DataFrame:
     """One row per bad-value case and controller: the slot/regime column, the value, what step 1 did."""
     rows = []
     for name, v in verdicts.items():
@@ -119,8 +120,8 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
         path = fixed_kernel if (name == "fixed" and fixed_kernel) else entry.kernel
         sources[name] = load_kernel(path, entry.symbol)
     progress(f"[1/5] gate: both controllers against their contracts on {be.name} ({be.describe()})")
-    verdicts = {name: gate.evaluate(sources[name], name, be.name, contract) for name in CONTROLLERS}
-    cross = gate.evaluate(sources["original"], "fixed", be.name, contract)
+    verdicts = {name: evaluate(sources[name], name, be, contract) for name in CONTROLLERS}
+    cross = evaluate(sources["original"], "fixed", be, contract)
     traj = pd.concat([to_frame(verdicts[n].evidence.catalogue, n, be.name) for n in CONTROLLERS], ignore_index=True)
     progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
     noise, recovery = {}, {}
@@ -148,11 +149,11 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
                   robustness, header)
 
 
-def _steps(verdict: gate.Verdict, key: str) -> int:
+def _steps(verdict: Verdict, key: str) -> int:
     return int(next(f.value for f in verdict.findings if f.key == key))
 
 
-def _finding(verdict: gate.Verdict, key: str) -> Finding | None:
+def _finding(verdict: Verdict, key: str) -> Finding | None:
     return next((f for f in verdict.findings if f.key == key), None)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from repro.contract import Controller
 from repro.errors import SuiteError
+from repro.spec import band_edges
 
 F32 = np.float32
 #: The KL target the scripted training loop writes (nats). The rule is
@@ -56,25 +57,6 @@ def _const(value: float, steps: int) -> np.ndarray:
 
 def _blocks(values: list[float], each: int) -> np.ndarray:
     return np.repeat(np.asarray(values, dtype=F32), each)
-
-
-def band_edges(target: float, tolerance: float) -> dict[str, np.float32]:
-    """The float32 dead-zone edges the documented rule computes, and their neighbours.
-
-    ``upper = fl(target·tol)`` and ``lower = fl(target/tol)`` are inside the band
-    (the rule's tests are strict); ``above``/``below`` are the nearest floats outside.
-    """
-    t, tol = F32(target), F32(tolerance)
-    upper, lower = F32(t * tol), F32(t / tol)
-    inf = F32(np.inf)
-    return {
-        "upper": upper,
-        "above": np.nextafter(upper, inf),
-        "inside_upper": np.nextafter(upper, F32(0)),
-        "lower": lower,
-        "below": np.nextafter(lower, F32(0)),
-        "inside_lower": np.nextafter(lower, inf),
-    }
 
 
 def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:

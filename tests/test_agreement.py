@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import spec
 from analysis.properties import bits
 from conftest import source_of
+from repro import spec
 from repro.contract import load
 from repro.isv import new_isv
 from repro.runner import run_scenarios

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import spec
+from repro import spec
 from repro.backends.base import chunked, unchunked
 from repro.backends.translation_unit import KERNELS
 from repro.isv import new_isv

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis import spec
 from analysis.properties import bits
 from conftest import source_of
+from repro import spec
 from repro.isv import new_isv
 
 F32 = np.float32

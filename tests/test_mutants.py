@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis import gate
+from analysis.verdict import evaluate
 from conftest import source_of
 
 G = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
@@ -42,8 +43,8 @@ def mutant(contract, name):
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_mutant_fails_the_gate(contract, backend_name, name):
-    verdict = gate.evaluate(mutant(contract, name), "fixed", backend_name, contract)
+def test_mutant_fails_the_gate(contract, backend, name):
+    verdict = evaluate(mutant(contract, name), "fixed", backend, contract)
     failed = {f.key: f for f in verdict.failed}
     expected = MUTANTS[name][1]
     assert expected <= set(failed), f"{name}: expected {expected} to fail, failed: {sorted(failed)}"

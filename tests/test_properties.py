@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.gate import evaluate
 from analysis.properties import judge
+from analysis.verdict import evaluate
 from repro.campaign import collect
 
 _findings: dict = {}
@@ -27,20 +27,20 @@ def test_documented_property_holds(findings, prop):
     assert f.ok, f"{prop}: documented {f.documented}, measured {f.measured}; first shows: {f.where}"
 
 
-def test_original_fails_the_fixed_contract(contract, backend_name):
+def test_original_fails_the_fixed_contract(contract, backend):
     """The reconstructed original must fail the fix's contract where the fix changed it."""
     from conftest import source_of
 
-    verdict = evaluate(source_of(contract, "original"), "fixed", backend_name, contract)
+    verdict = evaluate(source_of(contract, "original"), "fixed", backend, contract)
     failed = {f.key for f in verdict.failed}
     assert {"floor", "steps_to_halve", "dead_zone", "ramp_onset", "decay_onset"} <= failed
     assert {"ceiling", "ramp", "steps_to_double", "guards", "isolation"}.isdisjoint(failed)
 
 
-def test_fixed_fails_the_original_contract(contract, backend_name):
+def test_fixed_fails_the_original_contract(contract, backend):
     from conftest import source_of
 
-    verdict = evaluate(source_of(contract, "fixed"), "original", backend_name, contract)
+    verdict = evaluate(source_of(contract, "fixed"), "original", backend, contract)
     failed = {f.key for f in verdict.failed}
     assert {"floor", "decay", "steps_to_halve", "steps_to_floor", "ramp_onset", "decay_onset"} <= failed
     # the fix's wider band contains the original's, so λ still holds throughout the narrower one

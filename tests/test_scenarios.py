@@ -7,7 +7,8 @@ import pytest
 
 from analysis.properties import bits
 from repro.errors import SuiteError
-from repro.scenarios import REGIMES, band_edges, case, catalogue, from_csv
+from repro.scenarios import REGIMES, case, catalogue, from_csv
+from repro.spec import band_edges
 
 F32 = np.float32
 

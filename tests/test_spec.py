@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis import spec
+from repro import spec
 
 F32 = np.float32
 

@@ -66,6 +66,25 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
     return out
 
 
+def band_edges(target: float, tolerance: float) -> dict[str, np.float32]:
+    """The float32 dead-zone edges the documented rule computes, and their neighbours.
+
+    ``upper = fl(target·tol)`` and ``lower = fl(target/tol)`` are inside the band
+    (the rule's tests are strict); ``above``/``below`` are the nearest floats outside.
+    """
+    t, tol = F32(target), F32(tolerance)
+    upper, lower = F32(t * tol), F32(t / tol)
+    inf = F32(np.inf)
+    return {
+        "upper": upper,
+        "above": np.nextafter(upper, inf),
+        "inside_upper": np.nextafter(upper, F32(0)),
+        "lower": lower,
+        "below": np.nextafter(lower, F32(0)),
+        "inside_lower": np.nextafter(lower, inf),
+    }
+
+
 # --- closed forms (real arithmetic; the report prints them beside the measurements) ---
 
 
