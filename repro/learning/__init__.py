@@ -1,0 +1,8 @@
+"""The real learning loop of issue 13: tabular Q-learning and a softmax actor on gymnasium toy-text tasks,
+coupled by λ-weighted distillation, with the compiled controller kernel driving λ.
+
+Modules: ``env`` (batched stepper from gymnasium's transition table), ``rng`` (counter-based uniforms, the
+same bits on NumPy and CuPy), ``agent`` (the learners and the batched loop), ``controllers`` (contract
+names, constant-λ baselines, ablation variants → compiled kernels), ``study`` (pre-registered parameters,
+collapse verdicts, intervals, the study's table).
+"""

@@ -1,0 +1,174 @@
+"""The learners and the batched loop: every run of every controller advances one environment step at a time.
+
+Per run (one ISV row each), per step:
+
+- π (a softmax actor, logits θ over what it observes) picks the action; the environment steps.
+- Q (tabular) learns by Q-learning from that experience (off-policy, discount γ).
+- π's own signal is a one-step actor-critic on the environment's reward plus the grid's auxiliary reward:
+  advantage δ = r_π + γ·V(o') − V(o) with a learned critic V over π's observations (the baseline), logits
+  pushed by ``actor_lr``·δ·(onehot(a) − π), plus an entropy bonus ``entropy_bonus``·∇H(π(·|o)).
+- Distillation: ``distill_lr``·λ·(p_Q − π) at the visited observation, p_Q = softmax(Q(s)/``q_temperature``)
+  (the gradient of the cross-entropy toward Q's Boltzmann policy).
+- KL(p_Q ‖ π) at the visited state, as an EMA (rate ``kl_ema_rate``), goes into the KL slot, the target
+  into the target slot; the compiled controller kernel steps every run's ISV (one batched call per
+  controller group), and λ is read back for the next step.
+
+Rewards are divided by the task's reward range (max − min over its table), so temperatures and the
+auxiliary reward are in the same units on every task. Agreement is evaluated every ``eval_every`` steps over
+every state visited so far: π's probability of Q's greedy action (ties: of the tied set), as the mean over
+those states and as the minimum (the latter also as a log10, which does not underflow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro.backends.base import CompiledKernel
+from repro.isv import new_isv
+from repro.learning import rng
+from repro.learning.env import BatchedEnv, Tables
+
+
+@dataclass(frozen=True)
+class Learning:
+    """The learners' parameters (the pre-registered file sets every one; units in the comments)."""
+
+    gamma: float  # discount per step
+    q_lr: float  # Q-learning step size
+    q_temperature: float  # Boltzmann temperature of p_Q (reward-range units)
+    actor_lr: float  # actor step size per unit advantage
+    critic_lr: float  # step size of the actor's critic V
+    distill_lr: float  # step size of the distillation gradient λ·(p_Q − π)
+    kl_ema_rate: float  # EMA rate of the KL written to the KL slot (per step)
+    kl_target: float  # KL target written to the target slot (nats)
+    steps: int  # environment steps per run (= controller launches)
+    eval_every: int  # steps between agreement evaluations
+    default_max_episode_steps: int  # truncation where the task registers none (steps)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One controller's runs: its compiled kernel and the λ every run is seeded with."""
+
+    name: str
+    kernel: CompiledKernel
+    seed_lambda: float
+
+
+@dataclass
+class Traces:
+    """Per evaluation point × run (NumPy, ``[E, N]``): what the study judges."""
+
+    steps: np.ndarray  # [E] the step after which each evaluation was taken
+    lam: np.ndarray  # λ (float32 as the kernel left it)
+    agree_mean: np.ndarray  # mean over visited states of π(Q's greedy action)
+    log10_agree_min: np.ndarray  # log10 of the minimum over visited states
+    kl_ema: np.ndarray  # the KL EMA fed to the kernel (nats)
+    episode_return: np.ndarray  # mean return of the episodes finished in the window (env units; NaN: none)
+
+
+def _softmax(xp, logits):
+    z = logits - logits.max(axis=-1, keepdims=True)
+    log_p = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
+    return xp.exp(log_p), log_p
+
+
+def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
+             grid: dict[str, np.ndarray]) -> Traces:
+    """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
+
+    ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
+    takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
+    """
+    xp = backend.xp
+    L = learning
+    S, A = tables.n_states, tables.n_actions
+    P, K, G = len(grid["pi_view"]), len(seeds), len(groups)
+    base = P * K
+    N = G * base
+    per_run = lambda v, dtype=np.float64: xp.asarray(np.tile(np.repeat(np.asarray(v, dtype), K), G))  # noqa: E731
+    beta, aux_r, view = per_run(grid["entropy_bonus"]), per_run(grid["aux_reward"]), per_run(grid["pi_view"], np.int64)
+    run_seed = xp.asarray(np.tile(np.asarray(seeds, np.uint64), G * P))
+    env = BatchedEnv(xp, tables)
+    scale = tables.reward_range
+    ar = xp.arange(N)
+    # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
+    aux_action = xp.stack([(rng.bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
+    obs_of = xp.arange(S)[None, :] // view[:, None]  # [N, S]
+    slots = groups[0].kernel.slots
+    isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
+    target32 = xp.float32(L.kl_target)
+    lam = isv[:, slots.lambda_].astype(xp.float64)
+    q = xp.zeros((N, S, A))
+    theta = xp.zeros((N, S, A))  # indexed by π's observation (≤ S of them)
+    v = xp.zeros((N, S))
+    ema = xp.zeros(N)
+    visited = xp.zeros((N, S), dtype=bool)
+    s = env.reset(rng.uniform(xp, run_seed, 0, rng.RESET))
+    t_ep = xp.zeros(N, dtype=xp.int64)
+    ep_ret, win_ret, win_done = xp.zeros(N), xp.zeros(N), xp.zeros(N)
+    eye = xp.eye(A)
+    n_eval = L.steps // L.eval_every
+    out = {k: np.empty((n_eval, N), dtype=np.float32 if k == "lam" else np.float64)
+           for k in ("lam", "agree_mean", "log10_agree_min", "kl_ema", "episode_return")}
+    to_np = xp.asnumpy if xp is not np else np.asarray
+    for t in range(L.steps):
+        visited[ar, s] = True
+        o = s // view
+        pi, log_pi = _softmax(xp, theta[ar, o])
+        u = rng.uniform(xp, run_seed, t, rng.ACTION)
+        a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, None]).sum(axis=1), A - 1)
+        s2, r, term = env.step(s, a, rng.uniform(xp, run_seed, t, rng.ENV))
+        t_ep += 1
+        done = term | (t_ep >= tables.max_episode_steps)
+        rn = r / scale
+        cont = L.gamma * (~term)
+        q_sa = q[ar, s, a]
+        q[ar, s, a] = q_sa + L.q_lr * (rn + cont * q[ar, s2].max(axis=1) - q_sa)
+        o2 = s2 // view
+        r_pi = rn + aux_r * (a == aux_action[ar, s])
+        delta = r_pi + cont * v[ar, o2] - v[ar, o]
+        v[ar, o] += L.critic_lr * delta
+        p_q, log_p_q = _softmax(xp, q[ar, s] / L.q_temperature)
+        entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
+        grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
+                + L.distill_lr * lam[:, None] * (p_q - pi))
+        theta[ar, o] += grad
+        _, log_pi2 = _softmax(xp, theta[ar, o])
+        kl = (p_q * (log_p_q - log_pi2)).sum(axis=1)
+        ema = (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl
+        isv[:, slots.kl] = ema.astype(xp.float32)
+        isv[:, slots.target] = target32
+        for g, group in enumerate(groups):
+            group.kernel.batched_step(isv[g * base:(g + 1) * base])
+        lam = isv[:, slots.lambda_].astype(xp.float64)
+        ep_ret += r
+        win_ret += xp.where(done, ep_ret, 0.0)
+        win_done += done
+        ep_ret = xp.where(done, 0.0, ep_ret)
+        t_ep = xp.where(done, 0, t_ep)
+        s = xp.where(done, env.reset(rng.uniform(xp, run_seed, t + 1, rng.RESET)), s2)
+        if (t + 1) % L.eval_every == 0:
+            e = (t + 1) // L.eval_every - 1
+            mean, log_min = agreement(xp, q, theta, obs_of, visited)
+            for key, value in (("lam", isv[:, slots.lambda_]), ("agree_mean", mean), ("log10_agree_min", log_min),
+                               ("kl_ema", ema), ("episode_return", win_ret / xp.where(win_done > 0, win_done, xp.nan))):
+                out[key][e] = to_np(value)
+            win_ret[...], win_done[...] = 0.0, 0.0
+    return Traces(steps=np.arange(1, n_eval + 1) * L.eval_every, **out)
+
+
+def agreement(xp, q, theta, obs_of, visited):
+    """(mean, log10 min) over visited states of π's probability of Q's greedy action(s), per run."""
+    N = q.shape[0]
+    greedy = q == q.max(axis=2, keepdims=True)  # [N, S, A]: ties count together
+    _, log_pi = _softmax(xp, theta[xp.arange(N)[:, None], obs_of])  # π at each state's observation
+    masked = xp.where(greedy, log_pi, -xp.inf)
+    top = masked.max(axis=2, keepdims=True)
+    log_agree = (top + xp.log(xp.exp(masked - top).sum(axis=2, keepdims=True)))[..., 0]  # log Σ_greedy π
+    n_visited = visited.sum(axis=1)
+    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(n_visited, 1)
+    log_min = xp.where(visited, log_agree, xp.inf).min(axis=1) / np.log(10)
+    return mean, log_min

@@ -1,0 +1,66 @@
+"""Controller names → compiled kernels with their seed λ, for the learning loop.
+
+Names:
+- a contract entry (``fixed``, ``original``, and any other entry ``kernels/contracts.toml`` holds, peers
+  included), looked up through the contract;
+- ``const:X`` — λ held at X: the fixed kernel's source with ramp and decay set to 1 and the floor to 0
+  (``with_defines``), so λ·1 = λ exactly and the same batched harness runs (a test checks λ's bits hold);
+- ``ablation:F1+F2…`` — the original with the named fixes of the toy's ablation applied
+  (:data:`repro.closed_loop.FACTORS`: floor, asymmetric, tolerance, seed), by the same ``with_defines``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from repro.closed_loop import FACTORS
+from repro.contract import Contract, load
+from repro.errors import SuiteError
+from repro.kernel_source import load_kernel
+from repro.learning.agent import Group
+
+
+def ablation_names() -> list[str]:
+    """The 14 variants strictly between the original (no fix) and the fixed kernel (all four)."""
+    combos = itertools.product((False, True), repeat=len(FACTORS))
+    return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c) if on) for c in combos if 0 < sum(c) < len(FACTORS)]
+
+
+def constant_source(contract: Contract):
+    entry = contract.controller("fixed")
+    return load_kernel(entry.kernel, entry.symbol).with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0,
+                                                                  MIN_LAMBDA=0.0)
+
+
+def group(backend, name: str, contract: Contract | None = None) -> Group:
+    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name)."""
+    contract = contract or load()
+    if name.startswith("const:"):
+        try:
+            value = float(name.split(":", 1)[1])
+        except ValueError:
+            raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
+        if not 0 < value <= 1:
+            raise SuiteError(f"controller {name!r}: a constant λ must lie in (0, 1]")
+        return Group(name, backend.compile(constant_source(contract), contract.slots), value)
+    if name.startswith("ablation:"):
+        fixes = [f for f in name.split(":", 1)[1].split("+") if f]
+        unknown = sorted(set(fixes) - set(FACTORS))
+        if unknown or not fixes:
+            raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}")
+        orig, fixed = contract.controller("original"), contract.controller("fixed")
+        defines = {FACTORS[f][0]: float(fixed.value(FACTORS[f][1])) for f in fixes if FACTORS[f][0]}
+        source = load_kernel(orig.kernel, orig.symbol)
+        source = source.with_defines(**defines) if defines else source
+        seed = fixed.value("seed_lambda") if "seed" in fixes else orig.value("seed_lambda")
+        return Group(name, backend.compile(source, contract.slots), seed)
+    entry = contract.controller(name)
+    return Group(name, backend.compile(load_kernel(entry.kernel, entry.symbol), contract.slots), entry.value("seed_lambda"))
+
+
+def expand(names: list[str]) -> list[str]:
+    """Names with ``ablation`` expanded to every variant, duplicates dropped (order kept)."""
+    out = []
+    for n in names:
+        out += ablation_names() if n == "ablation" else [n]
+    return list(dict.fromkeys(out))
