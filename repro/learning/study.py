@@ -1,0 +1,207 @@
+"""The study: pre-registered parameters, collapse verdicts with exact intervals, the tables the report shows.
+
+Pure functions over the learning loop's traces; the CLI is :mod:`repro.study`. Every parameter comes from
+the pre-registered file (``studies/preregistered.toml``); the reduced study (CI, report) changes only the
+number of steps, seeds, grid points and controllers, never a learning parameter.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from repro.contract import ROOT, load
+from repro.errors import SuiteError
+from repro.learning import controllers as ctl
+from repro.learning.agent import Learning, Traces, simulate
+from repro.learning.env import make
+
+PREREGISTERED = ROOT / "studies" / "preregistered.toml"
+GRID_AXES = ("entropy_bonus", "aux_reward", "pi_view")
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """The pre-registered collapse criteria (see the file for each one's sentence)."""
+
+    warmup: int  # steps
+    mean_fraction_of_uniform: float
+    min_threshold: float
+    confidence: float
+    bracket_min_agreement_gap: float
+
+
+@dataclass(frozen=True)
+class Prereg:
+    envs: tuple[str, ...]
+    seeds: str
+    controllers: tuple[str, ...]
+    learning: Learning
+    grid: dict[str, tuple]
+    collapse: Collapse
+    path: str  # repo-relative
+
+
+def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        s = data["study"]
+        rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.name
+        return Prereg(tuple(s["envs"]), s["seeds"], tuple(s["controllers"]), Learning(**data["learning"]),
+                      {k: tuple(data["grid"][k]) for k in GRID_AXES}, Collapse(**data["collapse"]), str(rel))
+    except FileNotFoundError:
+        raise SuiteError(f"pre-registration file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
+        raise SuiteError(f"{path}: not a valid pre-registration ({type(err).__name__}: {err})") from None
+
+
+def parse_seeds(text: str) -> np.ndarray:
+    """``A:B`` → seeds A..B−1 (0 ≤ A < B)."""
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SuiteError(f"--seeds {text!r}: expected A:B with integers A < B") from None
+    if not 0 <= a < b:
+        raise SuiteError(f"--seeds {text!r}: expected 0 ≤ A < B")
+    return np.arange(a, b, dtype=np.uint64)
+
+
+def controller_names(names) -> list[str]:
+    """Names with ``contract`` expanded to every contract entry and ``ablation`` to its 14 variants."""
+    out = []
+    for n in names:
+        out += sorted(load().controllers) if n == "contract" else [n]
+    return ctl.expand(out)
+
+
+def grid_points(grid: dict[str, tuple]) -> dict[str, np.ndarray]:
+    mesh = np.meshgrid(*(np.asarray(grid[k], float) for k in GRID_AXES), indexing="ij")
+    return {k: m.ravel() for k, m in zip(GRID_AXES, mesh)}
+
+
+def exact_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """Clopper–Pearson interval of a binomial proportion k/n (scipy)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarray]:
+    """Per run: collapsed (primary), deep (min-over-states criterion), and whether each persists."""
+    judged = traces.steps > c.warmup
+    low_mean = traces.agree_mean < c.mean_fraction_of_uniform / n_actions
+    low_min = traces.log10_agree_min < np.log10(c.min_threshold)
+    return {"collapsed": low_mean[judged].any(axis=0), "collapsed_at_end": low_mean[-1],
+            "deep": low_min[judged].any(axis=0), "deep_at_end": low_min[-1]}
+
+
+def _quantiles(a: np.ndarray) -> dict[str, list]:
+    q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
+    clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
+    return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q)}
+
+
+def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prereg,
+            grid: dict[str, tuple] | None = None) -> dict:
+    """One environment, every controller: the JSON's block for ``env``."""
+    _, tables = make(env, prereg.learning.default_max_episode_steps)
+    contract = load()
+    groups = [ctl.group(backend, n, contract) for n in names]
+    points = grid_points(grid or prereg.grid)
+    traces = simulate(backend, tables, groups, prereg.learning, seeds, points)
+    P, K = len(points["pi_view"]), len(seeds)
+    c = prereg.collapse
+    v = verdicts(traces, tables.n_actions, c)
+    out = {"n_states": tables.n_states, "n_actions": tables.n_actions, "max_episode_steps": tables.max_episode_steps,
+           "reward_range": tables.reward_range, "eval_steps": traces.steps.tolist(),
+           "grid_points": [{k: float(points[k][i]) for k in GRID_AXES} for i in range(P)], "controllers": {}}
+    for g, name in enumerate(names):
+        s = slice(g * P * K, (g + 1) * P * K)
+        entry = {"seed_lambda": groups[g].seed_lambda, "runs": P * K}
+        for crit, key in (("collapsed", ""), ("deep", "deep_")):
+            hit = v[crit][s]
+            lo, hi = exact_interval(hit.sum(), hit.size, c.confidence)
+            entry[f"{key}collapse_fraction"], entry[f"{key}ci_low"], entry[f"{key}ci_high"] = float(hit.mean()), lo, hi
+            entry[f"{key}persisting"] = int((hit & v[f"{crit}_at_end"][s]).sum())
+            entry[f"{key}recovered"] = int((hit & ~v[f"{crit}_at_end"][s]).sum())
+            entry[f"{key}fraction_per_grid_point"] = hit.reshape(P, K).mean(axis=1).round(6).tolist()
+        entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep")}
+        entry["final_agree_mean_per_grid_point"] = np.median(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6).tolist()
+        entry["over_steps"] = {"agree_mean": _quantiles(traces.agree_mean[:, s]),
+                               "log10_agree_min": _quantiles(traces.log10_agree_min[:, s]),
+                               "lambda": _quantiles(traces.lam[:, s].astype(np.float64)),
+                               "episode_return": _quantiles(traces.episode_return[:, s])}
+        out["controllers"][name] = entry
+    out["brackets"] = brackets(out, c)
+    return out
+
+
+def brackets(block: dict, c: Collapse) -> list[dict] | None:
+    """Per grid point: is the constant-λ bracket (λ = 0.001 against λ = 1) wide enough to tell controllers apart?"""
+    ctrl = block["controllers"]
+    if not {"const:0.001", "const:1"} <= set(ctrl):
+        return None
+    lo, hi = ctrl["const:0.001"], ctrl["const:1"]
+    K = lo["runs"] // len(block["grid_points"])
+    rows = []
+    for i, point in enumerate(block["grid_points"]):
+        row = dict(point)
+        for key in ("", "deep_"):
+            ka, kb = (round(x[f"{key}fraction_per_grid_point"][i] * K) for x in (lo, hi))
+            (a0, a1), (b0, b1) = exact_interval(ka, K, c.confidence), exact_interval(kb, K, c.confidence)
+            row[f"{key}collapse_lambda_0.001"], row[f"{key}collapse_lambda_1"] = ka / K, kb / K
+            row[f"{key}disjoint"] = bool(a1 < b0 or b1 < a0)
+        gap = hi["final_agree_mean_per_grid_point"][i] - lo["final_agree_mean_per_grid_point"][i]
+        row["agree_gap"] = round(gap, 6)
+        row["wide"] = bool(row["disjoint"] or row["deep_disjoint"] or abs(gap) >= c.bracket_min_agreement_gap)
+        rows.append(row)
+    return rows
+
+
+def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
+        steps: int | None = None) -> dict:
+    """The whole study's JSON (deterministic: no timings, no absolute paths)."""
+    if steps is not None:
+        prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
+    names = controller_names(names)
+    result = {"preregistration": prereg.path, "backend": backend.name,
+              "parameters": {"learning": asdict(prereg.learning), "grid": {k: list(v) for k, v in (grid or prereg.grid).items()},
+                             "collapse": asdict(prereg.collapse)},
+              "as_preregistered": steps is None and grid is None,
+              "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
+              "run_order": "per controller: grid point-major, then seed",
+              "envs": {e: run_env(backend, e, names, seeds, prereg, grid) for e in envs}}
+    return result
+
+
+def table(result: dict):
+    """One row per environment × controller: the collapse fractions with their intervals (a DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    for env, block in result["envs"].items():
+        for name, e in block["controllers"].items():
+            rows.append({"env": env, "controller": name, "runs": e["runs"],
+                         **{k: e[k] for k in ("collapse_fraction", "ci_low", "ci_high", "persisting", "recovered",
+                                              "deep_collapse_fraction", "deep_ci_low", "deep_ci_high",
+                                              "deep_persisting", "deep_recovered")},
+                         "final_agree_mean_median": float(np.median(e["final_agree_mean_per_grid_point"]))})
+    return pd.DataFrame(rows)
+
+
+#: The reduced study (CI and the report's quick section): fewer steps, seeds and grid points, same parameters.
+REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:8", "steps": 6000,
+           "controllers": ("fixed", "original", "const:0.001", "const:1"),
+           "grid": {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}}
+
+
+def reduced_study(backend, prereg: Prereg | None = None) -> dict:
+    """The reduced study's JSON (seconds on a CPU)."""
+    prereg = prereg or load_prereg()
+    r = REDUCED
+    return run(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg, grid=r["grid"], steps=r["steps"])

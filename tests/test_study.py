@@ -1,0 +1,193 @@
+"""The learning-loop study (issue 13): the batched stepper against gymnasium, determinism, the constant-λ
+baseline, the CLI's errors, and a reduced study (the full pre-registered one is marked slow)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+gymnasium = pytest.importorskip("gymnasium", reason="the learning study needs gymnasium (pip install --group study)")
+pytest.importorskip("scipy", reason="the study's intervals need scipy (pip install --group study)")
+
+from repro import study as cli  # noqa: E402
+from repro.contract import load  # noqa: E402
+from repro.errors import SuiteError  # noqa: E402
+from repro.isv import new_isv  # noqa: E402
+from repro.learning import agent, controllers, rng  # noqa: E402
+from repro.learning.env import BatchedEnv, make  # noqa: E402
+from repro.learning.study import exact_interval, load_prereg, parse_seeds, reduced_study, run, table  # noqa: E402
+
+ENVS = ("FrozenLake-v1", "CliffWalking-v1", "Taxi-v4")
+TINY_GRID = {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}
+
+
+@pytest.fixture(scope="module")
+def prereg():
+    return load_prereg()
+
+
+@pytest.fixture(scope="module")
+def reduced(host, prereg):
+    return reduced_study(host, prereg)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_batched_stepper_matches_gymnasium(name):
+    """Same seeds, same actions, same uniforms: states, rewards, terminations and truncations bit for bit."""
+    from gymnasium.utils import seeding
+
+    seeds, steps = range(6), 700
+    envs = [gymnasium.make(name) for _ in seeds]
+    twins = [seeding.np_random(s)[0] for s in seeds]  # the generator reset(seed=s) installs
+    _, tables = make(name, default_max_steps=200)
+    stepper = BatchedEnv(np, tables)
+    first = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
+    state = stepper.reset(np.array([t.random() for t in twins]))
+    assert state.tolist() == first
+    actions = np.random.default_rng(0).integers(0, tables.n_actions, (steps, len(envs)))
+    t_ep = np.zeros(len(envs), dtype=int)
+    registered_limit = envs[0].spec.max_episode_steps is not None
+    for t in range(steps):
+        state, reward, term = stepper.step(state, actions[t], np.array([tw.random() for tw in twins]))
+        t_ep += 1
+        trunc = ~term & (t_ep >= tables.max_episode_steps)
+        got = [env.step(int(a)) for env, a in zip(envs, actions[t])]
+        assert state.tolist() == [g[0] for g in got]
+        assert reward.view(np.uint64).tolist() == np.array([g[1] for g in got], dtype=np.float64).view(np.uint64).tolist()
+        assert term.tolist() == [g[2] for g in got]
+        # gymnasium truncates where the task registers a limit; elsewhere the study's default limit applies
+        assert (trunc if registered_limit else np.zeros_like(trunc)).tolist() == [g[3] for g in got]
+        done = term | trunc
+        for i in np.flatnonzero(done):
+            assert envs[i].reset()[0] == stepper.reset(np.array([twins[i].random()]))[0]
+            state[i] = envs[i].unwrapped.s
+        t_ep[done] = 0
+
+
+def test_uniforms_depend_only_on_seed_step_stream():
+    a = rng.uniform(np, np.arange(10, dtype=np.uint64), 7, rng.ENV)
+    b = rng.uniform(np, np.arange(5, 10, dtype=np.uint64), 7, rng.ENV)
+    assert np.array_equal(a[5:].view(np.uint64), b.view(np.uint64))
+    assert ((a >= 0) & (a < 1)).all() and len(set(a.tolist())) == 10
+    assert not np.array_equal(a, rng.uniform(np, np.arange(10, dtype=np.uint64), 7, rng.ACTION))
+
+
+def test_agreement_counts_ties_and_visited_states_only():
+    q = np.array([[[1.0, 1.0, 0.0], [0.0, 2.0, 0.0], [5.0, 0.0, 0.0]]])  # state 0: a tie of actions 0 and 1
+    theta = np.log(np.array([[[0.2, 0.3, 0.5], [0.6, 0.3, 0.1], [1e-30, 0.5, 0.5]]]))
+    visited = np.array([[True, True, False]])
+    mean, log_min = agent.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    assert np.isclose(mean[0], (0.5 + 0.3) / 2) and np.isclose(log_min[0], np.log10(0.3))
+    visited[0, 2] = True  # π gives Q's greedy action 1e-30 there
+    _, log_min = agent.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    assert np.isclose(log_min[0], -30, atol=1e-9)
+
+
+def test_exact_interval_closed_form():
+    n = 40
+    lo, hi = exact_interval(0, n, 0.95)
+    assert lo == 0 and np.isclose(hi, 1 - 0.025 ** (1 / n))
+    lo, hi = exact_interval(n, n, 0.95)
+    assert hi == 1 and np.isclose(lo, 0.025 ** (1 / n))
+
+
+def test_constant_kernel_holds_lambda(backend):
+    """const:X leaves λ's bits as seeded under KL far above, inside and far below the band."""
+    contract = load()
+    group = controllers.group(backend, "const:0.05", contract)
+    lam0 = np.float32([0.001, 0.05, 0.1, 1.0] * 3)
+    kl = np.tile(np.float32([100.0] * 4 + [0.1] * 4 + [1e-4] * 4), (300, 1))
+    lam, _ = group.kernel.run_looped(new_isv(contract.slots, lam0), kl, np.full_like(kl, 0.1))
+    assert np.array_equal(lam.view(np.uint32), np.tile(lam0, (300, 1)).view(np.uint32))
+
+
+def test_controller_names(host):
+    names = controllers.expand(["fixed", "ablation", "fixed"])
+    assert names[0] == "fixed" and len(names) == 15 and len(set(names)) == 15
+    assert controllers.group(host, "ablation:seed").seed_lambda == load().controller("fixed").value("seed_lambda")
+    for bad in ("nope", "const:x", "const:0", "ablation:speed"):
+        with pytest.raises(SuiteError):
+            controllers.group(host, bad)
+
+
+def test_parse_seeds():
+    assert parse_seeds("3:6").tolist() == [3, 4, 5]
+    for bad in ("6:3", "3", "a:b", "-1:2", "2:2"):
+        with pytest.raises(SuiteError):
+            parse_seeds(bad)
+
+
+def test_same_seeds_same_json(host, prereg):
+    args = (host, ["FrozenLake-v1"], ["fixed", "original", "const:0.1"], parse_seeds("0:3"), prereg)
+    a, b = (json.dumps(run(*args, grid=TINY_GRID, steps=600)) for _ in range(2))
+    assert a == b
+
+
+def test_reduced_study(reduced, prereg):
+    """The CI-sized study: well-formed intervals, verdicts that add up, constant λ held in the loop."""
+    frame = table(reduced)
+    assert len(frame) == len(reduced["envs"]) * len(reduced["controllers"])
+    assert ((frame.ci_low <= frame.collapse_fraction) & (frame.collapse_fraction <= frame.ci_high)).all()
+    assert ((frame.deep_ci_low <= frame.deep_collapse_fraction) & (frame.deep_collapse_fraction <= frame.deep_ci_high)).all()
+    for block in reduced["envs"].values():
+        for name, entry in block["controllers"].items():
+            assert sum(entry["verdicts"]["collapsed"]) == entry["persisting"] + entry["recovered"]
+            assert np.isclose(np.mean(entry["verdicts"]["deep"]), entry["deep_collapse_fraction"])
+            if name.startswith("const:"):
+                lam = entry["over_steps"]["lambda"]
+                assert set(lam["q25"]) == set(lam["q75"]) == {float(np.float32(name.split(":")[1]))}
+        assert block["brackets"] is not None and all(isinstance(r["wide"], bool) for r in block["brackets"])
+
+
+def test_backends_agree_on_every_verdict(backend, host, prereg):
+    """CPU and GPU (or two CPU runs) reach the same collapse verdict on every run; agreement numbers close."""
+    args = (["FrozenLake-v1", "CliffWalking-v1"], ["fixed", "original", "const:0.001"], parse_seeds("0:4"), prereg)
+    grid = {"entropy_bonus": (0.0,), "aux_reward": (1.0,), "pi_view": (1,)}
+    ours, ref = run(backend, *args, grid=grid, steps=3000), run(host, *args, grid=grid, steps=3000)
+    for env in ref["envs"]:
+        for name, entry in ref["envs"][env]["controllers"].items():
+            other = ours["envs"][env]["controllers"][name]
+            assert other["verdicts"] == entry["verdicts"], (env, name)
+            med_a, med_b = (np.array(e["over_steps"]["agree_mean"]["median"], float) for e in (other, entry))
+            assert np.allclose(med_a, med_b, rtol=1e-9, atol=1e-12), (env, name)
+
+
+def test_cli_writes_json_and_plot(tmp_path, capsys):
+    out, plot = tmp_path / "s.json", tmp_path / "s.png"
+    assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original", "--seeds", "0:2", "--steps", "400",
+                     "--backend", "host", "--json", str(out), "--plot", str(plot)]) == 0
+    data = json.loads(out.read_text())
+    entry = data["envs"]["FrozenLake-v1"]["controllers"]["original"]
+    for key in ("collapse_fraction", "ci_low", "ci_high", "verdicts"):
+        assert key in entry
+    assert data["as_preregistered"] is False and plot.read_bytes()[:4] == b"\x89PNG"
+    assert "/" not in data["preregistration"][:1]  # repo-relative
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "NoSuchEnv-v0"], "unknown or unusable gymnasium environment"),
+    (["--env", "Blackjack-v1"], "not a tabular environment"),
+    (["--seeds", "9:3"], "--seeds"),
+    (["--seeds", "x"], "--seeds"),
+    (["--controllers", "fixed,nope"], "unknown contract 'nope'"),
+    (["--json", "{tmp}/file.txt/out.json"], "cannot write"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
+    (tmp_path / "file.txt").write_text("a file, so no folder can be made under it")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    defaults = {"--env": "FrozenLake-v1", "--controllers": "fixed", "--seeds": "0:1", "--steps": "200", "--backend": "host"}
+    for flag, value in defaults.items():
+        if flag not in argv:
+            argv += [flag, value]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("study: error:") and message in err
+
+
+@pytest.mark.slow
+def test_full_preregistered_study(host, prereg):
+    """The pre-registered study as committed (minutes on a CPU; under a minute on the H200 with cupy)."""
+    result = run(host, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
+    assert result["as_preregistered"] and len(table(result)) == len(prereg.envs) * len(result["controllers"])
