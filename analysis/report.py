@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plots
+from analysis import plots, study_plots, study_section
 from analysis.properties import Finding, classify
 from analysis.verdict import Verdict, evaluate
 from repro import closed_loop, experiments, spec
@@ -31,6 +31,7 @@ from repro.backends import NAMES, get_backend
 from repro.contract import ROOT, load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
+from repro.learning import study as learning_study
 from repro.runner import to_frame
 
 CONTROLLERS = ("fixed", "original")
@@ -51,6 +52,7 @@ FIGURES = {
     "distillation toy (repro/closed_loop.py), default parameters, seed 0.",
     "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "
     "robustness grid × seeds.",
+    **study_section.FIGURES,
 }
 
 
@@ -68,6 +70,7 @@ class Report:
     robustness: pd.DataFrame
     header: dict
     written: list[Path] = field(default_factory=list)
+    study: dict | None = None  # the learning-loop study's JSON (issue 13)
 
 
 def _git_commit() -> str:
@@ -136,6 +139,8 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
     loops = {n: closed_loop.run_one(n, be.name) for n in CONTROLLERS}
     ablation = closed_loop.ablation(be, seeds=closed_loop_seeds, grid=grid)
     robustness = closed_loop.robustness(be, seeds=closed_loop_seeds, grid=grid)
+    progress("      learning loop: " + ("the pre-registered study" if be.name == "cupy" else "the reduced study (CPU)"))
+    study = (learning_study.preregistered_study if be.name == "cupy" else learning_study.reduced_study)(be)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -146,7 +151,7 @@ def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=pr
                         "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
     return Report(Path(), verdicts, cross, traj, noise, recovery, _bad_input_outcomes(verdicts), loops, ablation,
-                  robustness, header)
+                  robustness, header, study=study)
 
 
 def _steps(verdict: Verdict, key: str) -> int:
@@ -178,6 +183,8 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
+        "fig10_study.png": lambda: study_plots.overview(report.study),
+        "fig11_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
     }
     for i, (name, make) in enumerate(figures.items(), start=1):
         plots.save(make(), out / name)
@@ -199,6 +206,7 @@ def write_data(report: Report, out: Path) -> None:
     report.ablation.to_csv(data / "ablation.csv", index=False)
     report.robustness.to_csv(data / "robustness.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
+    (data / "study.json").write_text(json.dumps(report.study, indent=1))
     report.written += sorted(data.iterdir())
 
 
@@ -242,6 +250,7 @@ def summary(report: Report) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, fixed, original)
+    lines += ["", *study_section.section(report.study, figures=False)]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]

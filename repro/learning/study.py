@@ -205,3 +205,9 @@ def reduced_study(backend, prereg: Prereg | None = None) -> dict:
     prereg = prereg or load_prereg()
     r = REDUCED
     return run(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg, grid=r["grid"], steps=r["steps"])
+
+
+def preregistered_study(backend, prereg: Prereg | None = None) -> dict:
+    """The study exactly as pre-registered (its environments, seeds, controllers, grid and steps)."""
+    prereg = prereg or load_prereg()
+    return run(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)

@@ -1,0 +1,100 @@
+"""The report's section on the learning-loop study (issue 13): markdown built from the study's JSON.
+
+Pure functions; every number is read from the JSON (see :mod:`repro.learning.study`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Figures of the section: file name -> caption.
+FIGURES = {
+    "fig10_study.png": "The learning loop (issue 13): collapse fraction per controller with its 95 % Clopper–Pearson "
+    "interval (both criteria), and q_pi_agree (mean and minimum over visited states), λ and episode return over "
+    "steps (median; band: interquartile range for fixed and original), Q-learning and an actor on gymnasium tasks.",
+    "fig11_study_grid.png": "The learning loop per grid point of the declared conflicts (entropy bonus H, auxiliary "
+    "actor reward aux, π's state view v): fraction of runs whose minimum agreement over visited states falls below "
+    "the pre-registered threshold; ✓ marks grid points where the constant-λ bracket is wide enough.",
+}
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def collapse_table(result: dict) -> list[str]:
+    """Markdown table: env × controller, both criteria with intervals, persisting/recovered, final agreement."""
+    lines = ["| environment | controller | runs | mean-agreement collapse [95 % CI] | persists / recovers "
+             "| min-agreement collapse [95 % CI] | persists / recovers | median final q_pi_agree |",
+             "|---|---|---|---|---|---|---|---|"]
+    for env, block in result["envs"].items():
+        for name, e in block["controllers"].items():
+            final = float(np.median(e["final_agree_mean_per_grid_point"]))
+            lines.append(f"| {env} | {name} | {e['runs']} | {_pct(e['collapse_fraction'])} [{_pct(e['ci_low'])}, "
+                         f"{_pct(e['ci_high'])}] | {e['persisting']} / {e['recovered']} | "
+                         f"{_pct(e['deep_collapse_fraction'])} [{_pct(e['deep_ci_low'])}, {_pct(e['deep_ci_high'])}] | "
+                         f"{e['deep_persisting']} / {e['deep_recovered']} | {final:.3f} |")
+    return lines
+
+
+def bracket_lines(result: dict) -> list[str]:
+    out = []
+    for env, block in result["envs"].items():
+        rows = block["brackets"]
+        if rows is None:
+            out.append(f"- {env}: no bracket (the study ran without const:0.001 and const:1).")
+            continue
+        wide = [r for r in rows if r["wide"]]
+        desc = "; ".join(f"H {r['entropy_bonus']:g}, aux {r['aux_reward']:g}, view {r['pi_view']:g}: min-agreement "
+                         f"collapse {_pct(r['deep_collapse_lambda_0.001'])} at λ = 0.001 against "
+                         f"{_pct(r['deep_collapse_lambda_1'])} at λ = 1, final agreement gap {r['agree_gap']:+.2f}"
+                         for r in wide)
+        out.append(f"- {env}: the bracket is wide enough at {len(wide)} of {len(rows)} grid points"
+                   + (f" ({desc})." if wide else " — no controller can be told apart there."))
+    return out
+
+
+def mean_vs_min(result: dict) -> list[str]:
+    """Which agreement the incident's 1e-22 most likely was, from the study's own numbers."""
+    lows, means = [], []
+    for env, block in result["envs"].items():
+        for name, e in block["controllers"].items():
+            mins = [x for x in e["over_steps"]["log10_agree_min"]["q25"] if x is not None]
+            agree = [x for x in e["over_steps"]["agree_mean"]["q25"] if x is not None]
+            if mins and agree:
+                lows.append((min(mins), env, name))
+                means.append((min(agree), env, name))
+    if not lows:
+        return []
+    lo, mn = min(lows), min(means)
+    return [f"- Mean against minimum: the lower quartile of the minimum over visited states reaches 10^{lo[0]:.1f} "
+            f"({lo[1]}, {lo[2]}), while the lower quartile of the mean over visited states never falls below "
+            f"{mn[0]:.3f} ({mn[1]}, {mn[2]}). A mean of probabilities over states cannot reach 1e-22 unless every "
+            "state does; a minimum (or one state's value) gets there as soon as one state's logits run away. The "
+            "incident's 1e-22 was most likely such a minimum or single-state value, not an average agreement."]
+
+
+def section(result: dict, figures: bool = True) -> list[str]:
+    """The section's markdown lines (with ``figures``, the figures linked under the names in :data:`FIGURES`)."""
+    p = result["parameters"]
+    L, c = p["learning"], p["collapse"]
+    kind = ("the pre-registered study" if result["as_preregistered"]
+            else "a reduced run of the pre-registered parameters (fewer steps, seeds, grid points and controllers)")
+    lines = ["## The learning loop: Q-learning and an actor on gymnasium tasks (issue 13)", "",
+             "The closed loop above is the toy. Here the loop learns: tabular Q-learning and a softmax actor "
+             "(one-step actor-critic with a learned baseline, entropy bonus and an auxiliary reward as declared "
+             "conflicts, π possibly seeing less state than Q) on gymnasium's toy-text tasks, coupled by λ × the "
+             "distillation gradient toward Q's Boltzmann policy; the KL EMA goes into the KL slot and the compiled "
+             "kernel sets λ every step (`python -m repro.study`).", "",
+             f"- {kind}, parameters from `{result['preregistration']}`; backend `{result['backend']}`; seeds "
+             f"{result['seeds'][0]}–{result['seeds'][1] - 1}; {L['steps']} steps per run; grid "
+             + ", ".join(f"{k} ∈ {{{', '.join(f'{x:g}' for x in v)}}}" for k, v in p["grid"].items()) + ".",
+             f"- Collapse (pre-registered): mean over visited states of π(Q's greedy action) below "
+             f"{c['mean_fraction_of_uniform']:g}/A at any evaluation after step {c['warmup']}; min-agreement "
+             f"collapse: the minimum over visited states below {c['min_threshold']:g}. A collapse *persists* when "
+             "the last evaluation is still below, else it *recovers*.", "", *collapse_table(result), "",
+             "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1):", "",
+             *bracket_lines(result), *mean_vs_min(result), ""]
+    for name, caption in FIGURES.items() if figures else ():
+        lines += [f"![{caption}]({name})", ""]
+    return lines
