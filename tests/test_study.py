@@ -72,6 +72,10 @@ def test_uniforms_depend_only_on_seed_step_stream():
     assert np.array_equal(a[5:].view(np.uint64), b.view(np.uint64))
     assert ((a >= 0) & (a < 1)).all() and len(set(a.tolist())) == 10
     assert not np.array_equal(a, rng.uniform(np, np.arange(10, dtype=np.uint64), 7, rng.ACTION))
+    both = rng.uniforms(np, np.arange(10, dtype=np.uint64), [(7, rng.ENV), (8, rng.RESET)])
+    assert np.array_equal(both[:, 0].view(np.uint64), a.view(np.uint64))
+    reset = rng.uniform(np, np.arange(10, dtype=np.uint64), 8, rng.RESET)
+    assert np.array_equal(both[:, 1].view(np.uint64), reset.view(np.uint64))
 
 
 def test_agreement_counts_ties_and_visited_states_only():

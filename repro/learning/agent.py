@@ -118,9 +118,9 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
         visited[ar, s] = True
         o = s // view
         pi, log_pi = _softmax(xp, theta[ar, o])
-        u = rng.uniform(xp, run_seed, t, rng.ACTION)
-        a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, None]).sum(axis=1), A - 1)
-        s2, r, term = env.step(s, a, rng.uniform(xp, run_seed, t, rng.ENV))
+        u = rng.uniforms(xp, run_seed, [(t, rng.ACTION), (t, rng.ENV), (t + 1, rng.RESET)])
+        a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, :1]).sum(axis=1), A - 1)
+        s2, r, term = env.step(s, a, u[:, 1])
         t_ep += 1
         done = term | (t_ep >= tables.max_episode_steps)
         rn = r / scale
@@ -149,7 +149,7 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
         win_done += done
         ep_ret = xp.where(done, 0.0, ep_ret)
         t_ep = xp.where(done, 0, t_ep)
-        s = xp.where(done, env.reset(rng.uniform(xp, run_seed, t + 1, rng.RESET)), s2)
+        s = xp.where(done, env.reset(u[:, 2]), s2)
         if (t + 1) % L.eval_every == 0:
             e = (t + 1) // L.eval_every - 1
             mean, log_min = agreement(xp, q, theta, obs_of, visited)

@@ -80,7 +80,7 @@ def tables_of(name: str, raw, max_steps: int) -> Tables:
 
 def first_above(xp, cum, u):
     """``argmax(cum > u)`` per row, as ``categorical_sample`` (0 when no entry exceeds u)."""
-    return (cum > u[:, None]).argmax(axis=1)
+    return (cum > u[:, None]).astype(xp.int8).argmax(axis=1)  # int8: argmax over bools is not on every backend
 
 
 class BatchedEnv:

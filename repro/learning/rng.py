@@ -30,3 +30,11 @@ def bits(xp, seeds, step: int, stream: int):
 def uniform(xp, seeds, step: int, stream: int):
     """Float64 uniforms in [0, 1) (53 random bits each), one per seed."""
     return (bits(xp, seeds, step, stream) >> np.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))
+
+
+def uniforms(xp, seeds, draws: list[tuple[int, int]]):
+    """``[N, len(draws)]`` uniforms for several ``(step, stream)`` pairs at once (the bits :func:`uniform` gives)."""
+    streams = xp.asarray(np.array([stream + 1 for _, stream in draws], dtype=np.uint64))
+    offsets = xp.asarray(np.array([(step * int(_GOLDEN)) % (1 << 64) for step, _ in draws], dtype=np.uint64))
+    z = _mix(_mix(seeds[:, None] * _GOLDEN + streams[None, :]) + offsets[None, :])
+    return (z >> np.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))
