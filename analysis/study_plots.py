@@ -70,6 +70,7 @@ def grid_heatmap(result: dict, key: str = "deep_"):
         names = list(block["controllers"])
         data = np.array([block["controllers"][n][f"{key}fraction_per_grid_point"] for n in names])
         ax.imshow(data, vmin=0, vmax=1, cmap="Reds", aspect="auto")
+        ax.grid(False)
         labels = [f"H{p['entropy_bonus']:g} aux{p['aux_reward']:g} v{p['pi_view']:g}" for p in block["grid_points"]]
         wide = [r["wide"] for r in (block["brackets"] or [])]
         labels = [lab + (" ✓" if wide and wide[i] else "") for i, lab in enumerate(labels)]
