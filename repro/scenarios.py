@@ -125,12 +125,14 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     """Every catalogue scenario for ``controller`` (its seed λ, bounds and band).
 
     Sustained scenarios last long enough to double (halve) λ twice at the rule's
-    rates, and never less than the in-repo controllers' lengths (60, 1000, 1600).
+    rates, the high-KL ones also to climb from the low start back to the seed λ,
+    and never less than the in-repo controllers' lengths (60, 1000, 1600).
     """
     lam0 = controller.value("seed_lambda")
     low, high = start_points(controller)
     rule = Rule.of(controller)
-    up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")))
+    climb = math.ceil(math.log(lam0 / low) / math.log(rule.rate("ramp"))) + 10  # from the low start back to the seed
+    up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")), climb)
     down_steps = max(1000, 2 * steps_to_double(1 / rule.rate("decay")))
     tgt = REF_TARGET
     hi, lo = tgt * FAR, tgt / FAR
