@@ -174,3 +174,55 @@ def test_peer_equals_spec_on_any_input(peer_case, lam0, kl, target):
     expected = spec.run(rule, [lam0], k, F32(target))
     same = (bits(lam) == bits(expected)) | (np.isnan(lam) & np.isnan(expected))
     assert same.all(), f"step {int(np.flatnonzero(~same.ravel())[0]) + 1}: kernel {lam.ravel()} spec {expected.ravel()}"
+
+
+# --- the report's comparison: measured, consistent with the contracts and the spec ---
+
+
+@pytest.fixture(scope="module")
+def all_verdicts(contract, host):
+    from analysis.peers_section import COMPARED
+
+    return {n: verdict(contract, host, n, n) for n in COMPARED}
+
+
+def test_comparison_table_reads_measurements(contract, all_verdicts):
+    from analysis.peers_section import COMPARED, table
+
+    tab = table(all_verdicts).set_index("controller")
+    assert list(tab.index) == list(COMPARED)
+    for name in COMPARED:
+        entry = contract.controller(name)
+        if entry.has("steps_to_double"):
+            assert tab.loc[name, "steps to double"] == entry.value("steps_to_double")
+        assert tab.loc[name, "floor"].startswith("none") == (entry.bound("floor") is None)
+        if entry.bound("floor") is None:  # the spec says where sustained aligned KL leaves λ
+            rule = spec.Rule.of(entry)
+            n = spec.steps_to_settle(rule, entry.value("seed_lambda"), REF_TARGET / 100, REF_TARGET)
+            lam = spec.run(rule, [entry.value("seed_lambda")], np.full((n, 1), REF_TARGET / 100, F32), F32(REF_TARGET))
+            cell = tab.loc[name, "aligned KL: steps to the bottom"]
+            assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
+
+
+def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
+    from analysis.peers_section import aligned_traces
+
+    traces = aligned_traces(all_verdicts)
+    for name, rows in traces.groupby("controller"):
+        assert rows["lambda"].iloc[0] == F32(contract.controller(name).value("seed_lambda"))
+    assert (traces[traces.controller == "ppo_paper"]["lambda"] == 0).any()
+
+
+def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, host):
+    """The toy gives every group the same noise: the fixed controller's collapse fraction is the same whether it
+    runs beside the original (closed_loop.robustness) or beside the peers (peer_loop)."""
+    from repro import closed_loop, peer_loop
+
+    grid = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
+    toy = closed_loop.Toy(steps=300, warmup=100)
+    mine = peer_loop.collapse_fractions(host, contract, ("fixed", "ppo_paper"), toy=toy, seeds=3, grid=grid)
+    theirs = closed_loop.robustness(host, toy=toy, seeds=3, grid=grid)
+    assert set(mine.controller) == {"fixed", "ppo_paper"}
+    assert ((mine.collapse_fraction >= 0) & (mine.collapse_fraction <= 1) & (mine.diverged_fraction <= 1)).all()
+    fixed = mine[mine.controller == "fixed"].collapse_fraction.to_numpy()
+    assert np.array_equal(fixed, theirs[theirs.controller == "fixed"].collapse_fraction.to_numpy())
