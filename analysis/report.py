@@ -29,10 +29,11 @@ from analysis.verdict import Verdict, evaluate, verdict_of
 from repro import closed_loop, experiments, spec
 from repro.backends import NAMES, Backend, get_backend
 from repro.campaign import Evidence, collect
-from repro.contract import ROOT, Contract, load
+from repro.contract import Contract, load
 from repro.errors import SuiteError
 from repro.kernel_source import KernelSource, load_kernel
 from repro.outputs import check_writable
+from repro.paths import ROOT
 from repro.runner import to_frame
 
 CONTROLLERS = ("fixed", "original")
@@ -81,7 +82,8 @@ def _git_commit() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        # The report's own outputs (reports/) do not make the suite's code uncommitted.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
         return rev + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

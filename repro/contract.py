@@ -15,8 +15,8 @@ from pathlib import Path
 
 from repro.errors import SuiteError
 from repro.kernel_source import KernelSource, load_kernel
+from repro.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / "kernels" / "contracts.toml"
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from analysis import gate
-from repro.contract import ROOT, Slots, load
+from repro.contract import Slots, load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
+from repro.paths import ROOT
 
 
 def run_gate(*args) -> subprocess.CompletedProcess:

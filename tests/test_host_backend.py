@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
-from repro.contract import ROOT
+from repro.paths import ROOT
 
 
 def test_ieee_flags():

@@ -134,3 +134,16 @@ def test_a_candidate_travels_to_every_section(contract, host, tmp_path):
     assert set(robust.controller) == {"fixed", "original"}
     text = (out / "summary.md").read_text()
     assert _table_cell(text, "floor", 4) == "**FAIL**" and str(path) in text
+
+
+def test_generated_files_carry_no_absolute_path_of_this_machine(made):
+    """Provenance: kernels are named relative to the repository in every text file the report writes."""
+    from repro.paths import ROOT
+
+    out, _ = made
+    texts = [p for p in out.rglob("*") if p.suffix in (".md", ".json", ".csv")]
+    assert texts
+    for path in texts:
+        assert str(ROOT) not in path.read_text(), path.name
+    header = json.loads((out / "data" / "properties.json").read_text())["header"]
+    assert header["kernels"]["fixed"]["path"] == "kernels/rl_q_distill_lambda_controller.cu"
