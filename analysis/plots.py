@@ -181,7 +181,7 @@ def scenario_grid(traj, scenarios: list[str]):
     cols = 4
     rows_n = -(-len(scenarios) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(12, 2.4 * rows_n), squeeze=False)
-    for ax, scenario in zip(axes.flat, scenarios):
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):  # the grid may have spare axes
         for name in ("original", "fixed"):
             x, lam = _series(traj, name, scenario)
             ax.plot(x, lam, color=COLORS[name], lw=1.1, label=LABELS[name])
@@ -207,7 +207,7 @@ def bad_input(outcomes: pd.DataFrame):
     columns = list(dict.fromkeys(outcomes.column))
     values = list(dict.fromkeys(outcomes.value))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    for ax, name in zip(axes, ("original", "fixed")):
+    for ax, name in zip(axes, ("original", "fixed"), strict=True):
         d = outcomes[outcomes.controller == name]
         ax.set_xlim(0, len(columns))
         ax.set_ylim(len(values), 0)
