@@ -66,10 +66,11 @@ def _bound_cell(v: Verdict, key: str) -> str:
 def _dead_zone_cell(v: Verdict) -> str:
     """The KL band that holds λ, as measured by the onset bisection (× target), median over probe targets."""
     ev = v.evidence
-    up = np.nanmedian(ev.onsets["ramp"].astype(np.float64) / ev.probe_targets)
-    lo = np.nanmedian(ev.onsets["decay"].astype(np.float64) / ev.probe_targets)
-    width = up / lo
-    return f"[{lo:.6g}, {up:.6g}]·target (×{width:.4g} wide)"
+    ratios = {k: ev.onsets[k].astype(np.float64) / ev.probe_targets for k in ("ramp", "decay")}
+    if not all(np.isfinite(r).any() for r in ratios.values()):
+        return "no onset found: " + ", ".join(k for k, r in ratios.items() if not np.isfinite(r).any()) + " never happens"
+    up, lo = (float(np.nanmedian(ratios[k])) for k in ("ramp", "decay"))
+    return f"[{lo:.6g}, {up:.6g}]·target (×{up / lo:.4g} wide)"
 
 
 def _to_bottom_cell(v: Verdict) -> str:
@@ -185,7 +186,8 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
     cols = list(tab.columns)
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in tab.itertuples(index=False):
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+        cells = [f"**{row[0]}**", *(str(c).replace("|", "\\|") for c in row[1:])]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Steps to double and halve: from the seed λ under KL = 100·target and target/100. Dead zone: the "
               "least KL that raises λ and the greatest that lowers it (bisection over float32), over the target. "
               "Recovery: steps of KL = 100·target from where sustained aligned KL left λ back to the seed λ. "

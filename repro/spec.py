@@ -98,52 +98,66 @@ def _edge(target: np.ndarray, form: str, a: np.float32) -> np.ndarray:
     return target * a
 
 
+def _edges(rule: Rule, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    upper = _edge(target, *(rule.upper or ("mul", rule.tolerance)))
+    lower = _edge(target, *(rule.lower or ("div", rule.tolerance)))
+    return np.asarray(upper, dtype=F32), np.asarray(lower, dtype=F32)
+
+
 def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
     """The float32 band edges (upper, lower) the rule computes from ``target``."""
-    target = np.asarray(target, dtype=F32)
     with np.errstate(all="ignore"):
-        upper = _edge(target, *(rule.upper or ("mul", rule.tolerance)))
-        lower = _edge(target, *(rule.lower or ("div", rule.tolerance)))
-    return upper.astype(F32), lower.astype(F32)
+        return _edges(rule, np.asarray(target, dtype=F32))
+
+
+def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
+    out = _apply(lam, rule.ramp, rule.ramp_op)
+    # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
+    out = out if rule.ceiling is None else np.fmin(rule.ceiling, out)
+    out = out if rule.floor is None or not rule.floor_every_step else np.fmax(rule.floor, out)
+    return np.asarray(out, dtype=F32)
+
+
+def _decayed(rule: Rule, lam: np.ndarray) -> np.ndarray:
+    out = _apply(lam, rule.decay, rule.decay_op)
+    out = out if rule.floor is None else np.fmax(rule.floor, out)
+    return np.asarray(out, dtype=F32)
 
 
 def ramped(rule: Rule, lam) -> np.ndarray:
     """λ after one ramping step (saturated error for the proportional rule), clamped where a ceiling exists."""
-    lam = np.asarray(lam, dtype=F32)
     with np.errstate(all="ignore"):
-        out = _apply(lam, rule.ramp, rule.ramp_op)
-        # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
-        out = out if rule.ceiling is None else np.fmin(rule.ceiling, out)
-        out = out if rule.floor is None or not rule.floor_every_step else np.fmax(rule.floor, out)
-    return np.asarray(out, dtype=F32)
+        return _ramped(rule, np.asarray(lam, dtype=F32))
 
 
 def decayed(rule: Rule, lam) -> np.ndarray:
     """λ after one decaying step, clamped where a floor exists."""
-    lam = np.asarray(lam, dtype=F32)
     with np.errstate(all="ignore"):
-        out = _apply(lam, rule.decay, rule.decay_op)
-        out = out if rule.floor is None else np.fmax(rule.floor, out)
-    return np.asarray(out, dtype=F32)
+        return _decayed(rule, np.asarray(lam, dtype=F32))
+
+
+def _step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """One step on float32 arrays (the caller silences floating-point warnings)."""
+    if rule.kind == "proportional":
+        err = F32(kl / target) - F32(1)
+        # np.clip's NaN passes through; the kernel writes its clip with comparisons so it does too.
+        err = np.where(err < -rule.clip, -rule.clip, np.where(err > rule.clip, rule.clip, err)).astype(F32)
+        new = lam * (F32(1) + (err * rule.n_steps).astype(F32) / rule.horizon).astype(F32)
+    else:
+        upper, lower = _edges(rule, target)
+        held = lam
+        if rule.floor_every_step and rule.floor is not None:
+            held = np.fmax(rule.floor, lam * F32(1))
+        new = np.where(kl > upper, _ramped(rule, lam), np.where(kl < lower, _decayed(rule, lam), held))
+    guarded = (kl <= 0) | (target <= 0) | (lam <= 0)
+    return np.where(guarded, lam, new).astype(F32)
 
 
 def step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
     """λ after one step (float32, elementwise over runs)."""
     lam, kl, target = (np.asarray(a, dtype=F32) for a in (lam, kl, target))
     with np.errstate(all="ignore"):
-        if rule.kind == "proportional":
-            err = F32(kl / target) - F32(1)
-            # np.clip's NaN passes through; the kernel writes its clip with comparisons so it does too.
-            err = np.where(err < -rule.clip, -rule.clip, np.where(err > rule.clip, rule.clip, err)).astype(F32)
-            new = lam * (F32(1) + (err * rule.n_steps).astype(F32) / rule.horizon).astype(F32)
-        else:
-            upper, lower = edges(rule, target)
-            held = lam
-            if rule.floor_every_step and rule.floor is not None:
-                held = np.fmax(rule.floor, lam * F32(1))
-            new = np.where(kl > upper, ramped(rule, lam), np.where(kl < lower, decayed(rule, lam), held))
-    guarded = (kl <= 0) | (target <= 0) | (lam <= 0)
-    return np.where(guarded, lam, new).astype(F32)
+        return _step(rule, lam, kl, target)
 
 
 def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -152,9 +166,10 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
     target = np.broadcast_to(np.asarray(target, dtype=F32), kl.shape)
     lam = np.asarray(lambda0, dtype=F32).copy()
     out = np.empty(kl.shape, dtype=F32)
-    for t in range(kl.shape[0]):
-        lam = step(rule, lam, kl[t], target[t])
-        out[t] = lam
+    with np.errstate(all="ignore"):
+        for t in range(kl.shape[0]):
+            lam = _step(rule, lam, kl[t], target[t])
+            out[t] = lam
     return out
 
 
@@ -162,12 +177,13 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
 def steps_to_settle(rule: Rule, lambda0: float, kl: float, target: float, cap: int = 200_000) -> int:
     """Steps of constant ``kl`` until λ stops moving: it reaches 0 or a float32 fixed point (a clamp, or a
     subnormal that one more step rounds back to itself). ``cap`` when it is still moving then."""
-    lam, kl, target = F32(lambda0), F32(kl), F32(target)
-    for n in range(1, cap + 1):
-        new = F32(step(rule, lam, kl, target))
-        if new == 0 or new.view(np.uint32) == lam.view(np.uint32):
-            return n
-        lam = new
+    lam, kl, target = (np.asarray(x, dtype=F32) for x in (lambda0, kl, target))
+    with np.errstate(all="ignore"):
+        for n in range(1, cap + 1):
+            new = _step(rule, lam, kl, target)
+            if new == 0 or new.view(np.uint32) == lam.view(np.uint32):
+                return n
+            lam = new
     return cap
 
 

@@ -67,7 +67,7 @@ def test_peer_fails_the_fixed_contract(contract, backend, peer):
 
 
 def test_contracts_discriminate_pairwise(contract):
-    """For every ordered pair of contracts, the spec models differ on the first one's catalogue."""
+    """For every ordered pair of contracts, the spec models differ under the first one's sustained KL."""
     names = list(contract.controllers)
     for a in names:
         scenarios = [s for s in catalogue(contract.controller(a)) if s.family != "bad_values"]
@@ -75,9 +75,9 @@ def test_contracts_discriminate_pairwise(contract):
             if a == b:
                 continue
             ra, rb = spec.Rule.of(contract.controller(a)), spec.Rule.of(contract.controller(b))
-            differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:, None], s.target[:, None])),
-                                            bits(spec.run(rb, [s.lambda0], s.kl[:, None], s.target[:, None])))
-                         for s in scenarios[:6])
+            differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:300, None], s.target[:300, None])),
+                                            bits(spec.run(rb, [s.lambda0], s.kl[:300, None], s.target[:300, None])))
+                         for s in scenarios[:2])  # aligned, diverged (first 300 steps)
             assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios"
 
 
@@ -220,8 +220,11 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
 
     grid = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
     toy = closed_loop.Toy(steps=300, warmup=100)
-    mine = peer_loop.collapse_fractions(host, contract, ("fixed", "ppo_paper"), toy=toy, seeds=3, grid=grid)
-    theirs = closed_loop.robustness(host, toy=toy, seeds=3, grid=grid)
+    sources = {n: contract.source(n) for n in ("fixed", "ppo_paper")}
+    mine = peer_loop.collapse_fractions(host, contract, sources, toy=toy, seeds=3, grid=grid)
+    subjects = {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
+                for n in ("original", "fixed")}
+    theirs = closed_loop.robustness(host, subjects, toy=toy, seeds=3, grid=grid)
     assert set(mine.controller) == {"fixed", "ppo_paper"}
     assert ((mine.collapse_fraction >= 0) & (mine.collapse_fraction <= 1) & (mine.diverged_fraction <= 1)).all()
     fixed = mine[mine.controller == "fixed"].collapse_fraction.to_numpy()
