@@ -229,3 +229,22 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
     assert ((mine.collapse_fraction >= 0) & (mine.collapse_fraction <= 1) & (mine.diverged_fraction <= 1)).all()
     fixed = mine[mine.controller == "fixed"].collapse_fraction.to_numpy()
     assert np.array_equal(fixed, theirs[theirs.controller == "fixed"].collapse_fraction.to_numpy())
+
+
+# --- the peer checks can fail: one mutant per rule-specific property ---
+
+PEER_MUTANTS = {
+    "ppo_paper": (("beta = beta / BETA_FACTOR;", "beta = fmaxf(1e-30f, beta / BETA_FACTOR);"), {"vanishing"}),
+    "modular_rl": (("kl_coeff / COEFF_FACTOR", "kl_coeff * (1.0f / COEFF_FACTOR)"), {"spec_agreement"}),
+    "tf_agents": (("(1.0f - ADAPTIVE_KL_TOLERANCE)", "(1.0f / (1.0f + ADAPTIVE_KL_TOLERANCE))"), {"decay_onset"}),
+    "ziegler": (("#define ERROR_CLIP 0.2f", "#define ERROR_CLIP 0.3f"), {"ramp", "decay", "spec_agreement"}),
+}
+
+
+@pytest.mark.parametrize("peer", sorted(PEER_MUTANTS))
+def test_peer_mutant_fails_its_contract(contract, host, peer):
+    (old, new), expected = PEER_MUTANTS[peer]
+    mutant = source(contract, peer).with_edit(old, new, f"{peer} mutant")
+    failed = {f.key: f for f in evaluate(mutant, peer, host, contract).failed}
+    assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
+    assert all(failed[k].where for k in expected)
