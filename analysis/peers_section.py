@@ -18,23 +18,12 @@ from repro import spec
 
 F32 = np.float32
 #: The peers, in the order the report lists them (contract names; kernels/peers/<name>.cu).
-PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl")
-COMPARED = ("fixed", "original", *PEERS)
 NOISE_SIGMAS = (0.25, 0.5, 1.0)
-#: Where each rule comes from (project, file, function), for the section's source list.
-SOURCES = {
-    "ppo_paper": "Schulman et al. 2017, *Proximal Policy Optimization Algorithms* (arXiv:1707.06347) §4, "
-                 "adaptive KL penalty coefficient",
-    "rllib": "ray-project/ray `rllib/policy/torch_mixins.py` `KLCoeffMixin.update_kl` (same rule in "
-             "`rllib/algorithms/ppo/torch/ppo_torch_learner.py`); defaults `rllib/algorithms/ppo/ppo.py` `PPOConfig`",
-    "ziegler": "huggingface/trl `trl/trainer/utils.py` `AdaptiveKLController.update` (Ziegler et al. 2019, "
-               "arXiv:1909.08593); defaults `trl/trainer/ppo_config.py` `PPOConfig`, n_steps from "
-               "`trl/trainer/ppo_trainer.py` `PPOTrainer.step`",
-    "tf_agents": "tensorflow/agents `tf_agents/agents/ppo/ppo_agent.py` `PPOAgent.update_adaptive_kl_beta`; "
-                 "defaults `PPOAgent.__init__`",
-    "modular_rl": "joschu/modular_rl `modular_rl/ppo.py` `PpoLbfgsUpdater.__call__` (google-research/batch-ppo "
-                  "`agents/algorithms/ppo/ppo.py` `PPO._adjust_penalty`: same thresholds and factors)",
-}
+
+
+def _peers(verdicts: dict[str, Verdict]) -> list[str]:
+    """The published rules among ``verdicts`` (contract entries with a ``source``)."""
+    return [n for n, v in verdicts.items() if v.evidence.controller.source]
 
 
 def _g(x) -> str:
@@ -130,7 +119,7 @@ def table(verdicts: dict[str, Verdict], collapse: pd.DataFrame | None = None) ->
     ``collapse``: optional closed-loop frame with ``controller`` and ``collapse_fraction`` columns.
     """
     rows = []
-    for name in [n for n in COMPARED if n in verdicts]:
+    for name in verdicts:  # in the caller's order: fixed, original, then the peers
         v = verdicts[name]
         row = {
             "controller": name,
@@ -163,7 +152,7 @@ def aligned_traces(verdicts: dict[str, Verdict]) -> pd.DataFrame:
     where it is longer (so that λ reaching 0 shows).
     """
     frames = []
-    for name in [n for n in COMPARED if n in verdicts]:
+    for name in verdicts:  # in the caller's order: fixed, original, then the peers
         ev = verdicts[name].evidence
         r = _run(verdicts[name], "aligned")
         lam = r.lam
@@ -181,8 +170,8 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
              "Each rule is a one-thread kernel under `kernels/peers/` with the same ISV interface, judged against "
              "its own contract entry (values quoted from the source). The guards (KL, target or λ ≤ 0 leave λ "
              "alone) are the suite's convention, not the sources'. Sources read:", ""]
-    for name in [n for n in PEERS if n in verdicts]:
-        lines.append(f"- **{name}**: {SOURCES[name]}")
+    for name in _peers(verdicts):
+        lines.append(f"- **{name}**: {verdicts[name].evidence.controller.source}")
     cols = list(tab.columns)
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in tab.itertuples(index=False):
@@ -195,7 +184,7 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
               "controller from its own seed λ; collapsed = q_pi_agree fell below the toy's threshold, diverged = λ "
               "overflowed to +inf or the toy's state turned NaN. The toy's scales (KL target 1 nat, critical λ ≈ 0.1) "
               "were tuned for the in-repo controller.", ""]
-    unfloored = [n for n in PEERS if n in verdicts and verdicts[n].evidence.vanishing]
+    unfloored = [n for n in _peers(verdicts) if verdicts[n].evidence.vanishing]
     zero = [n for n in unfloored if vanishing_summary(verdicts[n].evidence.vanishing[0])["first_zero"]]
     stuck = [n for n in unfloored if n not in zero]
     if zero:

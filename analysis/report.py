@@ -145,10 +145,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                                     seeds=closed_loop_seeds, grid=grid,
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
     robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
-    progress(f"      peers: {', '.join(peers_section.PEERS)} against their contracts, and in the toy")
-    peers = {n: evaluate(contract.source(n), n, backend, contract) for n in peers_section.PEERS}
+    progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
+    peers = {n: evaluate(contract.source(n), n, backend, contract) for n in contract.peers()}
     peer_toy = peer_loop.collapse_fractions(backend, contract, {**{n: sources[n] for n in CONTROLLERS},
-                                                                **{n: contract.source(n) for n in peers_section.PEERS}},
+                                                                **{n: contract.source(n) for n in contract.peers()}},
                                             seeds=closed_loop_seeds, grid=grid)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),

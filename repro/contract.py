@@ -87,6 +87,7 @@ class Controller:
     nonfinite: dict[str, str] = field(default_factory=dict)
     guards_doc: str = ""
     rule: str = "band"
+    source: str = ""  # where a peer's rule comes from (project, file, function); empty for the suite's own
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -121,6 +122,10 @@ class Contract:
         """Controller ``name``'s kernel source (or the candidate at ``path``, with the entry's symbol)."""
         entry = self.controller(name)
         return load_kernel(entry.kernel if path is None else path, entry.symbol)
+
+    def peers(self) -> list[str]:
+        """Contract entries that carry a ``source``: the published rules compared with ours, in file order."""
+        return [n for n, c in self.controllers.items() if c.source]
 
     def controller(self, name: str) -> Controller:
         try:
@@ -208,6 +213,7 @@ def load(path: Path | str = CONTRACTS) -> Contract:
                 props=props,
                 nonfinite={**shared_nonfinite, **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
                 guards_doc=entry.get("guards_doc", guards_doc),
+                source=entry.get("source", ""),
                 rule=rule,
             )
     except KeyError as err:
