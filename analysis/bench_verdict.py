@@ -1,0 +1,108 @@
+"""The benchmark gate: which modes a run may be judged on, with what threshold, and which regressed.
+
+A baseline is two back-to-back runs of one machine. Per mode the gate judges
+one number: the controller's median µs per step where the device sets the
+time (its work is timed on the GPU), and the controller/empty ratio of the
+same run where the host sets it (a host's absolute speed drifts between runs
+and machines; a ratio measured in one run cancels that drift). The threshold
+comes from the spread the baseline itself shows: three times the run-to-run
+change of that number between its two runs, and never below the 5 % run-to-run
+goal. A number that moved more than twice that goal between two back-to-back
+runs does not reproduce, so its mode is reported and not gated. Only a slower
+controller (a larger number) fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
+SPREAD_FACTOR = 3  # threshold = this many times the baseline's own run-to-run spread (at least the goal)
+UNGATED_ABOVE = 2 * REPEATABILITY  # a spread beyond this does not reproduce: report, do not gate
+
+
+@dataclass(frozen=True)
+class ModeCheck:
+    """One mode's gate: the judged number in the baseline pair and (when given) in the run under test."""
+
+    mode: str
+    metric: str  # "median" (controller µs per step) or "ratio" (controller / empty)
+    base: float  # mean of the baseline's two runs
+    spread: float  # |run 2 / run 1 − 1| of the baseline pair
+    threshold: float | None  # allowed relative increase; None = not gated
+    now: float | None = None
+    reason: str = ""  # why a mode is not gated
+
+    @property
+    def gated(self) -> bool:
+        return self.threshold is not None
+
+    @property
+    def change(self) -> float | None:
+        return None if self.now is None else self.now / self.base - 1
+
+    @property
+    def regressed(self) -> bool:
+        return self.gated and self.change is not None and self.change > self.threshold
+
+
+def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
+    """The number the gate judges for ``mode`` in one run's frame (None when the run lacks it)."""
+    part = df[df["mode"] == mode].set_index("kernel")
+    if "controller" not in part.index:
+        return None
+    if part.loc["controller", "set_by"] == "device":
+        return "median", float(part.loc["controller", "median_us"])
+    if "empty" not in part.index:
+        return None
+    return "ratio", float(part.loc["controller", "median_us"] / part.loc["empty", "median_us"])
+
+
+def thresholds(first: pd.DataFrame, second: pd.DataFrame) -> list[ModeCheck]:
+    """Per mode of a baseline pair: the judged number, its run-to-run spread, and the threshold it earns."""
+    checks = []
+    for mode in dict.fromkeys(first["mode"]):
+        a, b = judged_number(first, mode), judged_number(second, mode)
+        if a is None or b is None:
+            continue
+        metric, spread = a[0], abs(b[1] / a[1] - 1)
+        base = (a[1] + b[1]) / 2
+        if spread > UNGATED_ABOVE:
+            what = "controller/empty ratio" if metric == "ratio" else "median"
+            checks.append(ModeCheck(mode, metric, base, spread, None,
+                                    reason=f"its {what} moved {spread:.1%} between the baseline's two runs "
+                                           f"(> {UNGATED_ABOVE:.0%}): it does not reproduce"))
+        else:
+            checks.append(ModeCheck(mode, metric, base, spread, max(REPEATABILITY, SPREAD_FACTOR * spread)))
+    return checks
+
+
+def judge(run: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame) -> list[ModeCheck]:
+    """Each baseline mode's check, with the run's judged number filled in (modes the run lacks stay empty)."""
+    out = []
+    for check in thresholds(first, second):
+        got = judged_number(run, check.mode)
+        out.append(check if got is None else ModeCheck(**{**check.__dict__, "now": got[1]}))
+    return out
+
+
+def regressions(checks: list[ModeCheck]) -> list[str]:
+    """One line per regressed mode: what it judged, the baseline, now, the change and the allowed change."""
+    lines = []
+    for c in checks:
+        if c.regressed:
+            unit = "µs/step (controller median)" if c.metric == "median" else "× (controller/empty ratio)"
+            lines.append(f"REGRESSED {c.mode}: {c.now:.4g} vs baseline {c.base:.4g} {unit}, "
+                         f"{c.change:+.1%} > +{c.threshold:.1%} allowed")
+    return lines
+
+
+def wrong_results(df: pd.DataFrame) -> list[str]:
+    """One line per sample whose timed path did not compute the spec model's bits."""
+    if "matches_spec" not in df:
+        return []
+    bad = df[df["matches_spec"] == False]  # noqa: E712 (a column of Python bools)
+    return [f"WRONG RESULT {r['mode']} [{r['kernel']}]: the timed path does not compute the spec model's bits"
+            for _, r in bad.iterrows()]
