@@ -1,10 +1,11 @@
 """Run the launch-overhead benchmark as a regression gate, then write its table and figure.
 
-    python -m analysis.bench_run [--out DIR] [--record] [--baseline PATH] [--slow-ns NS] [--mode TEXT ...]
+    python -m analysis.bench_run [--out DIR] [--record [--add]] [--baseline PATH] [--slow-ns NS] [--mode TEXT ...]
 
 A machine's baseline is two back-to-back runs in
 ``reports/bench/baselines/<machine>.json`` (the GPU's name, or the CPU's model
-where there is no GPU); ``--record`` measures and saves them. Otherwise one
+where there is no GPU); ``--record`` measures and saves them, ``--record --add``
+adds a pair from another machine of the same kind to them. Otherwise one
 run is measured and judged against that baseline (:mod:`analysis.bench_verdict`
 says on what, and with which thresholds): one line per regressed mode and
 exit 1, else exit 0. The table and figure are written either way. ``--slow-ns``
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from analysis import bench_report
-from analysis.bench_verdict import judge, regressions, wrong_results
+from analysis.bench_verdict import judge, regressions, thresholds, wrong_results
 from repro import bench
 from repro.backends import get_backend, unavailable_reason
 from repro.bench.result import frame, load_baseline, save_baseline
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.bench_run", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench", help="folder for JSON, table, PNG")
     parser.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as baseline")
+    parser.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
     parser.add_argument("--baseline", type=Path, help="baseline file (default: reports/bench/baselines/<machine>.json)")
     parser.add_argument("--slow-ns", type=int, default=0, help="slow the controller by a busy wait of about NS ns")
     parser.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             _progress(f"controller {entry.symbol} slowed on purpose by a busy wait of about {args.slow_ns} ns")
         runs = [bench.measure(contract, modes, controller=controller, progress=_progress)
                 for _ in range(2 if args.record else 1)]
-        old = load_baseline(baseline) if not args.record and baseline.is_file() else None
+        old = load_baseline(baseline) if (args.add or not args.record) and baseline.is_file() else None
     except SuiteError as err:
         print(f"bench_run: error: {err}", file=sys.stderr)
         return 2
@@ -78,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
     if args.record:
         runs[1].save(args.out / "repeat.json")
-        save_baseline(baseline, *runs)
+        every = [*(old or []), *runs]
+        save_baseline(baseline, every)
         lines = wrong_results(df) + wrong_results(frame(runs[1])) + errors
-        text = bench_report.write(args.out, "Launch-overhead benchmark: baseline (two back-to-back runs)", df,
-                                  runs[0].machine, repeat=frame(runs[1]), skipped=runs[0].skipped, verdict=lines)
+        title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
+        text = bench_report.write(args.out, title, df, runs[0].machine, repeat=frame(runs[1]),
+                                  checks=thresholds(*(frame(r) for r in every)), skipped=runs[0].skipped, verdict=lines)
         print(text)
         print(f"bench: saved the baseline {_rel(baseline)}")
     elif old is None:
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         print(f"bench: no baseline for this machine ({_rel(baseline)}); record one with --record")
     else:
-        checks = judge(df, frame(old[0]), frame(old[1]))
+        checks = judge(df, *(frame(r) for r in old))
         lines = regressions(checks) + wrong_results(df) + errors
         title = f"Launch-overhead benchmark against the baseline {_rel(baseline)} {label}".strip()
         text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=runs[0].skipped,

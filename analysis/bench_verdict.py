@@ -1,12 +1,15 @@
 """The benchmark gate: which modes a run may be judged on, with what threshold, and which regressed.
 
-A baseline is two back-to-back runs of one machine. Per mode the gate judges
+A baseline is two or more runs: a pair of back-to-back runs of one machine,
+and optionally more pairs from other machines of the same kind (fresh
+machines differ more than two runs of one do). Per mode the gate judges
 one number: the controller's median µs per step where the device sets the
 time (its work is timed on the GPU), and the controller/empty ratio of the
 same run where the host sets it (a host's absolute speed drifts between runs
 and machines; a ratio measured in one run cancels that drift). A number that
 moved more than twice the 5 % run-to-run goal between the baseline's two
-back-to-back runs does not reproduce: its mode is reported and not gated. The
+back-to-back runs does not reproduce: its mode is reported and not gated. (With
+more than two runs, "change" is the largest over the smallest, minus one.) The
 others are gated at three times the largest run-to-run change among the gated
 modes of the same kind (device medians, or host ratios), never below the 5 %
 goal: one mode's change in one pair is a single draw, and modes timed the
@@ -31,8 +34,8 @@ class ModeCheck:
 
     mode: str
     metric: str  # "median" (controller µs per step) or "ratio" (controller / empty)
-    base: float  # mean of the baseline's two runs
-    spread: float  # |run 2 / run 1 − 1| of the baseline pair
+    base: float  # mean over the baseline's runs
+    spread: float  # largest / smallest − 1 over the baseline's runs
     threshold: float | None  # allowed relative increase; None = not gated
     now: float | None = None
     reason: str = ""  # why a mode is not gated
@@ -62,13 +65,14 @@ def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
     return "ratio", float(part.loc["controller", "median_us"] / part.loc["empty", "median_us"])
 
 
-def thresholds(first: pd.DataFrame, second: pd.DataFrame) -> list[ModeCheck]:
-    """Per mode of a baseline pair: the judged number, its run-to-run spread, and the threshold it earns."""
+def thresholds(*baseline: pd.DataFrame) -> list[ModeCheck]:
+    """Per mode of the baseline's runs: the judged number, its run-to-run spread, and the threshold it earns."""
     numbers = {}
-    for mode in dict.fromkeys(first["mode"]):
-        a, b = judged_number(first, mode), judged_number(second, mode)
-        if a is not None and b is not None:
-            numbers[mode] = (a[0], (a[1] + b[1]) / 2, abs(b[1] / a[1] - 1))
+    for mode in dict.fromkeys(baseline[0]["mode"]):
+        got = [judged_number(run, mode) for run in baseline]
+        if all(g is not None for g in got):
+            values = [g[1] for g in got]
+            numbers[mode] = (got[0][0], sum(values) / len(values), max(values) / min(values) - 1)
     pooled = {}  # per kind of number: the largest spread among the modes that reproduce
     for metric, _, spread in numbers.values():
         if spread <= UNGATED_ABOVE:
@@ -78,17 +82,17 @@ def thresholds(first: pd.DataFrame, second: pd.DataFrame) -> list[ModeCheck]:
         if spread > UNGATED_ABOVE:
             what = "controller/empty ratio" if metric == "ratio" else "median"
             checks.append(ModeCheck(mode, metric, base, spread, None,
-                                    reason=f"its {what} moved {spread:.1%} between the baseline's two runs "
+                                    reason=f"its {what} moved {spread:.1%} between the baseline's runs "
                                            f"(> {UNGATED_ABOVE:.0%}): it does not reproduce"))
         else:
             checks.append(ModeCheck(mode, metric, base, spread, max(REPEATABILITY, SPREAD_FACTOR * pooled[metric])))
     return checks
 
 
-def judge(run: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame) -> list[ModeCheck]:
+def judge(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
     """Each baseline mode's check, with the run's judged number filled in (modes the run lacks stay empty)."""
     out = []
-    for check in thresholds(first, second):
+    for check in thresholds(*baseline):
         got = judged_number(run, check.mode)
         out.append(check if got is None else ModeCheck(**{**check.__dict__, "now": got[1]}))
     return out

@@ -39,7 +39,7 @@ def test_mode_times_a_path_that_computes_the_spec(rig, mode, which):
     why = bench.unavailable(mode, rig)
     if why:
         pytest.skip(why)
-    sample = mode.measure(mode, rig, which, QUICK_ROUNDS)
+    (sample,) = bench.run_mode(mode, rig, (which,), QUICK_ROUNDS)
     assert len(sample.us) == QUICK_ROUNDS and all(math.isfinite(u) for u in sample.us)
     if mode.measure is not bench.modes.graph_step:  # a difference of two step times: an empty node's may be ≤ 0
         assert min(sample.us) > 0
@@ -53,7 +53,7 @@ def test_slowed_controller_spins_at_least_its_time_and_keeps_the_bits(contract, 
     spin_ns = 2000
     rig = bench.make_rig(contract, bench.slowed(bench.sources(contract)["controller"], spin_ns))
     mode = next(m for m in bench.MODES if m.needs == "host")
-    sample = mode.measure(mode, rig, "controller", QUICK_ROUNDS)
+    (sample,) = bench.run_mode(mode, rig, ("controller",), QUICK_ROUNDS)
     assert sample.extra["matches_spec"]
     assert min(sample.us) >= spin_ns / 1000, "a call of the slowed controller took less than its spin"
 

@@ -78,3 +78,11 @@ def test_cli_unreadable_baseline_exits_2(tmp_path, capsys):
     bad.write_text("{}")
     assert bench_run.main(["--mode", "host ctypes", "--out", str(tmp_path), "--baseline", str(bad)]) == 2
     assert "bench_run: error:" in capsys.readouterr().err
+
+
+def test_more_runs_widen_the_spread_to_largest_over_smallest():
+    runs = [_run(0.80, 10.0, 9.8), _run(0.81, 10.0, 9.8), _run(0.86, 10.0, 9.8)]
+    (device,) = [c for c in thresholds(*runs) if c.metric == "median"]
+    assert device.spread == pytest.approx(0.86 / 0.80 - 1)
+    assert device.threshold == pytest.approx(SPREAD_FACTOR * device.spread)
+    assert device.base == pytest.approx((0.80 + 0.81 + 0.86) / 3)

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable
 
 from repro.backends import get_backend
-from repro.bench.modes import MODES, WHICH, Mode, Rig, sources, unavailable
+from repro.bench.modes import MODES, WHICH, Mode, Rig, run_mode, sources, unavailable
 from repro.bench.result import Run, Sample, frame, load_run, machine_info
 from repro.contract import Contract
 from repro.errors import BackendUnavailable
@@ -64,13 +64,12 @@ def measure(contract: Contract, modes: tuple[Mode, ...] = MODES, rounds: Callabl
         if why:
             skipped[mode.name] = why
             continue
-        for w in which:
-            if progress:
-                progress(f"{mode.name} [{w}]")
-            try:
-                samples.append(mode.measure(mode, rig, w, rounds(mode) if rounds else mode.rounds))
-            except Exception as err:  # one broken mode must not cost the others; the run carries the error
-                errors[f"{mode.name} [{w}]"] = f"{type(err).__name__}: {err}".splitlines()[0]
+        if progress:
+            progress(mode.name)
+        try:
+            samples += run_mode(mode, rig, which, rounds(mode) if rounds else mode.rounds)
+        except Exception as err:  # one broken mode must not cost the others; the run carries the error
+            errors[mode.name] = f"{type(err).__name__}: {err}".splitlines()[0]
     return Run(machine_info(_gpu_info(rig)), samples, skipped, errors)
 
 
@@ -94,4 +93,5 @@ def _gpu_info(rig: Rig) -> dict | None:
             "sm_clock_khz": int(cp.cuda.Device().attributes.get("ClockRate", 0))}
 
 
-__all__ = ["MODES", "WHICH", "Mode", "Run", "Sample", "frame", "load_run", "make_rig", "measure", "slowed", "unavailable"]
+__all__ = ["MODES", "WHICH", "Mode", "Run", "Sample", "frame", "load_run", "make_rig", "measure", "run_mode", "slowed",
+           "unavailable"]

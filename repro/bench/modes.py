@@ -1,8 +1,9 @@
 """The benchmark's modes: how a training loop can run the controller, each timed beside an empty-kernel twin.
 
 Every mode function takes a rig (the compiled kernels and device state the
-modes share), a kernel name (``controller`` or ``empty``) and a number of
-timed rounds, and returns a :class:`Sample` of µs per step. Warm-up runs
+modes share) and a kernel name (``controller`` or ``empty``), sets the kernel
+up and returns a :class:`Timed` whose rounds :func:`run_mode` times, the two
+kernels' rounds in turn, into :class:`Sample` rows of µs per step. Warm-up runs
 first everywhere (module load and NVRTC stay out of the numbers), and the ISV
 is never zero: sentinel bits, a valid λ, KL above the band (the ramp branch
 runs) and a target. Each mode also checks that the path it times computes the
@@ -108,20 +109,46 @@ def same_bits(a, b) -> bool:
     return bool(np.array_equal(np.asarray(a, F32).view(np.uint32), np.asarray(b, F32).view(np.uint32)))
 
 
-def _rounds(measure: Callable[[], float], rounds: int, warmup: int = 2) -> list[float]:
-    for _ in range(warmup):
-        measure()
-    return [measure() for _ in range(rounds)]
+@dataclass
+class Timed:
+    """One mode × kernel, set up and checked: ``round()`` times one round (µs per step)."""
+
+    round: Callable[[], float]
+    steps: int  # steps one round holds
+    ok: bool  # the timed path computed the spec model's bits
+    extra: Callable[[list[float]], dict] = lambda us: {}
+    warmup: int = 2
 
 
-def _sample(mode: Mode, which: str, steps: int, us: list[float], ok: bool, **extra) -> Sample:
-    return Sample(mode.name, which, mode.clock, mode.set_by, mode.what, steps, us, {"matches_spec": ok, **extra})
+def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[Sample]:
+    """Set up every kernel of ``mode``, then time their rounds in turn (controller, empty, controller, ...).
+
+    Alternating rounds puts both kernels under the same host and device conditions, so the
+    controller/empty ratio of one run does not carry the drift between two stretches of time.
+    """
+    timed = {w: mode.measure(mode, rig, w, rounds) for w in which}
+    for _ in range(max(t.warmup for t in timed.values())):
+        for t in timed.values():
+            if t.warmup:
+                t.round()
+    us: dict[str, list[float]] = {w: [] for w in which}
+    for _ in range(rounds):
+        for w, t in timed.items():
+            us[w].append(t.round())
+    return [Sample(mode.name, w, mode.clock, mode.set_by, mode.what, t.steps, us[w],
+                   {"matches_spec": t.ok, **t.extra(us[w])}) for w, t in timed.items()]
+
+
+def _precomputed(values: list[float]) -> Callable[[], float]:
+    """Rounds a separate program already timed, handed out one by one."""
+    it = iter(values)
+    return lambda: next(it)
 
 
 # ------------------------------------------------------------------ host
 
 
-def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     kernel = rig.kernel(rig.host, which)
     isv0 = live_isv(rig.contract)
     check = isv0.copy()
@@ -135,8 +162,7 @@ def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
         for _ in range(HOST_CALLS):
             step(addr)
 
-    us = _rounds(lambda: wall_time_us(calls) / HOST_CALLS, rounds)
-    return _sample(mode, which, HOST_CALLS, us, ok)
+    return Timed(lambda: wall_time_us(calls) / HOST_CALLS, HOST_CALLS, ok)
 
 
 # ------------------------------------------------------------------ CuPy, one launch per step
@@ -162,7 +188,7 @@ def _cupy_launcher(rig: Rig, which: str):
     return fn, launches
 
 
-def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     fn, launches = _cupy_launcher(rig, which)
     ok = _device_check(rig, which, launches)
@@ -173,11 +199,10 @@ def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
             fn((1,), (1,), (isv,))
         stream.synchronize()
 
-    us = _rounds(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, rounds)
-    return _sample(mode, which, ASYNC_LAUNCHES, us, ok)
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok)
 
 
-def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     fn, launches = _cupy_launcher(rig, which)
     ok = _device_check(rig, which, launches)
@@ -188,17 +213,15 @@ def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
             fn((1,), (1,), (isv,))
             stream.synchronize()
 
-    us = _rounds(lambda: wall_time_us(pairs) / SYNC_LAUNCHES, rounds)
-    return _sample(mode, which, SYNC_LAUNCHES, us, ok)
+    return Timed(lambda: wall_time_us(pairs) / SYNC_LAUNCHES, SYNC_LAUNCHES, ok)
 
 
-def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     fn, launches = _cupy_launcher(rig, which)
     ok = _device_check(rig, which, launches)
     isv = cp.asarray(live_isv(rig.contract))
-    us = _rounds(lambda: event_time_us(cp, lambda: launches(isv, EVENT_LAUNCHES)) / EVENT_LAUNCHES, rounds)
-    return _sample(mode, which, EVENT_LAUNCHES, us, ok)
+    return Timed(lambda: event_time_us(cp, lambda: launches(isv, EVENT_LAUNCHES)) / EVENT_LAUNCHES, EVENT_LAUNCHES, ok)
 
 
 # ------------------------------------------------------------------ native launchers
@@ -217,16 +240,16 @@ def _native(rig: Rig, which: str, rounds: int) -> dict:
     return rig.cache[key]
 
 
-def c_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def c_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     done = _native(rig, which, rounds)
     ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
-    return _sample(mode, which, ASYNC_LAUNCHES, done["async_us"], ok)
+    return Timed(_precomputed(done["async_us"]), ASYNC_LAUNCHES, ok, warmup=0)
 
 
-def c_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def c_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     done = _native(rig, which, rounds)
     ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
-    return _sample(mode, which, SYNC_LAUNCHES, done["sync_us"], ok)
+    return Timed(_precomputed(done["sync_us"]), SYNC_LAUNCHES, ok, warmup=0)
 
 
 def _bindings():
@@ -237,7 +260,7 @@ def _bindings():
     return driver
 
 
-def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     cu = _bindings()
 
@@ -281,10 +304,7 @@ def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
             launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0)
         sync(stream)
 
-    us = _rounds(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, rounds)
-    ok_or_raise(cu.cuStreamDestroy(stream))
-    ok_or_raise(cu.cuModuleUnload(module))
-    return _sample(mode, which, ASYNC_LAUNCHES, us, ok)
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok)
 
 
 # ------------------------------------------------------------------ CUDA graphs
@@ -304,7 +324,7 @@ def _replay_us(cp, graph, stream, replays: int) -> float:
     return event_time_us(cp, work, stream)
 
 
-def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Sample:
+def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
     feed = rig.helper("rlq_feed_ema", FEED_EMA) if with_feed else None
@@ -327,19 +347,19 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
             ema = F32(F32(F32(1) - FEED_ALPHA) * ema) + F32(FEED_ALPHA * KL_HIGH)
             kl[t] = ema
     ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, kl))
-    us = _rounds(lambda: _replay_us(cp, graph, stream, GRAPH_REPLAYS) / (GRAPH_REPLAYS * GRAPH_STEPS), rounds)
-    return _sample(mode, which, GRAPH_REPLAYS * GRAPH_STEPS, us, ok)
+    return Timed(lambda: _replay_us(cp, graph, stream, GRAPH_REPLAYS) / (GRAPH_REPLAYS * GRAPH_STEPS),
+                 GRAPH_REPLAYS * GRAPH_STEPS, ok)
 
 
-def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     return _graph_replay(mode, rig, which, rounds, with_feed=False)
 
 
-def graph_feed(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def graph_feed(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     return _graph_replay(mode, rig, which, rounds, with_feed=True)
 
 
-def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     """A training step as one graph of 64 small kernels, with and without the controller as one more node."""
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
@@ -367,14 +387,13 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
         bare_us.append(base)
         return _replay_us(cp, *with_node, STEP_REPLAYS) / STEP_REPLAYS - base
 
-    us = _rounds(marginal, rounds)
-    return _sample(mode, which, STEP_REPLAYS, us, ok, step_us=float(np.median(bare_us)), nodes=STEP_NODES)
+    return Timed(marginal, STEP_REPLAYS, ok, lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES})
 
 
 # ------------------------------------------------------------------ the looped harness
 
 
-def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     kernel = rig.kernel(rig.cupy, which)
     lam0 = cp.asarray(np.array([0.1], dtype=F32))
@@ -382,14 +401,14 @@ def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
     trace = (0.02 * np.exp(np.random.default_rng(0).standard_normal((ONE_SCENARIO_STEPS, 1)))).astype(F32)
     kl = cp.asarray(chunked(trace))
     out = cp.empty_like(kl)
-    us = _rounds(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / ONE_SCENARIO_STEPS,
-                 rounds)
+    kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
     got = unchunked(cp.asnumpy(out))[:2000]
     ok = same_bits(got, _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
-    return _sample(mode, which, ONE_SCENARIO_STEPS, us, ok)
+    return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / ONE_SCENARIO_STEPS,
+                 ONE_SCENARIO_STEPS, ok)
 
 
-def looped_many(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
+def looped_many(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     _, cp = rig.gpu()
     kernel = rig.kernel(rig.cupy, which)
     rng = cp.random.default_rng(1)
@@ -401,14 +420,19 @@ def looped_many(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
     moved = kl.nbytes + out.nbytes + lam0.nbytes + target.nbytes  # bytes the harness must move
     copy_gbs = copy_bandwidth_gbs(cp, kl.nbytes)
     steps = MANY_RUNS * MANY_STEPS
-    us = _rounds(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / steps, rounds)
+    kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
     cols = slice(0, 64)
     got = unchunked(cp.asnumpy(out[:, cols]))
     ok = same_bits(got, _expected_trace(rig, which, cp.asnumpy(lam0[cols]), unchunked(cp.asnumpy(kl[:, cols]))))
-    best_s = min(us) * steps * 1e-6
-    achieved = moved / best_s / 1e9
-    return _sample(mode, which, steps, us, ok, steps_per_s=steps / best_s, bytes_moved=moved, achieved_gbs=achieved,
-                   copy_gbs=copy_gbs, copy_fraction=achieved / copy_gbs)
+
+    def throughput(us: list[float]) -> dict:
+        best_s = min(us) * steps * 1e-6
+        achieved = moved / best_s / 1e9
+        return {"steps_per_s": steps / best_s, "bytes_moved": moved, "achieved_gbs": achieved, "copy_gbs": copy_gbs,
+                "copy_fraction": achieved / copy_gbs}
+
+    return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / steps, steps, ok,
+                 throughput)
 
 
 def _expected_trace(rig: Rig, which: str, lam0: np.ndarray, kl: np.ndarray) -> np.ndarray:
@@ -431,7 +455,7 @@ class Mode:
     what: str
     needs: str  # "host", "cupy", "native" (C compiler + libcuda) or "bindings" (cuda.bindings)
     rounds: int
-    measure: Callable[[Mode, Rig, str, int], Sample]
+    measure: Callable[[Mode, Rig, str, int], Timed]  # set up one kernel (rounds: for programs that time their own)
 
 
 MODES = (

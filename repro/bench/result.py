@@ -105,19 +105,21 @@ def machine_info(gpu: dict | None) -> dict:
     return info
 
 
-def save_baseline(path: Path, first: Run, second: Run) -> None:
-    """A machine's baseline: two back-to-back runs in one file."""
+def save_baseline(path: Path, runs: list[Run]) -> None:
+    """A machine's baseline: runs in one file (pairs of back-to-back runs, from one or more machines)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": FORMAT, "runs": [first.as_dict(), second.as_dict()]}, indent=1))
+    path.write_text(json.dumps({"format": FORMAT, "runs": [r.as_dict() for r in runs]}, indent=1))
 
 
-def load_baseline(path: Path) -> tuple[Run, Run]:
-    """The two runs of a baseline saved by :func:`save_baseline`; a one-line :class:`SuiteError` otherwise."""
+def load_baseline(path: Path) -> list[Run]:
+    """The runs of a baseline saved by :func:`save_baseline`; a one-line :class:`SuiteError` otherwise."""
     try:
         data = json.loads(Path(path).read_text())
-        first, second = (Run.from_dict(r) for r in data["runs"])
+        runs = [Run.from_dict(r) for r in data["runs"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SuiteError(f"{path}: cannot read a benchmark baseline ({type(err).__name__}: {err})") from None
     except SuiteError as err:
         raise SuiteError(f"{path}: {err}") from None
-    return first, second
+    if len(runs) < 2:
+        raise SuiteError(f"{path}: a baseline needs at least two runs (it has {len(runs)})")
+    return runs
