@@ -118,6 +118,7 @@ class Timed:
     ok: bool  # the timed path computed the spec model's bits
     extra: Callable[[list[float]], dict] = lambda us: {}
     warmup: int = 2
+    hold: object = None  # what the rounds use only through raw addresses (arrays, graphs' buffers, parameters)
 
 
 def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[Sample]:
@@ -162,7 +163,7 @@ def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
         for _ in range(HOST_CALLS):
             step(addr)
 
-    return Timed(lambda: wall_time_us(calls) / HOST_CALLS, HOST_CALLS, ok)
+    return Timed(lambda: wall_time_us(calls) / HOST_CALLS, HOST_CALLS, ok, hold=isv)
 
 
 # ------------------------------------------------------------------ CuPy, one launch per step
@@ -199,7 +200,7 @@ def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
             fn((1,), (1,), (isv,))
         stream.synchronize()
 
-    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok)
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=isv)
 
 
 def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -296,7 +297,7 @@ def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 
     ok = _device_check(rig, which, launches)
     isv = cp.asarray(live_isv(rig.contract))
-    p = params_of(isv)
+    p = params_of(isv)  # an address: the argument storage must outlive the rounds (Timed.hold)
     ok_or_raise(launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0))
 
     def enqueue():
@@ -304,7 +305,7 @@ def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
             launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0)
         sync(stream)
 
-    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok)
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=(isv, keep, module, stream))
 
 
 # ------------------------------------------------------------------ CUDA graphs
@@ -348,7 +349,7 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
             kl[t] = ema
     ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, kl))
     return Timed(lambda: _replay_us(cp, graph, stream, GRAPH_REPLAYS) / (GRAPH_REPLAYS * GRAPH_STEPS),
-                 GRAPH_REPLAYS * GRAPH_STEPS, ok)
+                 GRAPH_REPLAYS * GRAPH_STEPS, ok, hold=(isv, kl_new))  # the graph holds their addresses only
 
 
 def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -387,7 +388,8 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
         bare_us.append(base)
         return _replay_us(cp, *with_node, STEP_REPLAYS) / STEP_REPLAYS - base
 
-    return Timed(marginal, STEP_REPLAYS, ok, lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES})
+    return Timed(marginal, STEP_REPLAYS, ok, lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES},
+                 hold=(isv, work))  # the graphs hold their addresses only
 
 
 # ------------------------------------------------------------------ the looped harness
