@@ -25,8 +25,9 @@ from analysis.bench_verdict import judge, regressions, thresholds, wrong_results
 from repro import bench
 from repro.backends import get_backend, unavailable_reason
 from repro.bench.result import frame, load_baseline, save_baseline
-from repro.contract import ROOT, load
+from repro.contract import load
 from repro.errors import SuiteError
+from repro.paths import ROOT, shown
 
 
 def machine_tag() -> str:
@@ -87,17 +88,17 @@ def main(argv: list[str] | None = None) -> int:
         text = bench_report.write(args.out, title, df, runs[0].machine, repeat=frame(runs[1]),
                                   checks=thresholds(*(frame(r) for r in every)), skipped=runs[0].skipped, verdict=lines)
         print(text)
-        print(f"bench: saved the baseline {_rel(baseline)}")
+        print(f"bench: saved the baseline {shown(baseline)}")
     elif old is None:
         lines = wrong_results(df) + errors
         text = bench_report.write(args.out, f"Launch-overhead benchmark {label}".strip(), df, runs[0].machine,
                                   skipped=runs[0].skipped, verdict=lines)
         print(text)
-        print(f"bench: no baseline for this machine ({_rel(baseline)}); record one with --record")
+        print(f"bench: no baseline for this machine ({shown(baseline)}); record one with --record")
     else:
         checks = judge(df, *(frame(r) for r in old))
         lines = regressions(checks) + wrong_results(df) + errors
-        title = f"Launch-overhead benchmark against the baseline {_rel(baseline)} {label}".strip()
+        title = f"Launch-overhead benchmark against the baseline {shown(baseline)} {label}".strip()
         text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=runs[0].skipped,
                                   verdict=lines)
         print(text)
@@ -105,15 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds")
     for line in lines:
         print(line)
-    print(f"wrote {_rel(args.out / 'bench.md')} and {_rel(args.out / 'bench.png')}")
+    print(f"wrote {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
     return 1 if lines else 0
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":

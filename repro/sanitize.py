@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.contract import ROOT, Slots
+from repro.contract import Slots
 from repro.errors import BackendUnavailable, SuiteError
 from repro.kernel_source import KernelSource
+from repro.paths import ROOT
 
 TOOLS = ("memcheck", "initcheck")
 PATHS = ("per-step", "looped", "batched")
