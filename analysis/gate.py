@@ -1,6 +1,6 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
-    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH]
+    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH] [--sanitize]
 
 Exit 0 when every property holds, 1 when any is violated, 2 for a usage
 error, a missing file, a kernel that does not compile or lacks the symbol.
@@ -13,11 +13,13 @@ import json
 import sys
 from pathlib import Path
 
+from analysis.memory_findings import memory_findings
 from analysis.verdict import Verdict, evaluate
 from repro.backends import NAMES, get_backend
 from repro.contract import load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
+from repro.sanitize import sanitize
 
 
 def format_table(verdict: Verdict, contract_path: Path) -> str:
@@ -27,10 +29,10 @@ def format_table(verdict: Verdict, contract_path: Path) -> str:
     widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
 
     def line(cells):
-        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
-    for f, row in zip(verdict.findings, rows):
+    for f, row in zip(verdict.findings, rows, strict=True):
         out.append(line(row))
         if not f.ok:
             out.append(f"    first shows: {f.where}")
@@ -49,12 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
+    parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
     args = parser.parse_args(argv)
     try:
         contract = load()
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
+        if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/sanitize.py)
+            verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2

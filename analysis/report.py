@@ -23,15 +23,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plots, study_plots, study_section
+from analysis import bench_report, peers_plots, peers_section, plots, study_plots, study_section
 from analysis.properties import Finding, classify
-from analysis.verdict import Verdict, evaluate
-from repro import closed_loop, experiments, spec
-from repro.backends import NAMES, get_backend
-from repro.contract import ROOT, load
+from analysis.verdict import Verdict, evaluate, verdict_of
+from repro import closed_loop, experiments, peer_loop, spec
+from repro.backends import NAMES, Backend, get_backend
+from repro.campaign import Evidence, collect
+from repro.contract import Contract, load
 from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
+from repro.kernel_source import KernelSource, load_kernel
 from repro.learning import study as learning_study
+from repro.outputs import check_writable
+from repro.paths import ROOT
 from repro.runner import to_frame
 
 CONTROLLERS = ("fixed", "original")
@@ -52,13 +55,15 @@ FIGURES = {
     "distillation toy (repro/closed_loop.py), default parameters, seed 0.",
     "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "
     "robustness grid × seeds.",
+    "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "
+    "adaptive-KL rule (a cross marks λ reaching exactly 0).",
     **study_section.FIGURES,
 }
 
 
 @dataclass
 class Report:
-    out: Path
+    evidence: dict[str, Evidence]
     verdicts: dict[str, Verdict]
     cross: Verdict  # the original judged against the fixed contract
     trajectories: pd.DataFrame
@@ -70,6 +75,8 @@ class Report:
     robustness: pd.DataFrame
     header: dict
     written: list[Path] = field(default_factory=list)
+    peers: dict[str, Verdict] = field(default_factory=dict)  # each peer against its own contract
+    peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON (issue 13)
 
 
@@ -82,19 +89,20 @@ def _git_commit() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        # The report's own outputs (reports/) do not make the suite's code uncommitted.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
         return rev + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 
 
-def _bad_input_outcomes(verdicts: dict[str, Verdict]) -> pd.DataFrame:
+def _bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
     """One row per bad-value case and controller: the slot/regime column, the value, what step 1 did."""
     rows = []
-    for name, v in verdicts.items():
-        rule = spec.Rule.of(v.evidence.controller)
-        for r in v.evidence.catalogue:
+    for name, ev in evidence.items():
+        rule = spec.Rule.of(ev.controller)
+        for r in ev.catalogue:
             if r.scenario.family != "bad_values":
                 continue
             parts = dict(p.split("=", 1) for p in r.scenario.name.split(","))
@@ -108,50 +116,54 @@ def _bad_input_outcomes(verdicts: dict[str, Verdict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=print, closed_loop_seeds: int = 20,
-            grid: dict | None = None) -> Report:
-    """Run every experiment the report needs (kernels run here; nothing is written).
+def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
+            closed_loop_seeds: int = 20, grid: dict | None = None) -> Report:
+    """Run every experiment the report needs on ``sources`` (one per controller in CONTROLLERS; nothing is written).
 
-    ``closed_loop_seeds`` and ``grid`` size the closed-loop ablation and robustness study
-    (the tests pass a reduced grid).
+    ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
+    closed loop, ablation, robustness) runs the kernel given here. ``closed_loop_seeds``
+    and ``grid`` size the closed-loop studies (the tests pass a reduced grid).
     """
-    contract = load()
-    be = get_backend(backend)
-    sources = {}
+    entries = {name: contract.controller(name) for name in CONTROLLERS}
+    progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
+    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
+    evidence, verdicts = {}, {}
     for name in CONTROLLERS:
-        entry = contract.controller(name)
-        path = fixed_kernel if (name == "fixed" and fixed_kernel) else entry.kernel
-        sources[name] = load_kernel(path, entry.symbol)
-    progress(f"[1/5] gate: both controllers against their contracts on {be.name} ({be.describe()})")
-    verdicts = {name: evaluate(sources[name], name, be, contract) for name in CONTROLLERS}
-    cross = evaluate(sources["original"], "fixed", be, contract)
-    traj = pd.concat([to_frame(verdicts[n].evidence.catalogue, n, be.name) for n in CONTROLLERS], ignore_index=True)
+        start = time.perf_counter()
+        evidence[name] = collect(kernels[name], entries[name])
+        verdicts[name] = verdict_of(sources[name], name, backend, evidence[name], time.perf_counter() - start)
+    cross = evaluate(sources["original"], "fixed", backend, contract)
+    traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
     progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
-    noise, recovery = {}, {}
-    for name in CONTROLLERS:
-        kernel = be.compile(sources[name], contract.slots)
-        entry = contract.controller(name)
-        noise[name] = experiments.noise_tolerance(kernel, entry, SIGMAS)
-        recovery[name] = experiments.recovery(kernel, entry, STRETCHES)
+    noise = {n: experiments.noise_tolerance(kernels[n], entries[n], SIGMAS) for n in CONTROLLERS}
+    recovery = {n: experiments.recovery(kernels[n], entries[n], STRETCHES) for n in CONTROLLERS}
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    loops = {n: closed_loop.run_one(n, be.name) for n in CONTROLLERS}
-    ablation = closed_loop.ablation(be, seeds=closed_loop_seeds, grid=grid)
-    robustness = closed_loop.robustness(be, seeds=closed_loop_seeds, grid=grid)
-    progress("      learning loop: " + ("the pre-registered study" if be.name == "cupy" else "the reduced study (CPU)"))
-    study = (learning_study.preregistered_study if be.name == "cupy" else learning_study.reduced_study)(be)
+    subjects = {n: closed_loop.group(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+                for n in CONTROLLERS}
+    loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
+    candidate = sources["fixed"].sha256 != load_kernel(entries["fixed"].kernel, entries["fixed"].symbol).sha256
+    ablation = closed_loop.ablation(backend, sources["original"], contract.slots, entries["original"], entries["fixed"],
+                                    seeds=closed_loop_seeds, grid=grid,
+                                    extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
+    robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
+    progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
+    peers = {n: evaluate(contract.source(n), n, backend, contract) for n in contract.peers()}
+    peer_toy = peer_loop.collapse_fractions(backend, contract, {**{n: sources[n] for n in CONTROLLERS},
+                                                                **{n: contract.source(n) for n in contract.peers()}},
+                                            seeds=closed_loop_seeds, grid=grid)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
-        "backend": be.name,
-        "device": be.describe(),
-        "kernels": {n: {"path": str(Path(sources[n].origin).resolve().relative_to(ROOT))
-                        if Path(sources[n].origin).resolve().is_relative_to(ROOT) else sources[n].origin,
-                        "sha256": sources[n].sha256} for n in CONTROLLERS},
+        "backend": backend.name,
+        "device": backend.describe(),
+        "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
-    return Report(Path(), verdicts, cross, traj, noise, recovery, _bad_input_outcomes(verdicts), loops, ablation,
-                  robustness, header, study=study)
+    progress("      learning loop: " + ("the pre-registered study" if backend.name == "cupy" else "the reduced study (CPU)"))
+    study = (learning_study.preregistered_study if backend.name == "cupy" else learning_study.reduced_study)(backend)
+    return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
+                  robustness, header, peers=peers, peer_loop=peer_toy, study=study)
 
 
 def _steps(verdict: Verdict, key: str) -> int:
@@ -164,11 +176,12 @@ def _finding(verdict: Verdict, key: str) -> Finding | None:
 
 def draw(report: Report, out: Path, progress=print) -> None:
     """Write every figure into ``out``."""
-    contracts = {n: report.verdicts[n].evidence.controller for n in CONTROLLERS}
+    contracts = {n: report.evidence[n].controller for n in CONTROLLERS}
     floors = {}
     for n in CONTROLLERS:
         held = report.trajectories.query("controller == @n and scenario == 'aligned'")
-        floors[n] = int(held.step[held["lambda"] == np.float32(contracts[n].value("floor"))].min())
+        at = held.step[held["lambda"] == np.float32(contracts[n].value("floor"))]
+        floors[n] = int(at.min()) if len(at) else None
     counts = {n: {"double": _steps(report.verdicts[n], "steps_to_double"),
                   "halve": _steps(report.verdicts[n], "steps_to_halve")} for n in CONTROLLERS}
     grid = [s for s in dict.fromkeys(report.trajectories.scenario)
@@ -183,8 +196,9 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
-        "fig10_study.png": lambda: study_plots.overview(report.study),
-        "fig11_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
+        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces({**report.verdicts, **report.peers})),
+        "fig11_study.png": lambda: study_plots.overview(report.study),
+        "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
     }
     for i, (name, make) in enumerate(figures.items(), start=1):
         plots.save(make(), out / name)
@@ -205,6 +219,11 @@ def write_data(report: Report, out: Path) -> None:
     report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
     report.ablation.to_csv(data / "ablation.csv", index=False)
     report.robustness.to_csv(data / "robustness.csv", index=False)
+    all_verdicts = {**report.verdicts, **report.peers}
+    peers_section.table(all_verdicts, report.peer_loop).to_csv(data / "peers.csv", index=False)
+    peers_section.aligned_traces(all_verdicts).to_csv(data / "peers_aligned.csv", index=False)
+    if report.peer_loop is not None:
+        report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
     (data / "study.json").write_text(json.dumps(report.study, indent=1))
     report.written += sorted(data.iterdir())
@@ -214,10 +233,10 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def summary(report: Report) -> str:
-    """summary.md's text; every number is read from the report's measurements."""
+def summary(report: Report, bench_dir: Path | None = None) -> str:
+    """summary.md's text; every number is read from the report's measurements (and ``bench_dir``'s benchmark run)."""
     h, v = report.header, report.verdicts
-    fixed, original = v["fixed"].evidence.controller, v["original"].evidence.controller
+    fixed, original = report.evidence["fixed"].controller, report.evidence["original"].controller
     lines = [
         "# λ-controller report: the collapse and the fix",
         "",
@@ -250,12 +269,14 @@ def summary(report: Report) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, fixed, original)
+    all_verdicts = {**v, **report.peers}
+    lines += [""] + peers_section.markdown(all_verdicts, peers_section.table(all_verdicts, report.peer_loop))
     lines += ["", *study_section.section(report.study, figures=False)]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
         lines += _figure_notes(report, name)
-    lines += _bench_section(report.out)
+    lines += _bench_section(bench_dir) if bench_dir else []
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
               "backend, scenario, step, kl, kl_target, lambda, …), `properties.json` (every measured property), "
               "`noise_tolerance.csv`, `recovery.csv`, `bad_inputs.csv`.", ""]
@@ -294,7 +315,7 @@ def _figure_notes(report: Report, name: str) -> list[str]:
                 continue
             cells = []
             for n in CONTROLLERS:
-                tol = report.verdicts[n].evidence.controller.value("tolerance")
+                tol = report.evidence[n].controller.value("tolerance")
                 cells.append(f"{report.noise[n].changed_fraction.iloc[i]:.3f} / "
                              f"{1 - spec.in_band_probability(tol, sigma):.3f}")
             rows.append(f"| {sigma:g} | " + " | ".join(cells) + " |")
@@ -335,15 +356,13 @@ def _figure_notes(report: Report, name: str) -> list[str]:
     return []
 
 
-def _bench_section(out: Path) -> list[str]:
-    """The benchmark's table and figure, when a benchmark run has written them under ``out/bench``."""
-    from analysis import bench_report
-
-    latest = out / "bench" / "latest.json"
+def _bench_section(bench_dir: Path) -> list[str]:
+    """The benchmark's table and figure, when a benchmark run has written them into ``bench_dir``."""
+    latest = bench_dir / "latest.json"
     if not latest.is_file():
         return []
     df, machine = bench_report.load(latest)
-    repeat = out / "bench" / "repeat.json"
+    repeat = bench_dir / "repeat.json"
     table = bench_report.table(df, bench_report.load(repeat)[0] if repeat.is_file() else None)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("processor", "CPU")
@@ -355,12 +374,11 @@ def _bench_section(out: Path) -> list[str]:
 
 def write(report: Report, out: Path, progress=print) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    report.out = out
     progress(f"[4/5] figures → {out}")
     draw(report, out, progress)
     progress(f"[5/5] data and summary → {out}")
     write_data(report, out)
-    (out / "summary.md").write_text(summary(report))
+    (out / "summary.md").write_text(summary(report, out / "bench"))
     report.written.append(out / "summary.md")
 
 
@@ -372,7 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        report = measure(args.backend, args.kernel)
+        check_writable(args.out / "summary.md")
+        contract = load()
+        sources = {n: load_kernel(contract.controller(n).kernel, contract.controller(n).symbol) for n in CONTROLLERS}
+        if args.kernel:
+            sources["fixed"] = load_kernel(args.kernel, contract.controller("fixed").symbol)
+        report = measure(get_backend(args.backend), sources, contract)
         write(report, args.out)
     except SuiteError as err:
         print(f"report: error: {err}", file=sys.stderr)

@@ -27,7 +27,7 @@ def overview(result: dict):
     λ and return over steps (median, with the interquartile band for the contract controllers)."""
     envs = list(result["envs"])
     fig, axes = plt.subplots(len(envs), 5, figsize=(22, 4.2 * len(envs)), squeeze=False)
-    for row, env in zip(axes, envs):
+    for row, env in zip(axes, envs, strict=True):
         block = result["envs"][env]
         names = list(block["controllers"])
         steps = np.asarray(block["eval_steps"])
@@ -46,7 +46,7 @@ def overview(result: dict):
         panels = (("agree_mean", "q_pi_agree (mean over visited states)", "linear"),
                   ("log10_agree_min", "log10 min over visited states", "linear"),
                   ("lambda", "λ", "log"), ("episode_return", "episode return", "linear"))
-        for ax, (key, label, scale) in zip(row[1:], panels):
+        for ax, (key, label, scale) in zip(row[1:], panels, strict=True):
             for i, n in enumerate(_headline(names)):
                 q = block["controllers"][n]["over_steps"][key]
                 med = np.array(q["median"], dtype=float)
@@ -65,7 +65,7 @@ def grid_heatmap(result: dict, key: str = "deep_"):
     envs = list(result["envs"])
     fig, axes = plt.subplots(1, len(envs), figsize=(7 * len(envs), 0.32 * max(len(result["controllers"]), 8) + 2),
                              squeeze=False)
-    for ax, env in zip(axes[0], envs):
+    for ax, env in zip(axes[0], envs, strict=True):
         block = result["envs"][env]
         names = list(block["controllers"])
         data = np.array([block["controllers"][n][f"{key}fraction_per_grid_point"] for n in names])

@@ -9,10 +9,10 @@ import numpy as np
 
 #: Figures of the section: file name -> caption.
 FIGURES = {
-    "fig10_study.png": "The learning loop (issue 13): collapse fraction per controller with its 95 % Clopper–Pearson "
+    "fig11_study.png": "The learning loop (issue 13): collapse fraction per controller with its 95 % Clopper–Pearson "
     "interval (both criteria), and q_pi_agree (mean and minimum over visited states), λ and episode return over "
     "steps (median; band: interquartile range for fixed and original), Q-learning and an actor on gymnasium tasks.",
-    "fig11_study_grid.png": "The learning loop per grid point of the declared conflicts (entropy bonus H, auxiliary "
+    "fig12_study_grid.png": "The learning loop per grid point of the declared conflicts (entropy bonus H, auxiliary "
     "actor reward aux, π's state view v): fraction of runs whose minimum agreement over visited states falls below "
     "the pre-registered threshold; ✓ marks grid points where the constant-λ bracket is wide enough.",
 }

@@ -47,10 +47,12 @@ class Verdict:
 
 def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract) -> Verdict:
     """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
-    controller = contract.controller(contract_name)
-    be = backend
     start = time.perf_counter()
-    kernel = be.compile(source, contract.slots)
-    evidence = collect(kernel, controller)
-    findings = judge(evidence)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
+    evidence = collect(backend.compile(source, contract.slots), contract.controller(contract_name))
+    return verdict_of(source, contract_name, backend, evidence, time.perf_counter() - start)
+
+
+def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
+               seconds: float) -> Verdict:
+    """Judge evidence already collected (``seconds``: what collecting it took)."""
+    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence), evidence, seconds)

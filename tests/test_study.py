@@ -43,7 +43,7 @@ def test_batched_stepper_matches_gymnasium(name):
     twins = [seeding.np_random(s)[0] for s in seeds]  # the generator reset(seed=s) installs
     _, tables = make(name, default_max_steps=200)
     stepper = BatchedEnv(np, tables)
-    first = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
+    first = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
     state = stepper.reset(np.array([t.random() for t in twins]))
     assert state.tolist() == first
     actions = np.random.default_rng(0).integers(0, tables.n_actions, (steps, len(envs)))
@@ -53,7 +53,7 @@ def test_batched_stepper_matches_gymnasium(name):
         state, reward, term = stepper.step(state, actions[t], np.array([tw.random() for tw in twins]))
         t_ep += 1
         trunc = ~term & (t_ep >= tables.max_episode_steps)
-        got = [env.step(int(a)) for env, a in zip(envs, actions[t])]
+        got = [env.step(int(a)) for env, a in zip(envs, actions[t], strict=True)]
         assert state.tolist() == [g[0] for g in got]
         assert reward.view(np.uint64).tolist() == np.array([g[1] for g in got], dtype=np.float64).view(np.uint64).tolist()
         assert term.tolist() == [g[2] for g in got]

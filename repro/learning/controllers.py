@@ -22,8 +22,8 @@ from repro.learning.agent import Group
 
 def ablation_names() -> list[str]:
     """The 14 variants strictly between the original (no fix) and the fixed kernel (all four)."""
-    combos = itertools.product((False, True), repeat=len(FACTORS))
-    return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c) if on) for c in combos if 0 < sum(c) < len(FACTORS)]
+    combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
+    return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c, strict=True) if on) for c in combos]
 
 
 def constant_source(contract: Contract):

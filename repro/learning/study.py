@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.contract import ROOT, load
+from repro.contract import load
 from repro.errors import SuiteError
 from repro.learning import controllers as ctl
 from repro.learning.agent import Learning, Traces, simulate
 from repro.learning.env import make
+from repro.paths import ROOT
 
 PREREGISTERED = ROOT / "studies" / "preregistered.toml"
 GRID_AXES = ("entropy_bonus", "aux_reward", "pi_view")
@@ -80,7 +81,7 @@ def controller_names(names) -> list[str]:
 
 def grid_points(grid: dict[str, tuple]) -> dict[str, np.ndarray]:
     mesh = np.meshgrid(*(np.asarray(grid[k], float) for k in GRID_AXES), indexing="ij")
-    return {k: m.ravel() for k, m in zip(GRID_AXES, mesh)}
+    return {k: m.ravel() for k, m in zip(GRID_AXES, mesh, strict=True)}
 
 
 def exact_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -103,7 +104,7 @@ def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarra
 def _quantiles(a: np.ndarray) -> dict[str, list]:
     q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
     clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
-    return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q)}
+    return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}
 
 
 def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prereg,
