@@ -25,15 +25,16 @@ def _pct(x: float) -> str:
 def collapse_table(result: dict) -> list[str]:
     """Markdown table: env × controller, both criteria with intervals, persisting/recovered, final agreement."""
     lines = ["| environment | controller | runs | mean-agreement collapse [95 % CI] | persists / recovers "
-             "| min-agreement collapse [95 % CI] | persists / recovers | median final q_pi_agree |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| min-agreement collapse [95 % CI] | persists / recovers | diverged | λ hit 0 | median final q_pi_agree |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
             final = float(np.median(e["final_agree_mean_per_grid_point"]))
             lines.append(f"| {env} | {name} | {e['runs']} | {_pct(e['collapse_fraction'])} [{_pct(e['ci_low'])}, "
                          f"{_pct(e['ci_high'])}] | {e['persisting']} / {e['recovered']} | "
                          f"{_pct(e['deep_collapse_fraction'])} [{_pct(e['deep_ci_low'])}, {_pct(e['deep_ci_high'])}] | "
-                         f"{e['deep_persisting']} / {e['deep_recovered']} | {final:.3f} |")
+                         f"{e['deep_persisting']} / {e['deep_recovered']} | {_pct(e.get('diverged_fraction', 0.0))} | "
+                         f"{_pct(e.get('lambda_zero_fraction', 0.0))} | {final:.3f} |")
     return lines
 
 
@@ -92,7 +93,9 @@ def section(result: dict, figures: bool = True) -> list[str]:
              f"- Collapse (pre-registered): mean over visited states of π(Q's greedy action) below "
              f"{c['mean_fraction_of_uniform']:g}/A at any evaluation after step {c['warmup']}; min-agreement "
              f"collapse: the minimum over visited states below {c['min_threshold']:g}. A collapse *persists* when "
-             "the last evaluation is still below, else it *recovers*.", "", *collapse_table(result), "",
+             "the last evaluation is still below, else it *recovers*. A run *diverges* when λ or π's logits stop "
+             "being finite (a rule without a ceiling can take λ to inf); *λ hit 0*: λ reached exactly 0, where the "
+             "kernel's λ ≤ 0 guard freezes it.", "", *collapse_table(result), "",
              "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1):", "",
              *bracket_lines(result), *mean_vs_min(result), ""]
     for name, caption in FIGURES.items() if figures else ():

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     frame = table(result)
     for r in frame.itertuples():
         print(f"{r.env:16s} {r.controller:28s} collapse {r.collapse_fraction:6.1%} [{r.ci_low:.3f}, {r.ci_high:.3f}]  "
-              f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  ({r.runs} runs)")
+              f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  "
+              f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     if args.plot:

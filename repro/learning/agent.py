@@ -82,6 +82,14 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
     takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
     """
+    # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return _simulate(backend, tables, groups, learning, seeds, grid)
+
+
+def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
+              grid: dict[str, np.ndarray]) -> Traces:
+    """The loop of :func:`simulate`."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions

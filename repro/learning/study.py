@@ -7,6 +7,7 @@ number of steps, seeds, grid points and controllers, never a learning parameter.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -93,16 +94,23 @@ def exact_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
 
 
 def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarray]:
-    """Per run: collapsed (primary), deep (min-over-states criterion), and whether each persists."""
+    """Per run: collapsed (primary), deep (min-over-states criterion), whether each persists, and diverged.
+
+    A run *diverges* when λ or π's logits stop being finite at some evaluation (a rule without a ceiling can
+    drive λ to inf, and inf·0 to NaN); its agreement is then undefined and counts as no collapse from there on.
+    """
     judged = traces.steps > c.warmup
     low_mean = traces.agree_mean < c.mean_fraction_of_uniform / n_actions
     low_min = traces.log10_agree_min < np.log10(c.min_threshold)
     return {"collapsed": low_mean[judged].any(axis=0), "collapsed_at_end": low_mean[-1],
-            "deep": low_min[judged].any(axis=0), "deep_at_end": low_min[-1]}
+            "deep": low_min[judged].any(axis=0), "deep_at_end": low_min[-1],
+            "diverged": (~np.isfinite(traces.agree_mean) | ~np.isfinite(traces.lam)).any(axis=0),
+            "lambda_zero": (traces.lam == 0).any(axis=0)}
 
 
 def _quantiles(a: np.ndarray) -> dict[str, list]:
-    q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
+    with np.errstate(invalid="ignore"):  # inf − inf inside the interpolation of a diverged λ: NaN, shown as null
+        q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
     clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
     return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}
 
@@ -131,7 +139,11 @@ def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prer
             entry[f"{key}persisting"] = int((hit & v[f"{crit}_at_end"][s]).sum())
             entry[f"{key}recovered"] = int((hit & ~v[f"{crit}_at_end"][s]).sum())
             entry[f"{key}fraction_per_grid_point"] = hit.reshape(P, K).mean(axis=1).round(6).tolist()
-        entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep")}
+        for crit in ("diverged", "lambda_zero"):
+            hit = v[crit][s]
+            entry[f"{crit}_fraction"] = float(hit.mean())
+            entry[f"{crit}_ci_low"], entry[f"{crit}_ci_high"] = exact_interval(hit.sum(), hit.size, c.confidence)
+        entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep", "diverged")}
         entry["final_agree_mean_per_grid_point"] = np.median(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6).tolist()
         entry["over_steps"] = {"agree_mean": _quantiles(traces.agree_mean[:, s]),
                                "log10_agree_min": _quantiles(traces.log10_agree_min[:, s]),
@@ -164,6 +176,24 @@ def brackets(block: dict, c: Collapse) -> list[dict] | None:
     return rows
 
 
+def merge(results: list[dict]) -> dict:
+    """One study's JSON from runs that split its environments or controllers (runs are independent of the
+    batch they share: each run's random numbers depend on its seed only), same parameters and seeds."""
+    out = json.loads(json.dumps(results[0]))
+    for other in results[1:]:
+        if other["parameters"] != out["parameters"] or other["seeds"] != out["seeds"]:
+            raise SuiteError("merge: the studies differ in parameters or seeds")
+        for env, block in other["envs"].items():
+            if env in out["envs"]:
+                out["envs"][env]["controllers"].update(block["controllers"])
+            else:
+                out["envs"][env] = block
+        out["controllers"] += [n for n in other["controllers"] if n not in out["controllers"]]
+    for block in out["envs"].values():
+        block["brackets"] = brackets(block, Collapse(**out["parameters"]["collapse"]))
+    return out
+
+
 def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
         steps: int | None = None) -> dict:
     """The whole study's JSON (deterministic: no timings, no absolute paths)."""
@@ -190,7 +220,8 @@ def table(result: dict):
             rows.append({"env": env, "controller": name, "runs": e["runs"],
                          **{k: e[k] for k in ("collapse_fraction", "ci_low", "ci_high", "persisting", "recovered",
                                               "deep_collapse_fraction", "deep_ci_low", "deep_ci_high",
-                                              "deep_persisting", "deep_recovered")},
+                                              "deep_persisting", "deep_recovered", "diverged_fraction",
+                                              "lambda_zero_fraction")},
                          "final_agree_mean_median": float(np.median(e["final_agree_mean_per_grid_point"]))})
     return pd.DataFrame(rows)
 
