@@ -17,7 +17,7 @@ from repro.errors import SuiteError  # noqa: E402
 from repro.isv import new_isv  # noqa: E402
 from repro.learning import agent, controllers, rng  # noqa: E402
 from repro.learning.env import BatchedEnv, make  # noqa: E402
-from repro.learning.study import exact_interval, load_prereg, parse_seeds, reduced_study, run, table  # noqa: E402
+from repro.learning.study import exact_interval, load_prereg, merge, parse_seeds, reduced_study, run, table  # noqa: E402
 
 ENVS = ("FrozenLake-v1", "CliffWalking-v1", "Taxi-v4")
 TINY_GRID = {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}
@@ -127,6 +127,14 @@ def test_same_seeds_same_json(host, prereg):
     args = (host, ["FrozenLake-v1"], ["fixed", "original", "const:0.1"], parse_seeds("0:3"), prereg)
     a, b = (json.dumps(run(*args, grid=TINY_GRID, steps=600)) for _ in range(2))
     assert a == b
+
+
+def test_runs_do_not_depend_on_their_batch(host, prereg):
+    """A study split by controller and merged equals the joint study (what merge() relies on)."""
+    seeds = parse_seeds("0:3")
+    joint = run(host, ["FrozenLake-v1"], ["fixed", "original"], seeds, prereg, grid=TINY_GRID, steps=600)
+    parts = [run(host, ["FrozenLake-v1"], [n], seeds, prereg, grid=TINY_GRID, steps=600) for n in ("original", "fixed")]
+    assert merge(parts)["envs"] == joint["envs"]
 
 
 def test_reduced_study(reduced, prereg):

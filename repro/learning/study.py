@@ -218,10 +218,10 @@ def table(result: dict):
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
             rows.append({"env": env, "controller": name, "runs": e["runs"],
-                         **{k: e[k] for k in ("collapse_fraction", "ci_low", "ci_high", "persisting", "recovered",
-                                              "deep_collapse_fraction", "deep_ci_low", "deep_ci_high",
-                                              "deep_persisting", "deep_recovered", "diverged_fraction",
-                                              "lambda_zero_fraction")},
+                         **{k: e.get(k, np.nan) for k in ("collapse_fraction", "ci_low", "ci_high", "persisting",
+                                                         "recovered", "deep_collapse_fraction", "deep_ci_low",
+                                                         "deep_ci_high", "deep_persisting", "deep_recovered",
+                                                         "diverged_fraction", "lambda_zero_fraction")},
                          "final_agree_mean_median": float(np.median(e["final_agree_mean_per_grid_point"]))})
     return pd.DataFrame(rows)
 
