@@ -39,20 +39,21 @@ def collapse_table(result: dict) -> list[str]:
 
 
 def bracket_lines(result: dict) -> list[str]:
-    out = []
+    """Per environment and grid point: the constant-λ bracket, and whether it is wide enough (a table)."""
+    out = ["| environment | entropy bonus | aux reward | π view | min-agreement collapse λ=0.001 / λ=1 "
+           "| mean-agreement collapse λ=0.001 / λ=1 | final agreement gap (λ=1 − λ=0.001) | wide enough |",
+           "|---|---|---|---|---|---|---|---|"]
     for env, block in result["envs"].items():
-        rows = block["brackets"]
-        if rows is None:
-            out.append(f"- {env}: no bracket (the study ran without const:0.001 and const:1).")
-            continue
-        wide = [r for r in rows if r["wide"]]
-        desc = "; ".join(f"H {r['entropy_bonus']:g}, aux {r['aux_reward']:g}, view {r['pi_view']:g}: min-agreement "
-                         f"collapse {_pct(r['deep_collapse_lambda_0.001'])} at λ = 0.001 against "
-                         f"{_pct(r['deep_collapse_lambda_1'])} at λ = 1, final agreement gap {r['agree_gap']:+.2f}"
-                         for r in wide)
-        out.append(f"- {env}: the bracket is wide enough at {len(wide)} of {len(rows)} grid points"
-                   + (f" ({desc})." if wide else " — no controller can be told apart there."))
-    return out
+        for r in block["brackets"] or []:
+            out.append(f"| {env} | {r['entropy_bonus']:g} | {r['aux_reward']:g} | {r['pi_view']:g} | "
+                       f"{_pct(r['deep_collapse_lambda_0.001'])} / {_pct(r['deep_collapse_lambda_1'])} | "
+                       f"{_pct(r['collapse_lambda_0.001'])} / {_pct(r['collapse_lambda_1'])} | {r['agree_gap']:+.3f} | "
+                       f"{'yes' if r['wide'] else 'no'} |")
+    if len(out) == 2:
+        return ["(No bracket: the study ran without const:0.001 and const:1.)"]
+    n_wide = sum(r["wide"] for b in result["envs"].values() for r in b["brackets"] or [])
+    n_all = sum(len(b["brackets"] or []) for b in result["envs"].values())
+    return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."]
 
 
 def mean_vs_min(result: dict) -> list[str]:
@@ -60,6 +61,8 @@ def mean_vs_min(result: dict) -> list[str]:
     lows, means = [], []
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
+            if e.get("diverged_fraction", 0.0) > 0:  # runaway logits of a λ without ceiling say nothing here
+                continue
             mins = [x for x in e["over_steps"]["log10_agree_min"]["q25"] if x is not None]
             agree = [x for x in e["over_steps"]["agree_mean"]["q25"] if x is not None]
             if mins and agree:
@@ -68,7 +71,8 @@ def mean_vs_min(result: dict) -> list[str]:
     if not lows:
         return []
     lo, mn = min(lows), min(means)
-    return [f"- Mean against minimum: the lower quartile of the minimum over visited states reaches 10^{lo[0]:.1f} "
+    return [f"Mean against minimum (controllers without a diverged run): the lower quartile of the minimum over "
+            f"visited states reaches 10^{lo[0]:.1f} "
             f"({lo[1]}, {lo[2]}), while the lower quartile of the mean over visited states never falls below "
             f"{mn[0]:.3f} ({mn[1]}, {mn[2]}). A mean of probabilities over states cannot reach 1e-22 unless every "
             "state does; a minimum (or one state's value) gets there as soon as one state's logits run away. The "
@@ -96,8 +100,9 @@ def section(result: dict, figures: bool = True) -> list[str]:
              "the last evaluation is still below, else it *recovers*. A run *diverges* when λ or π's logits stop "
              "being finite (a rule without a ceiling can take λ to inf); *λ hit 0*: λ reached exactly 0, where the "
              "kernel's λ ≤ 0 guard freezes it.", "", *collapse_table(result), "",
-             "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1):", "",
-             *bracket_lines(result), *mean_vs_min(result), ""]
+             "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1; wide enough: "
+             "disjoint 95 % intervals for a criterion, or a gap in median final agreement of at least "
+             f"{c['bracket_min_agreement_gap']:g}):", "", *bracket_lines(result), "", *mean_vs_min(result), ""]
     for name, caption in FIGURES.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines
