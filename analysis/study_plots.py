@@ -14,7 +14,8 @@ CONST_COLORS = {"const:0.001": "#bdbdbd", "const:0.05": "#969696", "const:0.1": 
 
 
 def _color(name: str, i: int):
-    return COLORS.get(name) or CONST_COLORS.get(name) or plt.cm.tab20(i % 20)
+    """The suite's colour for fixed/original, greys for constant λ, tab10 without blue, red and grey for the rest."""
+    return COLORS.get(name) or CONST_COLORS.get(name) or plt.cm.tab10((1, 2, 4, 5, 6, 8, 9)[i % 7])
 
 
 def _headline(names: list[str]) -> list[str]:
@@ -43,10 +44,12 @@ def overview(result: dict):
                    title=f"{env}: collapse per controller")
         row[0].invert_yaxis()
         row[0].legend(loc="lower right")
-        panels = (("agree_mean", "q_pi_agree (mean over visited states)", "linear"),
-                  ("log10_agree_min", "log10 min over visited states", "linear"),
-                  ("lambda", "λ", "log"), ("episode_return", "episode return", "linear"))
-        for ax, (key, label, scale) in zip(row[1:], panels, strict=True):
+        # the y ranges of the min-agreement and λ panels stop where a rule without a ceiling runs away (to ±inf)
+        panels = (("agree_mean", "q_pi_agree, mean over visited states", "linear", None),
+                  ("log10_agree_min", "log10 min over visited states (≥ −25)", "linear", (-25, 0.5)),
+                  ("lambda", "λ (1e-4 … 1e2 shown)", "log", (1e-4, 1e2)),
+                  ("episode_return", "episode return", "linear", None))
+        for ax, (key, label, scale, ylim) in zip(row[1:], panels, strict=True):
             for i, n in enumerate(_headline(names)):
                 q = block["controllers"][n]["over_steps"][key]
                 med = np.array(q["median"], dtype=float)
@@ -55,6 +58,8 @@ def overview(result: dict):
                     ax.fill_between(steps, np.array(q["q25"], float), np.array(q["q75"], float), color=_color(n, i), alpha=0.15)
             ax.axvline(result["parameters"]["collapse"]["warmup"], color="k", ls=":", lw=0.8)
             ax.set(yscale=scale, xlabel="step", title=f"{env}: {label}")
+            if ylim:
+                ax.set_ylim(*ylim)
         row[1].legend(fontsize=7)
     fig.tight_layout()
     return fig
