@@ -1,6 +1,7 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
     python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH]
+                            [--timeout S] [--require-coverage]
 
 Exit 0 when every property holds, 1 when any is violated, 2 for a usage
 error, a missing file, a kernel that does not compile or lacks the symbol.
@@ -17,6 +18,7 @@ from analysis.verdict import Verdict, evaluate
 from repro.backends import NAMES, get_backend
 from repro.contract import load
 from repro.errors import SuiteError
+from repro.isolation import DEFAULT_TIMEOUT
 from repro.kernel_source import load_kernel
 
 
@@ -49,12 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"wall-clock limit per experiment group, run in a child process (default {DEFAULT_TIMEOUT:g} s)")
+    parser.add_argument("--require-coverage", action="store_true",
+                        help="fail when a line or branch of the candidate was never executed (host gcov)")
     args = parser.parse_args(argv)
     try:
         contract = load()
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
-        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
+        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
+                           timeout=args.timeout, require_coverage=args.require_coverage)
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2
@@ -64,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_table(verdict, contract.path))
     print()
+    for note in verdict.notes:
+        print(f"note: {note}")
     n, bad = len(verdict.findings), verdict.failed
     if bad:
         print(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) in {verdict.seconds:.2f} s")

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from repro import spec
-from repro.campaign import Evidence
+from repro.campaign import Evidence, MissingEvidence
 from repro.contract import Controller
 from repro.runner import Run
 from repro.spec import band_edges
@@ -235,7 +235,13 @@ def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
     everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
     stray = [r for r in everything if r.stray]
-    where = f"{stray[0].scenario.name}: slot(s) {', '.join(map(str, stray[0].stray))} written" if stray else ""
+    outside = next((r for r in everything if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
+    first = outside or (stray[0] if stray else None)
+    where = ""
+    if first:
+        shown = [str(i) if 0 <= i < ev.isv_len else f"{i} (outside the {ev.isv_len}-float ISV)"
+                 for i in first.stray]
+        where = f"{first.scenario.name}: slot(s) {', '.join(shown)} written"
     return Finding("isolation", f"only slot {slot} (λ) is written", f"slot {slot} only", f"slot {slot} only",
                    f"{len(everything) - len(stray)}/{len(everything)} runs left every other slot's bits intact",
                    not stray, where, "DESIGN.md §2: the controller may write slot 486 and nothing else", 0,
@@ -295,9 +301,70 @@ def nonfinite(ev: Evidence) -> Finding:
                    not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
 
 
+def execution(ev: Evidence) -> Finding:
+    """Every experiment ran to its end: no crash (signal), no time-out."""
+    faults = ev.faults
+    limit = f"{ev.timeout:g} s per experiment group" if ev.timeout else "in process"
+    where = "; ".join(f.describe() for f in faults[:3]) + (f"; {len(faults) - 3} more" if len(faults) > 3 else "")
+    return Finding("execution", "runs every experiment to its end (no crash, no hang)", "no crash, no hang",
+                   "no crash, no hang", f"{len(faults)} crash(es)/time-out(s) ({limit})" if faults else f"all ran ({limit})",
+                   not faults, where, "a controller step is a bounded, memory-safe function of the ISV", 0,
+                   float(len(faults)))
+
+
+def single_thread(ev: Evidence) -> Finding:
+    """Only thread 0 of block 0 changes the ISV, whatever grid the kernel is launched on."""
+    doc = "kernel: single-thread kernel (only threadIdx.x == 0 of blockIdx.x == 0 acts)"
+    probe = ev.threads
+    if probe is None:
+        return Finding("single_thread", "only thread 0 of block 0 changes the ISV", "thread (0, 0) only",
+                       "thread (0, 0) only", "not measured (the probe did not finish)", False,
+                       "see the execution row", doc)
+    others = [(regime, probe.coords[i]) for regime, row in probe.changed.items() for i, c in enumerate(row)
+              if c and probe.coords[i] != (0, 0)]
+    dims = f"blockDim {probe.dims[0]}, gridDim {probe.dims[3]}"
+    where = "; ".join(f"KL {r}: threadIdx.x {t}, blockIdx.x {b} changed the ISV" for r, (t, b) in others[:3])
+    n = len(probe.coords) - 1
+    acting = n - len({c for _, c in others})
+    return Finding("single_thread", f"only thread 0 of block 0 changes the ISV ({dims})", "thread (0, 0) only",
+                   "thread (0, 0) only", f"{acting}/{n} other threads left the ISV unchanged", not others, where,
+                   doc, 0, float(len(others)))
+
+
+def no_atomics(ev: Evidence) -> Finding:
+    st = ev.static
+    return Finding("no_atomics", "no atomic instructions in the PTX (atom./red.)", "none", "none",
+                   ", ".join(st.atomics) if st.atomics else f"none (NVRTC {st.nvrtc}, {st.arch})", not st.atomics,
+                   "" if not st.atomics else f"PTX has {', '.join(st.atomics)}",
+                   "kernel: Per `feedback_no_atomicadd`: single-thread kernel, no atomics.", 0, float(len(st.atomics)))
+
+
+def resources(ev: Evidence) -> Finding:
+    """Informational: the candidate's GPU resources as ptxas reports them (not gated)."""
+    st = ev.static
+    regs = f"{st.registers} registers" if st.registers is not None else "registers not reported"
+    spill = f"{st.spill_bytes} B spills" if st.spill_bytes is not None else "spills not reported"
+    return Finding("resources", f"GPU resources ({st.arch}, reported, not gated)", "reported", "reported",
+                   f"{st.global_stores} st.global, {st.local_accesses} local-memory accesses, {spill}, "
+                   f"{st.stack_bytes or 0} B stack, {regs}", True, "", "informational", 0,
+                   float(st.registers) if st.registers is not None else None)
+
+
+def coverage(ev: Evidence, required: bool = False) -> Finding:
+    """Lines and branches of the candidate the experiments executed (a failure only when required)."""
+    cov = ev.coverage
+    ok = cov.complete and not cov.faults or not required
+    where = "" if cov.complete else cov.summary().split("; ", 1)[1]
+    return Finding("coverage", "every line and branch of the candidate ran (gcov)" + ("" if required else ", reported"),
+                   "all" if required else "reported", "all", cov.summary().split(";")[0], ok, where,
+                   "--require-coverage" if required else "informational", 0,
+                   float(cov.lines_hit + cov.branches_hit))
+
+
 #: Every property the gate judges, in its order.
 CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, dead_zone,
-                                  ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement, launch_modes)}
+                                  ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement, launch_modes,
+                                  single_thread, execution)}
 
 
 def applicable(ctrl: Controller) -> list[str]:
@@ -305,6 +372,23 @@ def applicable(ctrl: Controller) -> list[str]:
     return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
 
 
-def judge(ev: Evidence) -> list[Finding]:
-    """Every property that applies to the evidence's controller, in the gate's order."""
-    return [CHECKS[key](ev) for key in applicable(ev.controller)]
+def _judge_one(ev: Evidence, key: str) -> Finding:
+    try:
+        return CHECKS[key](ev)
+    except MissingEvidence as err:  # the candidate crashed or hung in an experiment this property needs
+        return Finding(key, key, "", "", f"not measured: scenario {err.args[0]!r} did not finish", False,
+                       "see the execution row")
+
+
+def judge(ev: Evidence, require_coverage: bool = False) -> list[Finding]:
+    """Every property that applies to the evidence's controller, in the gate's order.
+
+    The static rows (no_atomics, resources) and the coverage row come after, where
+    the evidence has them (NVRTC, gcov available).
+    """
+    rows = [_judge_one(ev, key) for key in applicable(ev.controller)]
+    if ev.static is not None:
+        rows += [no_atomics(ev), resources(ev)]
+    if ev.coverage is not None:
+        rows.append(coverage(ev, require_coverage))
+    return rows

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from analysis.properties import Finding, judge
-from repro.backends import Backend
+from repro import coverage as cov
+from repro import ptx
+from repro.backends import Backend, get_backend, unavailable_reason
 from repro.campaign import Evidence, collect
 from repro.contract import Contract
+from repro.errors import BackendUnavailable
+from repro.isolation import DEFAULT_TIMEOUT, collect_isolated
 from repro.kernel_source import KernelSource
 
 
@@ -23,6 +27,7 @@ class Verdict:
     findings: list[Finding]
     evidence: Evidence
     seconds: float
+    notes: list[str] = field(default_factory=list)  # what was not checked and why; CPU/GPU caveats
 
     @property
     def ok(self) -> bool:
@@ -33,6 +38,7 @@ class Verdict:
         return [f for f in self.findings if not f.ok]
 
     def as_dict(self) -> dict:
+        ev = self.evidence
         return {
             "kernel": self.source.origin,
             "sha256": self.source.sha256,
@@ -42,15 +48,53 @@ class Verdict:
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
             "properties": [f.as_dict() for f in self.findings],
+            "faults": [f.__dict__ for f in ev.faults],
+            "static": ev.static.as_dict() if ev.static is not None else None,
+            "coverage": ev.coverage.as_dict() if ev.coverage is not None else None,
+            "notes": self.notes,
         }
 
 
-def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract) -> Verdict:
-    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
+def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
+             timeout: float | None = DEFAULT_TIMEOUT, static: bool = True, coverage: bool = True,
+             require_coverage: bool = False) -> Verdict:
+    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``.
+
+    ``timeout``: s per experiment group, each run in a child process (None: in this process,
+    unprotected). ``static``: NVRTC's PTX rules where NVRTC is installed. ``coverage``: gcov line
+    and branch counts where g++ and gcov are (``require_coverage`` makes a gap a failure).
+    """
     controller = contract.controller(contract_name)
     be = backend
     start = time.perf_counter()
+    notes = []
+    static_report = None
+    if static:  # first: a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
+        reason = ptx.unavailable_reason()
+        if reason:
+            notes.append(f"static checks not run: {reason}")
+        else:
+            static_report = ptx.analyse(source)
     kernel = be.compile(source, contract.slots)
-    evidence = collect(kernel, controller)
-    findings = judge(evidence)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
+    evidence = collect(kernel, controller) if timeout is None else collect_isolated(be, kernel, controller, timeout)
+    coverage_report = None
+    if coverage or require_coverage:
+        reason = cov.unavailable_reason() or unavailable_reason("host")
+        if reason:
+            notes.append(f"coverage not measured: {reason}")
+        else:
+            try:
+                coverage_report = cov.measure(get_backend("host"), source, contract.slots, controller,
+                                              timeout or DEFAULT_TIMEOUT)
+            except BackendUnavailable as err:
+                notes.append(f"coverage not measured: {err}")
+            if coverage_report is not None and coverage_report.faults:
+                notes.append(f"coverage incomplete: {'; '.join(coverage_report.faults)}")
+    evidence = replace(evidence, static=static_report, coverage=coverage_report)
+    approx = source.approximate_intrinsics()
+    if approx:
+        listed = ", ".join(f"{name} (line {line})" for name, line in approx)
+        notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
+    findings = judge(evidence, require_coverage)
+    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start,
+                   notes)

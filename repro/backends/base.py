@@ -55,11 +55,12 @@ class CompiledKernel(ABC):
         """
 
     @abstractmethod
-    def run_as_threads(self, isv: np.ndarray, coords: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    def run_as_threads(self, isv: np.ndarray, coords: np.ndarray, dims: tuple[int, ...], pad: int = 0) -> np.ndarray:
         """The controller once per ISV row ``i`` (``[n, isv_len]``), as thread ``coords[i]`` of a launch.
 
         ``coords`` is uint32 ``[n, 6]``: threadIdx x, y, z, blockIdx x, y, z;
-        ``dims`` is blockDim x, y, z, gridDim x, y, z. Returns the final rows.
+        ``dims`` is blockDim x, y, z, gridDim x, y, z. Returns the final rows
+        (with ``pad``: ``isv`` is a flat window around the rows, returned whole).
         """
 
     @abstractmethod

@@ -30,27 +30,31 @@ FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-
 _c_long = ctypes.c_longlong
 _ptr = ctypes.c_void_p
 _PAGE = mmap.PAGESIZE
+#: Address space made inaccessible on each side of a kernel's ISV (16 MiB: 4 Mi floats).
+GUARD_BYTES = 1 << 24
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = [_ptr, ctypes.c_size_t, ctypes.c_int]
 
 
 class Guarded:
-    """A float32 array between two inaccessible pages (``PROT_NONE``): a kernel write past either end faults.
+    """A float32 array between two inaccessible regions (``PROT_NONE``): a kernel write past either end faults.
 
-    The array ends exactly where the upper guard page begins (writes past the
-    end fault on the first float out); below it, the slack of the page
-    rounding sits between the array and the lower guard page.
+    The array ends exactly where the upper guard region begins (a write past the
+    end faults on the first float out); below it, the slack of the page rounding
+    sits between the array and the lower guard. Each guard spans
+    :data:`GUARD_BYTES` of address space (never backed by memory), so writes
+    up to that far out fault too instead of landing in the process's heap.
     """
 
     def __init__(self, values: np.ndarray):
         values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         body = -(-max(values.nbytes, 1) // _PAGE) * _PAGE
-        self._map = mmap.mmap(-1, body + 2 * _PAGE)
+        self._map = mmap.mmap(-1, body + 2 * GUARD_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        for start in (base, base + _PAGE + body):
-            if _libc.mprotect(start, _PAGE, 0) != 0:  # PROT_NONE
+        for start in (base, base + GUARD_BYTES + body):
+            if _libc.mprotect(start, GUARD_BYTES, 0) != 0:  # PROT_NONE
                 raise OSError(ctypes.get_errno(), "mprotect failed")
-        offset = _PAGE + body - values.nbytes
+        offset = GUARD_BYTES + body - values.nbytes
         self.array = np.frombuffer(self._map, dtype=np.float32, count=values.size, offset=offset)
         self.array[:] = values
         self.address = base + offset
@@ -79,6 +83,10 @@ class HostKernel(CompiledKernel):
         self._as_threads = lib.rlq_as_threads
         self._as_threads.argtypes, self._as_threads.restype = [_ptr, _ptr, _c_long, _ptr], None
 
+    def dump_coverage(self) -> None:
+        """A ``--coverage`` build (repro.coverage): write the gcov counters now."""
+        self._lib.rlq_gcov_dump()
+
     def run_per_step(self, isv0, kl, target, pad=0):
         s = self.slots
         mem = Guarded(isv0)  # a stray write lands in the canaries (pad) or faults, never in Python's heap
@@ -104,11 +112,11 @@ class HostKernel(CompiledKernel):
         self._looped(mem.address + 4 * pad, _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
         return out, mem.array.copy().reshape(np.shape(isv0))
 
-    def run_as_threads(self, isv, coords, dims):
+    def run_as_threads(self, isv, coords, dims, pad=0):
         mem = Guarded(isv)
         coords = np.ascontiguousarray(coords, dtype=np.uint32).reshape(-1, 6)
         dims = np.ascontiguousarray(dims, dtype=np.uint32)
-        self._as_threads(mem.address, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
+        self._as_threads(mem.address + 4 * pad, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
         return mem.array.copy().reshape(np.shape(isv))
 
     def batched_step(self, isv):
