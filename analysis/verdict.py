@@ -85,7 +85,8 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
         else:
             try:
                 coverage_report = cov.measure(get_backend("host"), source, contract.slots, controller,
-                                              timeout or DEFAULT_TIMEOUT)
+                                              timeout or DEFAULT_TIMEOUT,
+                                              skip=frozenset(f.group for f in evidence.faults))
             except BackendUnavailable as err:
                 notes.append(f"coverage not measured: {err}")
             if coverage_report is not None and coverage_report.faults:

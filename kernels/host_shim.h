@@ -8,6 +8,7 @@
 // CUDA headers (cuda_runtime.h, cuda.h) and the CUDART_* constants.
 #pragma once
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmath>
 
@@ -41,6 +42,15 @@ static inline void __syncwarp(unsigned = 0xffffffffu) {}
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
 template <typename T> static inline T __ldg(const T* p) { return *p; }
+// __trap() ends the kernel with an error: on the host, SIGABRT (the gate's execution row).
+static inline void __trap() { abort(); }
+// Atomics compile (one thread runs at a time, so they are plain read-modify-writes);
+// the static rules (NVRTC's PTX) flag them: the kernel promises none.
+template <typename T> static inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <typename T> static inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
+template <typename T> static inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+template <typename T> static inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
+template <typename T> static inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
 
 // Correctly rounded float arithmetic: C's operators under -ffp-contract=off.
 static inline float __fadd_rn(float a, float b) { return a + b; }

@@ -1,0 +1,114 @@
+"""How a candidate is built and run: discovery, the host shim's CUDA semantics, the thread probe, coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repro.errors import SuiteError
+from repro.kernel_source import KernelSource, check_symbol
+
+F32 = np.float32
+
+
+def test_discovery_copes_with_attributes_comments_and_line_breaks():
+    text = ('// __global__ void commented_out(\nextern "C" {\n__global__ __launch_bounds__(1)\nvoid\n  a (float* v) {}\n}\n'
+            '__global__ void __launch_bounds__(32, 1) b(float* v) {}\nextern "C" __global__ void\nc(float*) {}\n')
+    src = KernelSource(text, "a", "t.cu")
+    assert src.kernels() == ["a", "b", "c"]
+    assert [src.is_extern_c(k) for k in "abc"] == [True, False, True]
+
+
+def test_a_kernel_without_c_linkage_is_refused_in_one_line():
+    with pytest.raises(SuiteError, match='is not extern "C"'):
+        check_symbol(KernelSource("__global__ void k(float* v) {}\n", "k", "t.cu"))
+
+
+def test_approximate_intrinsics_are_found_with_their_lines():
+    src = KernelSource("// __expf(x) in a comment\nfloat y = __expf(x);\nfloat z = __fdividef(a, b) + __fdiv_rn(a, b);\n",
+                       "k", "t.cu")
+    assert src.approximate_intrinsics() == [("__expf", 2), ("__fdividef", 3)]
+
+
+# A probe "controller": reads inputs from slots 0..5, writes CUDA intrinsics' results to 10..15.
+_PROBE = """
+extern "C" __global__ void probe(float* v) {
+    v[10] = __saturatef(v[0]);
+    v[11] = fmaf(v[1], v[1], v[2]);
+    v[12] = __fmul_rn(v[1], v[1]) + v[2];
+    v[13] = __uint_as_float(__float_as_uint(v[3]) ^ 0x80000000u);
+    v[14] = fminf(v[4], v[5]);
+    v[15] = __fdiv_rn(v[1], v[5]);
+}
+"""
+
+
+def _probe(backend, contract, inputs):
+    from repro.isv import new_isv
+
+    kernel = backend.compile(KernelSource(_PROBE, "probe", "probe.cu"), contract.slots)
+    isv = new_isv(contract.slots, 0.1)[0]
+    isv[: len(inputs)] = inputs
+    _, final = kernel.run_per_step(isv, isv[[contract.slots.kl]], isv[[contract.slots.target]])
+    return final[10:16]
+
+
+def test_host_intrinsics_have_cudas_semantics(contract, host):
+    a = F32(1 + 2.0**-12)  # a·a = 1 + 2^-11 + 2^-24: only a fused multiply-add keeps the 2^-24
+    out = _probe(host, contract, np.array([np.nan, a, -(1 + 2.0**-11), 2.0, np.nan, 3.0], dtype=F32))
+    assert out[0].view(np.uint32) == 0, "__saturatef(NaN) is +0"
+    assert out[1] == F32(2.0**-24) and out[2] == 0.0, "fmaf is fused, __fmul_rn then + is not"
+    assert out[3] == -2.0 and out[4] == 3.0 and out[5] == F32(a / F32(3.0))
+
+
+@pytest.mark.gpu
+def test_intrinsics_agree_bit_for_bit_with_nvrtc(contract, host):
+    from repro.backends import get_backend
+
+    rng = np.random.default_rng(0)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1.0, 0.5, 2.0], dtype=F32)
+    for _ in range(20):
+        inputs = rng.choice(np.concatenate([special, rng.standard_normal(10).astype(F32)]), 6).astype(F32)
+        cpu, gpu = _probe(host, contract, inputs), _probe(get_backend("cupy"), contract, inputs)
+        assert np.array_equal(cpu.view(np.uint32), gpu.view(np.uint32)), inputs
+
+
+def test_single_thread_probe(contract, backend):
+    """Played as other threads of a grid, the fixed kernel leaves the ISV alone; without its guard it does not."""
+    from repro.probes import GRID_COORDS, single_thread
+    from repro.scenarios import REF_TARGET
+
+    entry = contract.controller("fixed")
+    fixed = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    guardless = fixed.with_edit("if (threadIdx.x != 0 || blockIdx.x != 0) return;", "", "no guard")
+    for src, others in ((fixed, False), (guardless, True)):
+        probe = single_thread(backend.compile(src, contract.slots), entry.value("seed_lambda"), REF_TARGET)
+        for row in probe.changed.values():
+            assert row[GRID_COORDS.index((0, 0))] is True
+            assert all(c is others for coord, c in zip(probe.coords, row) if coord != (0, 0))
+
+
+def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
+    """The gate's own experiments run every line and both arcs of every branch of the fixed kernel."""
+    from repro import coverage
+
+    if coverage.unavailable_reason():
+        pytest.skip(coverage.unavailable_reason())
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    cov = coverage.measure(host, src, contract.slots, entry, timeout=20)
+    write_line = src.text.splitlines().index("    isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;") + 1
+    assert cov.complete and not cov.faults, cov.summary()
+    assert write_line in cov.lines and cov.branches_total >= 2 * 3  # three if statements, two arcs each at least
+
+
+def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
+    from repro.runner import run_scenarios
+    from repro.scenarios import catalogue
+
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    bad = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
+                        "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda; isv[600] = 1.0f; isv[-1] = 1.0f;", "oob")
+    runs = run_scenarios(host.compile(bad, contract.slots), catalogue(entry)[:1], "per_step")
+    assert runs[0].stray == [-1, 600]
