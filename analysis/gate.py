@@ -29,10 +29,10 @@ def format_table(verdict: Verdict, contract_path: Path) -> str:
     widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
 
     def line(cells):
-        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
-    for f, row in zip(verdict.findings, rows):
+    for f, row in zip(verdict.findings, rows, strict=True):
         out.append(line(row))
         if not f.ok:
             out.append(f"    first shows: {f.where}")

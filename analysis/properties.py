@@ -264,7 +264,7 @@ def spec_agreement(ev: Evidence) -> Finding:
 
 def launch_modes(ev: Evidence) -> Finding:
     where = ""
-    for a, b in zip(ev.catalogue, ev.per_step):
+    for a, b in zip(ev.catalogue, ev.per_step, strict=True):
         if not same(a.lam, b.lam):
             step = first_step(bits(a.lam) != bits(b.lam))
             where = f"{a.scenario.name}, step {step}: looped {_g(a.lam[step - 1])}, per-step {_g(b.lam[step - 1])}"

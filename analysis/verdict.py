@@ -68,14 +68,14 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     be = backend
     start = time.perf_counter()
     notes = []
+    kernel = be.compile(source, contract.slots)  # the backend's compiler speaks first on a broken source
     static_report = None
-    if static:  # first: a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
+    if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.unavailable_reason()
         if reason:
             notes.append(f"static checks not run: {reason}")
         else:
             static_report = ptx.analyse(source)
-    kernel = be.compile(source, contract.slots)
     evidence = collect(kernel, controller) if timeout is None else collect_isolated(be, kernel, controller, timeout)
     coverage_report = None
     if coverage or require_coverage:
@@ -99,3 +99,9 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     findings = judge(evidence, require_coverage)
     return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start,
                    notes)
+
+
+def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
+               seconds: float) -> Verdict:
+    """Judge evidence already collected (``seconds``: what collecting it took)."""
+    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence), evidence, seconds)

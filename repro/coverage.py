@@ -151,5 +151,5 @@ def _parse(raw: bytes, source: KernelSource, faults: list[str]) -> Coverage:
                 if line.get("branches"):
                     arcs = [int(b["count"]) for b in line["branches"] if not b.get("throw")]
                     old = branches.get(n, [0] * len(arcs))
-                    branches[n] = [a + b for a, b in zip(old, arcs)] if len(old) == len(arcs) else arcs
+                    branches[n] = [a + b for a, b in zip(old, arcs, strict=True)] if len(old) == len(arcs) else arcs
     return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults)

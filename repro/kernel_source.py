@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro.errors import SuiteError
+from repro.paths import shown
 
 # ``__global__``, then any attributes (``__launch_bounds__(…)``, ``__attribute__((…))``, qualifiers) and
 # line breaks, ``void``, perhaps more attributes, the name and ``(``.
@@ -111,7 +112,7 @@ def load_kernel(path: Path | str, symbol: str) -> KernelSource:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise SuiteError(f"cannot read kernel file {path}: {err}") from None
-    source = KernelSource(text=text, symbol=symbol, origin=str(path))
+    source = KernelSource(text=text, symbol=symbol, origin=shown(path))
     check_symbol(source)
     return source
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.backends.base import CompiledKernel
-from repro.isv import PAD, new_window
+from repro.isv import PAD, new_isv, new_window
 
 F32 = np.float32
 _POS_MIN, _POS_INF = 1, 0x7F800000  # bit patterns: smallest subnormal, +inf
@@ -77,7 +77,7 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
     coords[:, 0] = [t for t, _ in GRID_COORDS]
     coords[:, 3] = [b for _, b in GRID_COORDS]
     changed = {}
-    for regime, factor in zip(GRID_REGIMES, (100.0, 0.01)):
+    for regime, factor in zip(GRID_REGIMES, (100.0, 0.01), strict=True):
         # One coordinate per call, each on its own window: a write outside the ISV is not another row's change.
         rows = []
         for i in range(len(GRID_COORDS)):
@@ -89,3 +89,17 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
             rows.append(bool((after[PAD : PAD + s.isv_len].view(np.uint32) != isv.view(np.uint32)).any()))
         changed[regime] = rows
     return ThreadProbe(GRID_COORDS, GRID_DIMS, changed)
+
+
+def settled_floor(kernel: CompiledKernel, lambda0: float, kl_over_target: float, steps: int = 20000) -> float | None:
+    """The λ a kernel settles at under ``steps`` steps of sustained KL = ``kl_over_target``·target.
+
+    Under KL far below the band this is the floor the kernel behaves as (λ),
+    measured rather than read from its source; None when λ is still moving in
+    the last tenth of the steps (no floor within ``steps``).
+    """
+    target = np.float32(1.0)
+    kl = np.full((steps, 1), np.float32(kl_over_target) * target, dtype=F32)
+    lam, _ = kernel.run_looped(new_isv(kernel.slots, lambda0, 1), kl, np.full_like(kl, target))
+    tail = lam[-(steps // 10):, 0].view(np.uint32)
+    return float(lam[-1, 0]) if bool((tail == tail[-1]).all()) else None

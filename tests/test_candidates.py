@@ -76,7 +76,7 @@ def test_refactor_computes_the_fixed_kernels_bits(contract, host, backend, path)
     scenarios = catalogue(entry)
     reference = run_scenarios(host.compile(load_kernel(entry.kernel, SYMBOL), contract.slots), scenarios)
     got = run_scenarios(backend.compile(load_kernel(path, SYMBOL), contract.slots), scenarios)
-    for ref, run in zip(reference, got):
+    for ref, run in zip(reference, got, strict=True):
         assert np.array_equal(bits(run.lam), bits(ref.lam)), f"{path.name}: {run.scenario.name} differs"
         assert run.stray == []
 
@@ -94,5 +94,7 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
     """The gate's own time for a candidate (static rules, compile, isolated runs, coverage) stays under 2 s."""
     from analysis.verdict import evaluate
 
-    verdict = evaluate(load_kernel(REFACTORS[0], SYMBOL), "fixed", host, contract)
-    assert verdict.ok and verdict.seconds < 2.0, verdict.seconds
+    # Best of three: the figure is the gate's own work, not the time other test workers take from it.
+    verdicts = [evaluate(load_kernel(REFACTORS[0], SYMBOL), "fixed", host, contract) for _ in range(3)]
+    assert all(v.ok for v in verdicts)
+    assert min(v.seconds for v in verdicts) < 2.0, [v.seconds for v in verdicts]

@@ -85,7 +85,7 @@ def test_single_thread_probe(contract, backend):
         probe = single_thread(backend.compile(src, contract.slots), entry.value("seed_lambda"), REF_TARGET)
         for row in probe.changed.values():
             assert row[GRID_COORDS.index((0, 0))] is True
-            assert all(c is others for coord, c in zip(probe.coords, row) if coord != (0, 0))
+            assert all(c is others for coord, c in zip(probe.coords, row, strict=True) if coord != (0, 0))
 
 
 def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
