@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
     args = parser.parse_args(argv)
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:
         contract = load()
         controller = contract.controller(args.contract)

@@ -356,7 +356,7 @@ def coverage(ev: Evidence, required: bool = False) -> Finding:
     ok = cov.complete and not cov.faults or not required
     where = "" if cov.complete else cov.summary().split("; ", 1)[1]
     return Finding("coverage", "every line and branch of the candidate ran (gcov)" + ("" if required else ", reported"),
-                   "all" if required else "reported", "all", cov.summary().split(";")[0], ok, where,
+                   "all" if required else "reported", "all", cov.summary(), ok, where,
                    "--require-coverage" if required else "informational", 0,
                    float(cov.lines_hit + cov.branches_hit))
 

@@ -127,6 +127,6 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
 
 
 def collect(kernel: CompiledKernel, controller: Controller, seed: int = 0) -> Evidence:
-    """Run every experiment the properties need, in this process (about 0.3 s on the host backend)."""
+    """Run every experiment the properties need, in this process (:mod:`repro.isolation` runs them in children)."""
     results = {g: run_group(kernel, controller, g, seed=seed) for g in GROUPS}
     return assemble(controller, kernel.slots, results, seed=seed)

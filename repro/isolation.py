@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from repro.backends.base import Backend, CompiledKernel
 from repro.campaign import GROUPS, Evidence, Fault, assemble, run_group, scenario_groups
 from repro.contract import Controller, Slots
+from repro.errors import SuiteError
 from repro.kernel_source import KernelSource
 
-#: Default wall-clock limit (s) for one experiment group. The host backend needs about 0.1 s for the
-#: largest; a GPU worker's first group also pays for CuPy's import and NVRTC.
+#: Default wall-clock limit (s) for one experiment group: generous next to what a conforming kernel needs
+#: (the gate prints its total time), since a GPU worker's first group also pays for CuPy's import and NVRTC.
 DEFAULT_TIMEOUT = 20.0
 #: Culprits named per group before the rest of its scenarios are left unrun.
 MAX_CULPRITS = 3
@@ -63,11 +64,23 @@ def _serve(conn, kernel: CompiledKernel | None, backend_name: str, source: Kerne
                 conn.send(("ok", None))
                 continue
             group, only = request
-            conn.send(("ok", run_group(kernel, controller, group, only, seed)))
+            try:
+                result = run_group(kernel, controller, group, only, seed)
+            except Exception as err:
+                if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
+                    conn.send(("fault", f"{type(err).__name__}: {err}"))
+                    return
+                raise
+            conn.send(("ok", result))
     except (EOFError, KeyboardInterrupt):
         return
     except Exception as err:  # an error in the suite itself, reported to the parent in one line
         conn.send(("error", f"{type(err).__name__}: {err}"))
+
+
+def _is_device_fault(err: Exception) -> bool:
+    """A CUDA runtime/driver error raised by CuPy (the kernel faulted on the device)."""
+    return any(c.__name__ in ("CUDARuntimeError", "CUDADriverError") for c in type(err).__mro__)
 
 
 class Worker:
@@ -111,6 +124,9 @@ class Worker:
                     kind, value = self.conn.recv()
                     if kind == "ready":
                         return None
+                    if kind == "fault":  # the worker ends itself after a device fault
+                        self.stop(kill=True)
+                        return _Answer(False, None, ("crash", value))
                     return _Answer(kind == "ok", value)
             except (EOFError, OSError):
                 return self._died()
@@ -154,8 +170,8 @@ class Worker:
         self._reset()
 
 
-class SuiteFailure(RuntimeError):
-    """The suite itself failed inside a worker (not the candidate): a bug to report."""
+class SuiteFailure(SuiteError):
+    """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
 
 def _run_groups(worker: Worker, controller: Controller, groups, timeout: float, seed: int):

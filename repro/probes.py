@@ -2,7 +2,9 @@
 
 Where does ramping begin? The smallest float32 KL that makes one step raise λ,
 found by bisection over the bit patterns of the positive floats (ordered as
-integers), for several targets at once through the looped harness.
+integers), for several targets at once through the looped harness. Which
+threads act? The single-thread probe plays other (threadIdx, blockIdx) of a
+grid and records which of them changed the ISV.
 """
 
 from __future__ import annotations

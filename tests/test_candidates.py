@@ -82,12 +82,17 @@ def test_refactor_computes_the_fixed_kernels_bits(contract, host, backend, path)
 
 
 @pytest.mark.parametrize("path", REFACTORS, ids=[p.stem for p in REFACTORS])
-def test_refactor_is_cuda_for_nvrtc(path):
-    """NVRTC (no GPU needed) accepts each refactor and finds no atomics in its PTX."""
+def test_refactor_is_cuda_for_nvrtc(contract, path):
+    """NVRTC (no GPU needed) accepts each refactor, alone and inside the cupy backend's harness units."""
+    from repro.backends.translation_unit import device_grid_unit, harness_unit
+
     if ptx.unavailable_reason():
         pytest.skip(ptx.unavailable_reason())
-    report = ptx.analyse(load_kernel(path, SYMBOL))
+    src = load_kernel(path, SYMBOL)
+    report = ptx.analyse(src)
     assert report.atomics == [] and report.global_stores >= 1
+    for unit in (harness_unit(src, contract.slots, for_device=True), device_grid_unit(src, contract.slots)):
+        ptx.compile_ptx(unit, src.origin)
 
 
 def test_gate_time_per_candidate_on_the_cpu(contract, host):

@@ -112,3 +112,40 @@ def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
                         "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda; isv[600] = 1.0f; isv[-1] = 1.0f;", "oob")
     runs = run_scenarios(host.compile(bad, contract.slots), catalogue(entry)[:1], "per_step")
     assert runs[0].stray == [-1, 600]
+
+
+def test_static_rules_see_local_memory_and_atomics(contract):
+    """PTX of the fixed kernel: no atomics, no local memory; a volatile local and an atomic show up."""
+    from repro import ptx
+
+    if ptx.unavailable_reason():
+        pytest.skip(ptx.unavailable_reason())
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    clean = ptx.analyse(src)
+    assert clean.atomics == [] and clean.local_accesses == 0 and clean.registers is not None
+    edited = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
+                           "volatile float spill = lambda;\n    atomicExch(isv + RL_Q_DISTILL_LAMBDA_INDEX, spill);", "local")
+    dirty = ptx.analyse(edited)
+    assert dirty.local_accesses > 0 and any(a.startswith("atom.") for a in dirty.atomics)
+
+
+def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host, monkeypatch):
+    from analysis.verdict import evaluate
+    from repro import ptx
+
+    monkeypatch.setattr(ptx, "unavailable_reason", lambda: "static checks: NVRTC not available (test)")
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    verdict = evaluate(src, "fixed", host, contract, coverage=False)
+    assert "static checks not run: static checks: NVRTC not available (test)" in verdict.notes
+    assert not {"no_atomics", "resources"} & {f.key for f in verdict.findings}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_timeout_must_be_positive(value, capsys):
+    from analysis import gate
+
+    with pytest.raises(SystemExit) as stop:
+        gate.main(["--backend", "host", "--timeout", value])
+    assert stop.value.code == 2 and "--timeout must be a positive number" in capsys.readouterr().err

@@ -5,6 +5,11 @@ source. The shim header maps CUDA spellings to C++; the flags keep IEEE
 float32 semantics (no contraction into FMAs, no fast-math). Shared libraries
 are cached by the hash of everything that goes into them; concurrent pytest
 workers share the cache safely (a file lock, then an atomic rename).
+
+The kernel's ISV lives in :class:`Guarded` memory, so a stray write outside
+it faults (or, within a window's canaries, is seen with its offset) instead of
+corrupting this process; the gate runs candidates in child processes
+(:mod:`repro.isolation`), where such a fault becomes a row.
 """
 
 from __future__ import annotations
