@@ -8,6 +8,7 @@
 // CUDA headers (cuda_runtime.h, cuda.h) and the CUDART_* constants.
 #pragma once
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmath>

@@ -11,6 +11,7 @@ the host build of the same file.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -96,10 +97,36 @@ def test_refactor_is_cuda_for_nvrtc(contract, path):
 
 
 def test_gate_time_per_candidate_on_the_cpu(contract, host):
-    """The gate's own time for a candidate (static rules, compile, isolated runs, coverage) stays under 2 s."""
+    """The gate's own work for a candidate (compile, static rules, isolated runs, coverage) stays under 2 s.
+
+    Measured as CPU time of this process and its children (the workers, the compiler), which other
+    test workers on the machine do not inflate; best of three (the first may compile).
+    """
     from analysis.verdict import evaluate
 
-    # Best of three: the figure is the gate's own work, not the time other test workers take from it.
-    verdicts = [evaluate(load_kernel(REFACTORS[0], SYMBOL), "fixed", host, contract) for _ in range(3)]
-    assert all(v.ok for v in verdicts)
-    assert min(v.seconds for v in verdicts) < 2.0, [v.seconds for v in verdicts]
+    def cpu_seconds():
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    spent = []
+    for _ in range(3):
+        before = cpu_seconds()
+        assert evaluate(load_kernel(REFACTORS[0], SYMBOL), "fixed", host, contract).ok
+        spent.append(cpu_seconds() - before)
+    assert min(spent) < 2.0, spent
+
+
+def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
+    """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
+    from analysis.verdict import evaluate
+    from repro import coverage
+
+    if coverage.unavailable_reason():
+        pytest.skip(coverage.unavailable_reason())
+    path = Path(__file__).parent / "candidates" / "uncovered_branch.cu"
+    unreached = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if "lambda = 0.5f;" in line)
+    relaxed = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract)
+    row = next(f for f in relaxed.findings if f.key == "coverage")
+    assert relaxed.ok and f"lines never run: {unreached}" in row.measured
+    strict = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract, require_coverage=True)
+    assert [f.key for f in strict.failed] == ["coverage"]
