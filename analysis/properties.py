@@ -294,6 +294,7 @@ def nonfinite(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
+    seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
     wrong = [k for k in table if seen.get(k) != table[k]]
     where = "; ".join(f"{k}: {seen.get(k)} (contract: {table[k]})" for k in wrong[:3])
     return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", f"{len(table)} cases pinned",
@@ -372,12 +373,22 @@ def applicable(ctrl: Controller) -> list[str]:
     return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
 
 
+#: Experiment groups (repro.campaign.GROUPS) each check reads; the others read the catalogue.
+NEEDS = {"dead_zone": ("dead_zone",), "ramp_onset": ("onsets",), "decay_onset": ("onsets",), "guards": ("guards",),
+         "nonfinite": ("nonfinite",), "launch_modes": ("catalogue", "per_step"), "single_thread": (),
+         "execution": (), "isolation": ()}
+
+
 def _judge_one(ev: Evidence, key: str) -> Finding:
+    """One check; "not measured" (a failure) where the candidate crashed or hung in what it needs."""
+    missing = [g for g in NEEDS.get(key, ("catalogue",)) if g not in ev.groups_run]
     try:
-        return CHECKS[key](ev)
-    except MissingEvidence as err:  # the candidate crashed or hung in an experiment this property needs
-        return Finding(key, key, "", "", f"not measured: scenario {err.args[0]!r} did not finish", False,
-                       "see the execution row")
+        if not missing:
+            return CHECKS[key](ev)
+    except MissingEvidence as err:
+        missing = [f"scenario {err.args[0]!r}"]
+    return Finding(key, key, "", "", f"not measured: {', '.join(missing)} did not finish", False,
+                   "see the execution row")
 
 
 def judge(ev: Evidence, require_coverage: bool = False) -> list[Finding]:

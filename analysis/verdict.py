@@ -68,7 +68,7 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     be = backend
     start = time.perf_counter()
     notes = []
-    kernel = be.compile(source, contract.slots)  # the backend's compiler speaks first on a broken source
+    be.check_compiles(source, contract.slots)  # the backend's compiler speaks first on a broken source
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.unavailable_reason()
@@ -76,7 +76,10 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
             notes.append(f"static checks not run: {reason}")
         else:
             static_report = ptx.analyse(source)
-    evidence = collect(kernel, controller) if timeout is None else collect_isolated(be, kernel, controller, timeout)
+    if timeout is None:
+        evidence = collect(be.compile(source, contract.slots), controller)
+    else:  # the candidate's code runs in child processes only
+        evidence = collect_isolated(be, source, contract.slots, controller, timeout)
     coverage_report = None
     if coverage or require_coverage:
         reason = cov.unavailable_reason() or unavailable_reason("host")

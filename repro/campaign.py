@@ -20,6 +20,9 @@ from repro.probes import ThreadProbe, onsets, single_thread
 from repro.runner import Run, run_scenarios
 from repro.scenarios import PROBE_TARGETS, REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases
 
+#: Every experiment group, in the order they run.
+GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "onsets", "threads")
+
 
 class MissingEvidence(KeyError):
     """An experiment whose result is missing because the candidate crashed or hung in it."""
@@ -57,6 +60,7 @@ class Evidence:
     timeout: float | None = None  # s per experiment group, when run isolated
     isv_len: int = 0  # floats in the ISV: a stray index outside [0, isv_len) is a write outside it
     static: object | None = None  # repro.ptx.StaticReport, where NVRTC ran
+    groups_run: frozenset[str] = frozenset(GROUPS)  # groups with at least one result (see GROUPS)
     coverage: object | None = None  # repro.coverage.Coverage, where gcov ran
 
     def run(self, name: str) -> Run:
@@ -79,8 +83,6 @@ def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[li
     }
 
 
-#: Every experiment group, in the order they run.
-GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "onsets", "threads")
 
 
 def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: int | None = None, seed: int = 0):
@@ -123,6 +125,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         faults=list(faults),
         timeout=timeout,
         isv_len=slots.isv_len,
+        groups_run=frozenset(g for g in GROUPS if results.get(g) not in (None, {}, [])),
     )
 
 

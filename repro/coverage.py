@@ -116,8 +116,8 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
         if done.returncode != 0:
             raise compile_error(source.origin, Path(backend.cxx).name, done.stderr)
-        kernel = HostKernel(ctypes.CDLL(str(lib)), source, slots)
-        worker = Worker(backend, kernel, controller, seed)
+        worker = Worker(backend, source, slots, controller, seed,
+                        load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
         faults = []
         try:
             faults += [f"{group}: not run (it crashed or hung in the gated build)" for group in GROUPS if group in skip]

@@ -19,9 +19,11 @@ workers are spawned and compile the kernel themselves; a device fault
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing as mp
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from repro.backends.base import Backend, CompiledKernel
@@ -44,13 +46,17 @@ class _Answer:
     ok: bool
     value: object = None  # the group's result, or the error text
     fault: tuple[str, str] | None = None  # (kind, detail) when the worker died or hung
+    at_load: bool = False  # it died before its first request (loading the kernel)
 
 
-def _serve(conn, kernel: CompiledKernel | None, backend_name: str, source: KernelSource, slots: Slots,
+def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource, slots: Slots,
            controller: Controller, seed: int) -> None:
-    """Worker loop: answer ``(group, only)`` requests until told to stop (``None``)."""
+    """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``)."""
+    faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
     try:
-        if kernel is None:  # spawned: compile here
+        if load is not None:  # forked: the parent's loader (a cached build, loaded here)
+            kernel = load()
+        else:  # spawned: compile here
             from repro.backends import get_backend
 
             kernel = get_backend(backend_name).compile(source, slots)
@@ -84,10 +90,16 @@ def _is_device_fault(err: Exception) -> bool:
 
 
 class Worker:
-    """One child process that serves experiment requests for one compiled kernel."""
+    """One child process that loads a kernel and serves experiment requests for it.
 
-    def __init__(self, backend: Backend, kernel: CompiledKernel, controller: Controller, seed: int = 0):
-        self.backend, self.kernel, self.controller, self.seed = backend, kernel, controller, seed
+    The kernel is loaded in the child only (``load``, or ``backend.compile``), so
+    that not even the candidate's load-time code runs in the gate's own process.
+    """
+
+    def __init__(self, backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
+                 load: Callable[[], CompiledKernel] | None = None):
+        self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
+        self.load = load or (lambda: backend.compile(source, slots))
         self.proc = None
         self.conn = None
 
@@ -95,7 +107,7 @@ class Worker:
         forkable = self.backend.name == "host"
         ctx = mp.get_context("fork" if forkable else "spawn")
         parent, child = ctx.Pipe()
-        args = (child, self.kernel if forkable else None, self.backend.name, self.kernel.source, self.kernel.slots,
+        args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
                 self.controller, self.seed)
         self.proc = ctx.Process(target=_serve, args=args, daemon=True)
         self.proc.start()
@@ -108,6 +120,9 @@ class Worker:
         if self.proc is None:
             started = self._start()
             if started is not None and not started.ok:
+                if started.fault:  # it died loading the kernel: no scenario is to blame
+                    started.fault = (started.fault[0], f"{started.fault[1]} while loading the kernel")
+                    started.at_load = True
                 return started
         try:
             self.conn.send(request)
@@ -184,7 +199,7 @@ def _run_groups(worker: Worker, controller: Controller, groups, timeout: float, 
             continue
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
-        if group not in sizes:  # onsets, threads: one experiment, nothing to narrow down
+        if group not in sizes or answer.at_load:  # one experiment (onsets, threads), or no scenario ran at all
             faults.append(Fault(group, "", *answer.fault))
             continue
         partial, culprits = {}, 0
@@ -206,12 +221,15 @@ def _run_groups(worker: Worker, controller: Controller, groups, timeout: float, 
     return results, faults
 
 
-def collect_isolated(backend: Backend, kernel: CompiledKernel, controller: Controller,
+def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, controller: Controller,
                      timeout: float = DEFAULT_TIMEOUT, seed: int = 0) -> Evidence:
-    """:func:`repro.campaign.collect`, with every group run in a worker under ``timeout`` s (see the module doc)."""
-    worker = Worker(backend, kernel, controller, seed)
+    """:func:`repro.campaign.collect`, with every group run in a worker under ``timeout`` s (see the module doc).
+
+    Compile first (``backend.check_compiles``): a compile error is the caller's to report.
+    """
+    worker = Worker(backend, source, slots, controller, seed)
     try:
         results, faults = _run_groups(worker, controller, GROUPS, timeout, seed)
     finally:
         worker.stop()
-    return assemble(controller, kernel.slots, results, faults, timeout, seed)
+    return assemble(controller, slots, results, faults, timeout, seed)

@@ -149,3 +149,17 @@ def test_timeout_must_be_positive(value, capsys):
     with pytest.raises(SystemExit) as stop:
         gate.main(["--backend", "host", "--timeout", value])
     assert stop.value.code == 2 and "--timeout must be a positive number" in capsys.readouterr().err
+
+
+def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
+    """Host code run at load time (no NVRTC to refuse it) kills a worker, never the gate."""
+    from pathlib import Path
+
+    from analysis.verdict import evaluate
+
+    path = Path(__file__).parent / "candidates" / "load_time_crash.cu"
+    src = KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path))
+    verdict = evaluate(src, "fixed", host, contract, timeout=5, static=False, coverage=False)
+    row = next(f for f in verdict.failed if f.key == "execution")
+    assert "crash (SIGABRT while loading the kernel)" in row.where
+    assert all(f.scenario == "" for f in verdict.evidence.faults)

@@ -86,6 +86,13 @@ class Backend(ABC):
     def compile(self, source: KernelSource, slots: Slots) -> CompiledKernel:
         """Compile (cached by content) or raise a one-line :class:`SuiteError`."""
 
+    def check_compiles(self, source: KernelSource, slots: Slots) -> None:
+        """Raise the one-line compile error, if any, without running candidate code in this process.
+
+        (NVRTC runs no candidate code on the host, so compiling is enough; the host backend overrides it.)
+        """
+        self.compile(source, slots)
+
     @abstractmethod
     def describe(self) -> str:
         """The device, in words (GPU name, or the CPU and compiler)."""

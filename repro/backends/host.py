@@ -165,14 +165,22 @@ class HostBackend(Backend):
         return f"{cpu} ({os.cpu_count()} cores), {self.compiler_version}"
 
     def compile(self, source: KernelSource, slots: Slots) -> HostKernel:
+        key, lib = self._library(source, slots)
+        if key not in self._loaded:
+            self._loaded[key] = HostKernel(ctypes.CDLL(str(lib)), source, slots)
+        return self._loaded[key]
+
+    def check_compiles(self, source: KernelSource, slots: Slots) -> None:
+        """Build the library (or find it cached) without loading it: no candidate code runs in this process."""
+        self._library(source, slots)
+
+    def _library(self, source: KernelSource, slots: Slots) -> tuple[str, Path]:
         check_symbol(source)
         unit = harness_unit(source, slots, for_device=False)
         key = hashlib.sha256(
             "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]
-        if key not in self._loaded:
-            self._loaded[key] = HostKernel(ctypes.CDLL(str(self._build(unit, key, source))), source, slots)
-        return self._loaded[key]
+        return key, self._build(unit, key, source)
 
     def _build(self, unit: str, key: str, source: KernelSource) -> Path:
         folder = cache_dir()
