@@ -7,6 +7,8 @@
 // kernels/host_include/ (on the include path) holds empty stand-ins for the
 // CUDA headers (cuda_runtime.h, cuda.h) and the CUDART_* constants.
 #pragma once
+#include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +71,43 @@ static inline double __fma_rn(double a, double b, double c) { return std::fma(a,
 // non-NaN operand.
 // CUDA's saturate clamps to [+0, 1] and maps NaN to +0 (PTX cvt.sat).
 static inline float __saturatef(float x) { return x >= 1.0f ? 1.0f : (x > 0.0f ? x : 0.0f); }
+
+// CUDA's overloaded max/min: the float ones are fmaxf/fminf (the non-NaN operand).
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+static inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+
+// Float to integer as the GPU's cvt does: the named rounding, NaN to 0, saturated at the type's range.
+static inline int rlq_f2i(float r) {
+    return r != r ? 0 : r >= 2147483648.0f ? INT_MAX : r <= -2147483648.0f ? INT_MIN : (int)r;
+}
+static inline unsigned int rlq_f2u(float r) { return r != r || r <= 0.0f ? 0u : r >= 4294967296.0f ? UINT_MAX : (unsigned int)r; }
+static inline int __float2int_rn(float x) { return rlq_f2i(nearbyintf(x)); }  // default mode: to nearest even
+static inline int __float2int_rz(float x) { return rlq_f2i(truncf(x)); }
+static inline int __float2int_rd(float x) { return rlq_f2i(floorf(x)); }
+static inline int __float2int_ru(float x) { return rlq_f2i(ceilf(x)); }
+static inline unsigned int __float2uint_rn(float x) { return rlq_f2u(nearbyintf(x)); }
+static inline unsigned int __float2uint_rz(float x) { return rlq_f2u(truncf(x)); }
+static inline float __int2float_rn(int i) { return (float)i; }
+static inline float __uint2float_rn(unsigned int u) { return (float)u; }
+
+// Integer bit intrinsics.
+static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline unsigned int __brev(unsigned int x) {
+    unsigned int r = 0;
+    for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
 
 // Bit casts.
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }

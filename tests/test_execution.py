@@ -39,6 +39,10 @@ extern "C" __global__ void probe(float* v) {
     v[13] = __uint_as_float(__float_as_uint(v[3]) ^ 0x80000000u);
     v[14] = fminf(v[4], v[5]);
     v[15] = __fdiv_rn(v[1], v[5]);
+    v[16] = __int_as_float(__float2int_rn(v[3]));
+    v[17] = max(v[4], v[5]);
+    v[18] = __int_as_float(__popc(__float_as_uint(v[3])) + __clz(__float_as_int(v[3])));
+    v[19] = __uint_as_float(__brev(__float_as_uint(v[3])));
 }
 """
 
@@ -50,15 +54,24 @@ def _probe(backend, contract, inputs):
     isv = new_isv(contract.slots, 0.1)[0]
     isv[: len(inputs)] = inputs
     _, final = kernel.run_per_step(isv, isv[[contract.slots.kl]], isv[[contract.slots.target]])
-    return final[10:16]
+    return final[10:20]
 
 
 def test_host_intrinsics_have_cudas_semantics(contract, host):
     a = F32(1 + 2.0**-12)  # a·a = 1 + 2^-11 + 2^-24: only a fused multiply-add keeps the 2^-24
-    out = _probe(host, contract, np.array([np.nan, a, -(1 + 2.0**-11), 2.0, np.nan, 3.0], dtype=F32))
+    out = _probe(host, contract, np.array([np.nan, a, -(1 + 2.0**-11), 2.5, np.nan, 3.0], dtype=F32))
     assert out[0].view(np.uint32) == 0, "__saturatef(NaN) is +0"
     assert out[1] == F32(2.0**-24) and out[2] == 0.0, "fmaf is fused, __fmul_rn then + is not"
-    assert out[3] == -2.0 and out[4] == 3.0 and out[5] == F32(a / F32(3.0))
+    assert out[3] == -2.5 and out[4] == 3.0 and out[5] == F32(a / F32(3.0))
+    assert out[6].view(np.int32) == 2 and out[7] == 3.0, "2.5 rounds to even; max(NaN, 3) is 3"
+    # 2.5f is 0x40200000: bits 30 and 21 set, so popc 2, clz 1, and reversed: bits 1 and 10.
+    assert out[8].view(np.int32) == 2 + 1 and out[9].view(np.uint32) == (1 << 1) | (1 << 10)
+
+
+@pytest.mark.parametrize("x,expected", [(np.nan, 0), (3.5, 4), (-2.5, -2), (1e10, 2**31 - 1), (-np.inf, -(2**31))])
+def test_float_to_int_saturates_as_on_the_gpu(contract, host, x, expected):
+    out = _probe(host, contract, np.array([0, 1, 0, x, 0, 0], dtype=F32))
+    assert out[6].view(np.int32) == expected
 
 
 @pytest.mark.gpu
