@@ -130,3 +130,24 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     assert relaxed.ok and f"lines never run: {unreached}" in row.measured
     strict = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract, require_coverage=True)
     assert [f.key for f in strict.failed] == ["coverage"]
+
+
+FAILING = [p for p in CANDIDATES if header(p).get("expect-exit") == "1"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", FAILING, ids=[p.stem for p in FAILING])
+def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
+    """On the cupy backend the same rows fail: a device fault or a hung kernel ends its worker, not the gate.
+
+    The limit is at least 5 s there: a GPU worker also compiles the thread probe's unit on first use.
+    """
+    from analysis.verdict import evaluate
+    from repro.backends import get_backend
+
+    spec = header(path)
+    args = shlex.split(spec.get("gate-args", ""))
+    timeout = max(5.0, float(args[args.index("--timeout") + 1])) if "--timeout" in args else 30.0
+    verdict = evaluate(load_kernel(path, SYMBOL), "fixed", get_backend("cupy"), contract, timeout=timeout,
+                       require_coverage="--require-coverage" in args)
+    assert spec["expect-row"] in {f.key for f in verdict.failed}, [(f.key, f.where) for f in verdict.failed]
