@@ -4,7 +4,10 @@
                             [--timeout S] [--require-coverage]
 
 Exit 0 when every property holds, 1 when any is violated, 2 for a usage
-error, a missing file, a kernel that does not compile or lacks the symbol.
+error, a missing file, a kernel that does not compile (host compiler or
+NVRTC) or lacks the extern "C" symbol. The candidate runs in child processes,
+each experiment group under --timeout S: a crash or a hang is a failing
+``execution`` row naming the scenario (exit 1), never a dead gate.
 """
 
 from __future__ import annotations
