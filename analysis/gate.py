@@ -1,6 +1,6 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
-    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH]
+    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH] [--sanitize]
                             [--timeout S] [--require-coverage]
 
 Exit 0 when every property holds, 1 when any is violated, 2 for a usage
@@ -17,12 +17,14 @@ import json
 import sys
 from pathlib import Path
 
+from analysis.memory_findings import memory_findings
 from analysis.verdict import Verdict, evaluate
 from repro.backends import NAMES, get_backend
 from repro.contract import load
 from repro.errors import SuiteError
 from repro.isolation import DEFAULT_TIMEOUT
 from repro.kernel_source import load_kernel
+from repro.sanitize import sanitize
 
 
 def format_table(verdict: Verdict, contract_path: Path) -> str:
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
+    parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"wall-clock limit per experiment group, run in a child process (default {DEFAULT_TIMEOUT:g} s)")
     parser.add_argument("--require-coverage", action="store_true",
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.kernel) if args.kernel else controller.kernel
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
                            timeout=args.timeout, require_coverage=args.require_coverage)
+        if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/sanitize.py)
+            verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2

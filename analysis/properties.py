@@ -7,6 +7,8 @@ states a tolerance (the per-step rates, "about 34 steps").
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -15,7 +17,7 @@ from repro import spec
 from repro.campaign import Evidence, MissingEvidence
 from repro.contract import Controller
 from repro.runner import Run
-from repro.spec import band_edges
+from repro.spec import Rule, band_edges
 
 F32 = np.float32
 
@@ -52,13 +54,26 @@ def same(a, b) -> bool:
     return bool(np.array_equal(bits(a), bits(b)))
 
 
+def differs_beyond_nan(a, b) -> np.ndarray:
+    """Where float32 arrays differ in their bits, a NaN against a NaN excepted: arithmetic on a NaN returns the
+    GPU's canonical NaN but the CPU's input NaN (the peers' λ·2 with λ = NaN), and neither is the rule's choice."""
+    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
+    return (bits(a) != bits(b)) & ~(np.isnan(a) & np.isnan(b))
+
+
 def _g(x: float) -> str:
     return f"{float(x):.8g}"
 
 
+def _limits(ctrl: Controller) -> tuple[np.float32, np.float32]:
+    """The floor and ceiling as float32, or 0 and +inf where the rule has none."""
+    floor, ceiling = ctrl.bound("floor"), ctrl.bound("ceiling")
+    return F32(0.0 if floor is None else floor), F32(np.inf if ceiling is None else ceiling)
+
+
 def _valid_runs(ev: Evidence) -> list[Run]:
     """Catalogue runs with ordinary inputs: λ0 within the bounds, not the bad-value family."""
-    floor, ceiling = F32(ev.controller.value("floor")), F32(ev.controller.value("ceiling"))
+    floor, ceiling = _limits(ev.controller)
     return [r for r in ev.catalogue if r.scenario.family != "bad_values" and floor <= r.scenario.lambda0 <= ceiling]
 
 
@@ -109,22 +124,45 @@ def ceiling(ev: Evidence) -> Finding:
     return _bound(ev, "ceiling", ("diverged", "ramp_from_floor"), lambda lam, b: lam > b)
 
 
+#: Relative tolerance of a per-step rate that the contract derives rather than states (the proportional rule).
+DERIVED_RTOL = 1e-6
+
+
+def _rate_doc(ctrl: Controller, key: str) -> tuple[str, float, float, str, int]:
+    """(documented text, per-step factor, rtol, doc, line) of the ramp or decay rate."""
+    if ctrl.has(key):
+        doc = ctrl[key]
+        if doc.op == "div":
+            return f"÷{_g(doc.value)}", 1.0 / doc.value, doc.rtol, doc.doc, doc.line
+        return f"×{_g(doc.value)}", doc.value, doc.rtol, doc.doc, doc.line
+    # proportional: the saturated multiplier 1 ± clip·n_steps/horizon (real arithmetic)
+    sign = 1.0 if key == "ramp" else -1.0
+    clip, n, h = (ctrl.value(k) for k in ("clip", "n_steps", "horizon"))
+    doc = ctrl["horizon"]
+    shown = f"×(1 {'+' if sign > 0 else '−'} {_g(clip)}·{_g(n)}/{_g(h)})"
+    return shown, 1.0 + sign * clip * n / h, DERIVED_RTOL, doc.doc, doc.line
+
+
 def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
-    doc = ev.controller[key]
+    documented, factor, rtol, doc, line = _rate_doc(ev.controller, key)
     r = ev.run(scenario)
     lam = np.concatenate([[r.scenario.lambda0], r.lam]).astype(np.float64)
-    lo, hi = ev.controller.value("floor"), ev.controller.value("ceiling")
-    free = (lam[1:] > F32(lo)) & (lam[1:] < F32(hi)) & (lam[:-1] > 0)
+    lo, hi = _limits(ev.controller)
+    # Steps between normal floats, off the bounds: subnormal λ rounds coarsely, and ±inf has no ratio.
+    tiny, big = float(np.finfo(F32).tiny), float(np.finfo(F32).max)
+    free = (lam[1:] > lo) & (lam[1:] < hi) & (lam[:-1] > 0) & (np.minimum(lam[1:], lam[:-1]) >= tiny)
+    free &= np.maximum(lam[1:], lam[:-1]) <= big
     ratios = lam[1:][free] / lam[:-1][free]
+    predicted = f"×{_g(factor)}"
     if ratios.size == 0:
-        return Finding(key, f"{key} rate (× per step)", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
-                       "no unclamped step", False, f"{scenario}: λ never moves freely", doc.doc, doc.line)
+        return Finding(key, f"{key} rate (× per step)", documented, predicted,
+                       "no unclamped step", False, f"{scenario}: λ never moves freely", doc, line)
     median = float(np.median(ratios))
-    worst = ratios[np.argmax(np.abs(ratios - doc.value))]
-    ok = doc.accepts(median) and doc.accepts(float(worst))
+    worst = ratios[np.argmax(np.abs(ratios - factor))]
+    ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
     where = "" if ok else f"{scenario}: step ratio {_g(worst)}"
-    return Finding(key, f"{key} rate (× per step, rtol {doc.rtol:g})", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
-                   f"×{median:.8f} (median of {ratios.size} unclamped steps)", ok, where, doc.doc, doc.line, median)
+    return Finding(key, f"{key} rate (× per step, rtol {rtol:g})", documented, predicted,
+                   f"×{median:.8f} (median of {ratios.size} unclamped steps)", ok, where, doc, line, median)
 
 
 def ramp(ev: Evidence) -> Finding:
@@ -143,27 +181,34 @@ def _steps_to(r: Run, factor: float) -> int | None:
 
 
 def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, predicted: int, title: str) -> Finding:
-    doc = ev.controller[key]
+    """Judged against the documented count where the contract states one; else against the closed form
+    of the rule's rate, within one step (float32 rounding moves the crossing by at most one)."""
+    ctrl = ev.controller
+    if ctrl.has(key):
+        doc = ctrl[key]
+        accepts, text, line = doc.accepts, doc.doc, doc.line
+        documented = f"{doc.value:g}" + (f" ± {doc.tolerance:g}" if doc.tolerance else "")
+    else:
+        rate = "ramp" if factor > 1 else "decay"
+        _, _, _, text, line = _rate_doc(ctrl, rate)
+        accepts, documented = (lambda c: abs(c - predicted) <= 1), f"— (closed form {predicted} ± 1)"
     counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
-    ok = all(c is not None and doc.accepts(c) for c in counts.values())
-    where = "" if ok else "; ".join(f"{n}: {c}" for n, c in counts.items() if c is None or not doc.accepts(c))
+    ok = all(c is not None and accepts(c) for c in counts.values())
+    where = "" if ok else "; ".join(f"{n}: {c}" for n, c in counts.items() if c is None or not accepts(c))
     shown = ", ".join(f"{c} from λ0 {_g(ev.run(n).scenario.lambda0)}" for n, c in counts.items())
-    documented = f"{doc.value:g}" + (f" ± {doc.tolerance:g}" if doc.tolerance else "")
     value = next(iter(counts.values()))
-    return Finding(key, title, documented, str(predicted), shown, ok, where, doc.doc, doc.line,
+    return Finding(key, title, documented, str(predicted), shown, ok, where, text, line,
                    None if value is None else float(value))
 
 
 def steps_to_double(ev: Evidence) -> Finding:
-    ctrl = ev.controller
     return _count(ev, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0,
-                  spec.steps_to_double(ctrl.value("ramp")), "steps to double (sustained high KL)")
+                  spec.steps_to_double(_rate_doc(ev.controller, "ramp")[1]), "steps to double (sustained high KL)")
 
 
 def steps_to_halve(ev: Evidence) -> Finding:
-    ctrl = ev.controller
     return _count(ev, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5,
-                  spec.steps_to_halve(ctrl.value("decay")), "steps to halve (sustained low KL)")
+                  spec.steps_to_halve(_rate_doc(ev.controller, "decay")[1]), "steps to halve (sustained low KL)")
 
 
 def steps_to_floor(ev: Evidence) -> Finding:
@@ -181,22 +226,41 @@ def steps_to_floor(ev: Evidence) -> Finding:
                    None if step is None else float(step))
 
 
+_EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
+
+
+def _edge_doc(ctrl: Controller, side: str):
+    """The Documented entry and the text (``target·3``) of the band's upper or lower edge."""
+    key = f"{side}_edge"
+    if ctrl.has(key):
+        doc = ctrl[key]
+        return doc, _EDGE_TEXT[doc.form or "mul"].format(a=f"{doc.value:g}")
+    doc = ctrl["tolerance"]
+    return doc, f"target·{doc.value:g}" if side == "upper" else f"target/{doc.value:g}"
+
+
 def dead_zone(ev: Evidence) -> Finding:
-    doc = ev.controller["tolerance"]
+    ctrl = ev.controller
+    (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
     moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
     moved = [(r, s) for r, s in moved if s is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = f"{moved[0][0].scenario.name}, step {moved[0][1]}: λ → {_g(moved[0][0].lam[moved[0][1] - 1])}" if moved else ""
-    return Finding("dead_zone", f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit",
-                   f"×/÷{doc.value:g}, edges inclusive", f"{len(ev.dead_zone)} probes × {steps} steps unchanged",
+    if ctrl.has("upper_edge"):
+        title, documented = f"dead zone [{lo}, {up}] holds λ bit for bit", f"[{lo}, {up}], edges inclusive"
+    else:
+        title = f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit"
+        documented = f"×/÷{doc.value:g}, edges inclusive"
+    return Finding("dead_zone", title, documented, f"{len(ev.dead_zone)} probes × {steps} steps unchanged",
                    f"{len(ev.dead_zone) - len(moved)}/{len(ev.dead_zone)} probes held λ for {steps} steps",
                    not moved, where, doc.doc, doc.line, float(len(moved)))
 
 
 def _onset(ev: Evidence, which: str) -> Finding:
-    doc = ev.controller["tolerance"]
+    doc, sym = _edge_doc(ev.controller, "upper" if which == "ramp" else "lower")
+    rule = Rule.of(ev.controller)
     edge_key = "above" if which == "ramp" else "below"
-    expected = np.array([band_edges(t, doc.value)[edge_key] for t in ev.probe_targets], dtype=F32)
+    expected = np.array([band_edges(t, rule)[edge_key] for t in ev.probe_targets], dtype=F32)
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
@@ -204,7 +268,6 @@ def _onset(ev: Evidence, which: str) -> Finding:
     where = "" if ok else (f"target {_g(ev.probe_targets[bad[0]])}: {which} begins at KL {_g(found[bad[0]])}, "
                            f"documented {_g(expected[bad[0]])}")
     rel = ">" if which == "ramp" else "<"
-    sym = f"target·{doc.value:g}" if which == "ramp" else f"target/{doc.value:g}"
     shown = ", ".join(f"{x:.8g}" for x in ratio) + " × target"
     return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)",
                    f"KL {rel} {sym}", f"next float {'above' if which == 'ramp' else 'below'} fl32({sym})",
@@ -233,7 +296,7 @@ def guards(ev: Evidence) -> Finding:
 
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
-    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
+    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone + ev.vanishing
     stray = [r for r in everything if r.stray]
     outside = next((r for r in everything if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
     first = outside or (stray[0] if stray else None)
@@ -254,12 +317,13 @@ def spec_agreement(ev: Evidence) -> Finding:
     for r in ev.catalogue:
         expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
         total += r.scenario.steps
-        if not where and not same(r.lam, expected):
-            step = first_step(bits(r.lam) != bits(expected))
+        if not where and differs_beyond_nan(r.lam, expected).any():
+            step = first_step(differs_beyond_nan(r.lam, expected))
             where = f"{r.scenario.name}, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
     return Finding("spec_agreement", "bit-identical to the float32 spec model", "identical", "identical",
                    "identical" if not where else "differs", not where, where,
-                   "DESIGN.md §7: the kernel must match the spec bit for bit on every scenario", 0, float(total))
+                   "DESIGN.md §7: the kernel must match the spec bit for bit on every scenario "
+                   "(a NaN matches a NaN: payloads are the backend's)", 0, float(total))
 
 
 def launch_modes(ev: Evidence) -> Finding:
@@ -275,19 +339,19 @@ def launch_modes(ev: Evidence) -> Finding:
 
 
 def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
-    """Name what one step did to λ: unchanged, max, min, ramp, decay, or other (value)."""
-    with np.errstate(all="ignore"):
-        outcomes = {
-            "unchanged": lam0,
-            "max": rule.ceiling,
-            "min": rule.floor,
-            "ramp": np.fmin(rule.ceiling, F32(lam0 * rule.ramp)),
-            "decay": np.fmax(rule.floor, F32(lam0 * rule.decay)),
-        }
+    """Name what one step did to λ: unchanged, max, min, ramp, decay, nan (a new NaN), or other (value)."""
+    outcomes = {
+        "unchanged": lam0,
+        "max": rule.ceiling,
+        "min": rule.floor,
+        "ramp": spec.ramped(rule, lam0),
+        "decay": spec.decayed(rule, lam0),
+    }
     for name, value in outcomes.items():
-        if same(value, lam1):
+        if value is not None and same(value, lam1):
             return name
-    return f"other ({_g(lam1)})"
+    # A NaN's payload is the backend's (the GPU returns its canonical NaN): any NaN λ is "nan".
+    return "nan" if np.isnan(lam1) else f"other ({_g(lam1)})"
 
 
 def nonfinite(ev: Evidence) -> Finding:
@@ -295,7 +359,9 @@ def nonfinite(ev: Evidence) -> Finding:
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
     seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
-    wrong = [k for k in table if seen.get(k) != table[k]]
+    # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
+    nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
+    wrong = [k for k in table if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan)]
     where = "; ".join(f"{k}: {seen.get(k)} (contract: {table[k]})" for k in wrong[:3])
     return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", f"{len(table)} cases pinned",
                    f"{len(table)} cases", f"{len(table) - len(wrong)}/{len(table)} cases as pinned",
@@ -362,21 +428,86 @@ def coverage(ev: Evidence, required: bool = False) -> Finding:
                    float(cov.lines_hit + cov.branches_hit))
 
 
+def vanishing_summary(r: Run) -> dict:
+    """What sustained aligned KL, then sustained high KL, did to λ in the ``vanishing`` run.
+
+    Keys: first_subnormal, first_zero (1-based steps or None), settled (λ at the end of the aligned
+    stretch), recovered (first step of the high stretch, counted from its start, at which λ is back at
+    λ0 or above; None if never), final (λ at the end).
+    """
+    n = int(r.scenario.params["aligned_steps"])
+    lam = r.lam
+    tiny = np.finfo(F32).tiny
+    sub = first_step((lam[:n] > 0) & (lam[:n] < tiny))
+    zero = first_step(lam[:n] == 0)
+    back = first_step(lam[n:] >= r.scenario.lambda0)
+    return {"first_subnormal": sub, "first_zero": zero, "settled": F32(lam[n - 1]), "recovered": back,
+            "final": F32(lam[-1])}
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_vanishing(rule: Rule, lambda0: np.float32, n: int, kl_low: np.float32, kl_high: np.float32,
+                    target: np.float32) -> np.ndarray:
+    """The spec's λ over the vanishing scenario (cached: tens of thousands of steps for the slow rules)."""
+    kl = np.concatenate([np.full(n, kl_low, F32), np.full(n, kl_high, F32)])
+    return spec.run(rule, [lambda0], kl[:, None], np.full((2 * n, 1), target, F32))[:, 0]
+
+
+def _describe_vanishing(v: dict) -> str:
+    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
+             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {_g(v['settled'])}",
+             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
+             f"never back under high KL (ends at {_g(v['final'])})"]
+    return "; ".join(parts)
+
+
+def vanishing(ev: Evidence) -> Finding:
+    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard freezes
+    it), and does high KL bring it back? Judged against the spec model's prediction, bit for bit."""
+    doc = ev.controller["floor"]
+    r = ev.vanishing[0]
+    sc = r.scenario
+    n = int(sc.params["aligned_steps"])
+    expected = _spec_vanishing(spec.Rule.of(ev.controller), sc.lambda0, n, sc.kl[0], sc.kl[-1], sc.target[0])
+    got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
+    ok = same(r.lam, expected)
+    where = ""
+    if not ok:
+        step = first_step(bits(r.lam) != bits(expected))
+        where = f"vanishing, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
+    value = got["first_zero"] or got["first_subnormal"]
+    return Finding("vanishing", "no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)",
+                   "no floor", _describe_vanishing(want), _describe_vanishing(got), ok, where, doc.doc, doc.line,
+                   None if value is None else float(value))
+
+
 #: Every property the gate judges, in its order.
-CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, dead_zone,
-                                  ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement, launch_modes,
-                                  single_thread, execution)}
+CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, vanishing,
+                                  dead_zone, ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement,
+                                  launch_modes, single_thread, execution)}
+#: Properties of a band (a dead zone with edges); the proportional rule has none.
+BAND_ONLY = ("dead_zone", "ramp_onset", "decay_onset")
 
 
 def applicable(ctrl: Controller) -> list[str]:
-    """The properties judged for a contract entry (steps_to_floor only where it is documented)."""
-    return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
+    """The properties judged for a contract entry: floor and ceiling where the rule has them, vanishing where
+    it has no floor, steps_to_floor where documented, the band's properties for band rules."""
+    def applies(key: str) -> bool:
+        if key in ("floor", "ceiling"):
+            return ctrl.bound(key) is not None
+        if key == "vanishing":
+            return ctrl.bound("floor") is None
+        if key == "steps_to_floor":
+            return ctrl.has("steps_to_floor")
+        return key not in BAND_ONLY or ctrl.is_band
+
+    return [key for key in CHECKS if applies(key)]
 
 
 #: Experiment groups (repro.campaign.GROUPS) each check reads; the others read the catalogue.
 NEEDS = {"dead_zone": ("dead_zone",), "ramp_onset": ("onsets",), "decay_onset": ("onsets",), "guards": ("guards",),
          "nonfinite": ("nonfinite",), "launch_modes": ("catalogue", "per_step"), "single_thread": (),
-         "execution": (), "isolation": ()}
+         "execution": (), "isolation": (), "vanishing": ("vanishing",)}
 
 
 def _judge_one(ev: Evidence, key: str) -> Finding:

@@ -1,8 +1,9 @@
 """Everything the gate and the report measure on one kernel, gathered in one pass.
 
 This module runs kernels (it never judges): the catalogue in both launch
-modes, the guard and non-finite cases, the dead-zone probes, the onset
-bisection and the single-thread probe. ``analysis.properties`` turns the
+modes, the guard and non-finite cases, the dead-zone probes (band rules), the
+vanishing run (rules with no floor), the onset bisection and the
+single-thread probe. ``analysis.properties`` turns the
 evidence into verdicts. The experiments come in named groups so that
 :mod:`repro.isolation` can run each in a child process and, when one crashes
 or hangs, re-run its scenarios one by one to find the culprit.
@@ -18,10 +19,19 @@ from repro.backends.base import CompiledKernel
 from repro.contract import Controller, Slots
 from repro.probes import ThreadProbe, onsets, single_thread
 from repro.runner import Run, run_scenarios
-from repro.scenarios import PROBE_TARGETS, REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases
+from repro.scenarios import (
+    PROBE_TARGETS,
+    REF_TARGET,
+    Scenario,
+    case,
+    catalogue,
+    dead_zone_probes,
+    guard_cases,
+    vanishing,
+)
 
 #: Every experiment group, in the order they run.
-GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "onsets", "threads")
+GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing", "onsets", "threads")
 
 
 class MissingEvidence(KeyError):
@@ -55,6 +65,7 @@ class Evidence:
     probe_targets: np.ndarray
     onsets: dict[str, np.ndarray]  # ramp/decay onset KL per probe target
     lambda_slot: int  # the one ISV slot the controller may write
+    vanishing: list[Run] = field(default_factory=list)  # aligned until λ settles, then high KL (rules with no floor)
     threads: ThreadProbe | None = None  # None when the probe did not finish
     faults: list[Fault] = field(default_factory=list)
     timeout: float | None = None  # s per experiment group, when run isolated
@@ -79,7 +90,8 @@ def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[li
         "per_step": (scenarios, "per_step"),
         "guards": ([case(controller, c) for c in guard_cases()], "looped"),
         "nonfinite": ([case(controller, c, steps=1) for c in controller.nonfinite], "looped"),
-        "dead_zone": (dead_zone_probes(controller), "looped"),
+        "dead_zone": (dead_zone_probes(controller) if controller.is_band else [], "looped"),
+        "vanishing": ([vanishing(controller)] if controller.bound("floor") is None else [], "looped"),
     }
 
 
@@ -97,7 +109,7 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
     scenarios, mode = scenario_groups(controller, seed)[group]
     if only is not None:
         scenarios = scenarios[only : only + 1]
-    return [(r.lam, r.stray) for r in run_scenarios(kernel, scenarios, mode)]
+    return [(r.lam, r.stray) for r in run_scenarios(kernel, scenarios, mode)] if scenarios else []
 
 
 def assemble(controller: Controller, slots: Slots, results: dict, faults: list[Fault] = (),
@@ -118,6 +130,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         guards=runs["guards"],
         nonfinite=runs["nonfinite"],
         dead_zone=runs["dead_zone"],
+        vanishing=runs["vanishing"],
         probe_targets=targets,
         onsets=results.get("onsets", missing),
         lambda_slot=slots.lambda_,
@@ -125,7 +138,8 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         faults=list(faults),
         timeout=timeout,
         isv_len=slots.isv_len,
-        groups_run=frozenset(g for g in GROUPS if results.get(g) not in (None, {}, [])),
+        groups_run=frozenset(g for g in GROUPS if g in results and (results[g] not in ({}, [])
+                                                                    or not groups.get(g, ([0],))[0])),
     )
 
 
