@@ -102,10 +102,11 @@ class Worker:
         self.load = load or (lambda: backend.compile(source, slots))
         self.proc = None
         self.conn = None
+        self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
 
     def _start(self) -> _Answer | None:
-        forkable = self.backend.name == "host"
-        ctx = mp.get_context("fork" if forkable else "spawn")
+        forkable = self.method == "fork"
+        ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
         args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
                 self.controller, self.seed)

@@ -176,3 +176,21 @@ def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
     row = next(f for f in verdict.failed if f.key == "execution")
     assert "crash (SIGABRT while loading the kernel)" in row.where
     assert all(f.scenario == "" for f in verdict.evidence.faults)
+
+
+def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host):
+    """The cupy backend's workers are spawned (CUDA does not survive a fork): the same path, tried on the host."""
+    from repro.campaign import run_group
+    from repro.isolation import Worker
+
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    worker = Worker(host, src, contract.slots, entry)
+    worker.method = "spawn"
+    try:
+        answer = worker.ask(("nonfinite", None), timeout=60)
+    finally:
+        worker.stop()
+    here = run_group(host.compile(src, contract.slots), entry, "nonfinite")
+    assert answer.ok and [r[1] for r in answer.value] == [r[1] for r in here]
+    assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
