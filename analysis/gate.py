@@ -1,78 +1,202 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
-    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH]
+    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy]
+                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--debug]
 
-Exit 0 when every property holds, 1 when any is violated, 2 for a usage
-error, a missing file, a kernel that does not compile or lacks the symbol.
+Exit 0 when every property holds, 1 when any is violated, 2 for anything that
+prevents a verdict (a usage error, a missing file, a kernel that does not
+compile or lacks the symbol, an output path that cannot be written, an
+internal error: one line; ``--debug`` shows the traceback). ``--json`` and
+``--junit`` files are written for all three outcomes; their folders are checked
+before any work.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
+import time
+import traceback
 from pathlib import Path
 
+from analysis import render
 from analysis.verdict import Verdict, evaluate
 from repro.backends import NAMES, get_backend
-from repro.contract import load
+from repro.contract import ROOT, load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
 
+FORMATS = ("text", "json", "junit", "github")
 
-def format_table(verdict: Verdict, contract_path: Path) -> str:
-    """The verdict as a plain-text table, failures followed by where they show and the contract line."""
-    head = ("property", "documented", "measured", "verdict")
-    rows = [(f.key, f.documented, f.measured, "PASS" if f.ok else "FAIL") for f in verdict.findings]
-    widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
-
-    def line(cells):
-        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    out = [line(head), line(["-" * w for w in widths])]
-    for f, row in zip(verdict.findings, rows):
-        out.append(line(row))
-        if not f.ok:
-            out.append(f"    first shows: {f.where}")
-            if f.line:
-                out.append(f"    if intended, change {contract_path.name}:{f.line} ({f.doc})")
-    return "\n".join(out)
+#: Hooks for other parts of the suite: functions ``(parser)`` adding options, and functions
+#: ``(args, verdict) -> list[Finding]`` adding rows (judged like the others; a failing one exits 1).
+EXTRA_OPTIONS: list = []
+EXTRA_ROWS: list = []
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (exit 2), not usage + message."""
+
+    def error(self, message: str):
+        print(f"gate: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--format", action="append", metavar="FMT",
+                        help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    for add in EXTRA_OPTIONS:
+        add(parser)
+    return parser
+
+
+def display_path(path: Path | str) -> str:
+    """A path as annotations and reports show it: repo-relative when inside the repository."""
+    p = Path(path).resolve()
     try:
+        return p.relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Raise a one-line error unless ``path`` can be written (its folder exists or can be created)."""
+    if path.is_dir():
+        raise SuiteError(f"{flag} {path}: is a folder")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise SuiteError(f"{flag} {path}: not writable")
+        return
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SuiteError(f"{flag} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SuiteError(f"{flag} {path}: cannot create it under {parent} (not writable)")
+
+
+def _formats(values: list[str] | None) -> list[str]:
+    chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown:
+        raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(chosen))
+
+
+def _text(verdict: Verdict, args, contract_file: str) -> str:
+    out = [f"kernel   {display_path(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
+           f"contract {args.contract}  ({contract_file})",
+           f"backend  {verdict.backend}: {verdict.device}", ""]
+    if verdict.behaves_as:
+        out += [render.behaves_as(verdict.behaves_as), ""]
+    out += [render.table(verdict.findings, contract_file), ""]
+    n, bad = len(verdict.findings), verdict.failed
+    if bad:
+        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
+                   f"in {verdict.seconds:.2f} s")
+    else:
+        out.append(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
+    return "\n".join(out)
+
+
+def _error_dict(args, error: str) -> dict:
+    return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
+            "exit_code": 2, "error": error, "properties": []}
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise SuiteError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    start = time.perf_counter()
+    contract_file = "kernels/contracts.toml"
+    kernel_file = display_path(args.kernel) if args.kernel else "kernels"
+    try:
+        formats = _formats(args.format)
+        for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
+            if path is not None:
+                check_writable(path, flag)
         contract = load()
+        contract_file = display_path(contract.path)
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
+        kernel_file = display_path(path)
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
+        for extra in EXTRA_ROWS:
+            verdict.findings.extend(extra(args, verdict))
+    except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2
+        if args.debug and not isinstance(err, SuiteError):
+            traceback.print_exc()
+        if isinstance(err, SuiteError):
+            error = str(err)
+        elif isinstance(err, KeyboardInterrupt):
+            error = "interrupted"
+        else:
+            error = f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
+        print(f"gate: error: {error}", file=sys.stderr)
+        _outputs_for_error(args, error, kernel_file, contract_file, time.perf_counter() - start)
+        return 2
+    code = 0 if verdict.ok else 1
+    data = {**verdict.as_dict(), "kernel": display_path(verdict.source.origin), "exit_code": code}
+    suite = f"gate.{args.contract}"
+    printed = {
+        "text": lambda: _text(verdict, args, contract_file),
+        "json": lambda: render.to_json(data),
+        "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
+        "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),
+    }
+    try:
+        for fmt in formats:
+            text = printed[fmt]()
+            if text:
+                print(text)
+        if args.json:
+            _write(args.json, render.to_json(data) + "\n")
+        if args.junit:
+            _write(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2
-    print(f"kernel   {verdict.source.origin}  (sha256 {verdict.source.sha256[:12]})")
-    print(f"contract {args.contract}  ({contract.path.name})")
-    print(f"backend  {verdict.backend}: {verdict.device}")
-    print()
-    print(format_table(verdict, contract.path))
-    print()
-    n, bad = len(verdict.findings), verdict.failed
-    if bad:
-        print(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) in {verdict.seconds:.2f} s")
-    else:
-        print(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(verdict.as_dict(), indent=2))
-    return 0 if verdict.ok else 1
+    return code
+
+
+def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, seconds: float) -> None:
+    """The exit-2 outcome in every requested form: stdout formats, --json and --junit files."""
+    try:
+        formats = _formats(args.format)
+    except SuiteError:
+        formats = []
+    suite = f"gate.{args.contract}"
+    if "json" in formats:
+        print(render.to_json(_error_dict(args, error)))
+    if "junit" in formats:
+        print(render.junit([], contract_file, suite, seconds, error=error).rstrip())
+    if "github" in formats:
+        print("\n".join(render.github([], kernel_file, contract_file, error=error)))
+    for path, text in ((args.json, lambda: render.to_json(_error_dict(args, error)) + "\n"),
+                       (args.junit, lambda: render.junit([], contract_file, suite, seconds, error=error))):
+        if path is None:
+            continue
+        try:
+            check_writable(path, "")
+            _write(path, text())
+        except SuiteError:
+            pass  # the error above already says why; an unwritable output path was that error
 
 
 if __name__ == "__main__":

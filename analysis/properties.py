@@ -7,10 +7,9 @@ states a tolerance (the per-step rates, "about 34 steps").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
+from analysis.findings import Finding, Where
 from repro import spec
 from repro.campaign import Evidence
 from repro.contract import Controller
@@ -18,29 +17,6 @@ from repro.runner import Run
 from repro.spec import band_edges
 
 F32 = np.float32
-
-
-@dataclass
-class Finding:
-    """One row of the gate: a property, its documented, predicted and measured values, a verdict."""
-
-    key: str
-    title: str
-    documented: str
-    predicted: str
-    measured: str
-    ok: bool
-    where: str = ""  # the scenario and step where a failure first shows
-    doc: str = ""  # the sentence that documents it
-    line: int = 0  # line of contracts.toml holding the documented value
-    value: float | None = None  # the measured number, where there is one
-
-    def __post_init__(self) -> None:
-        self.ok = bool(self.ok)  # NumPy bools do not serialise
-        self.value = None if self.value is None else float(self.value)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def bits(a) -> np.ndarray:
@@ -52,8 +28,8 @@ def same(a, b) -> bool:
     return bool(np.array_equal(bits(a), bits(b)))
 
 
-def _g(x: float) -> str:
-    return f"{float(x):.8g}"
+def _f(x) -> float | None:
+    return None if x is None else float(x)
 
 
 def _valid_runs(ev: Evidence) -> list[Run]:
@@ -75,30 +51,34 @@ def reached_and_held(lam: np.ndarray, bound: np.float32) -> tuple[int | None, bo
     return step, step is not None and bool(at[step - 1 :].all())
 
 
+def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Where:
+    """Where in run ``r`` (1-based ``step``) something shows, with the inputs fed at that step."""
+    sc = r.scenario
+    return Where(sc.name, event, step, _f(r.lam[step - 1]), _f(expected), reference,
+                 _f(sc.kl[step - 1]), _f(sc.target[step - 1]))
+
+
 def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Finding:
     ctrl = ev.controller
     doc = ctrl[key]
     bound = F32(doc.value)
-    extreme, where = None, ""
+    extreme, where = None, None
     for r in _valid_runs(ev):
         bad = crosses(r.lam, bound)
-        if bad.any() and not where:
-            step = first_step(bad)
-            where = f"{r.scenario.name}, step {step}: λ = {_g(r.lam[step - 1])}"
+        if bad.any() and where is None:
+            where = _at(r, first_step(bad), "crossed", bound, "contract")
         value = r.lam.min() if key == "floor" else r.lam.max()
         extreme = value if extreme is None else (min(extreme, value) if key == "floor" else max(extreme, value))
-    held = []
+    held = {}
     for name in scenarios:
         step, stays = reached_and_held(ev.run(name).lam, bound)
-        held.append((name, step, stays))
-        if not stays and not where:
-            where = f"{name}: λ never settles at {_g(bound)} (ends at {_g(ev.run(name).lam[-1])})"
-    reached = ", ".join(f"{s} ({n})" if ok else f"never ({n})" for n, s, ok in held)
-    word = "lowest" if key == "floor" else "highest"
-    measured = f"{word} λ {_g(extreme)}; held from step {reached}"
-    ok = not where and extreme == bound
-    return Finding(key, f"{key} (never crossed, reached and held)", _g(doc.value), _g(bound), measured, ok, where,
-                   doc.doc, doc.line, float(extreme))
+        held[name] = step if stays else None
+        if not stays and where is None:
+            r = ev.run(name)
+            where = Where(name, "never_settles", r.scenario.steps, _f(r.lam[-1]), _f(bound), "contract")
+    ok = where is None and extreme == bound
+    return Finding(key, f"{key} (never crossed, reached and held)", ok, "λ", doc.value, bound, extreme,
+                   {"extreme": "lowest" if key == "floor" else "highest", "held_from": held}, where, doc.line, doc.doc)
 
 
 def floor(ev: Evidence) -> Finding:
@@ -116,15 +96,18 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     lo, hi = ev.controller.value("floor"), ev.controller.value("ceiling")
     free = (lam[1:] > F32(lo)) & (lam[1:] < F32(hi)) & (lam[:-1] > 0)
     ratios = lam[1:][free] / lam[:-1][free]
+    title = f"{key} rate (× per step, rtol {doc.rtol:g})"
     if ratios.size == 0:
-        return Finding(key, f"{key} rate (× per step)", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
-                       "no unclamped step", False, f"{scenario}: λ never moves freely", doc.doc, doc.line)
+        return Finding(key, title, False, "×/step", doc.value, F32(doc.value), None, {"free_steps": 0},
+                       Where(scenario, "no_free_step"), doc.line, doc.doc)
     median = float(np.median(ratios))
-    worst = ratios[np.argmax(np.abs(ratios - doc.value))]
+    worst_at = int(np.argmax(np.abs(ratios - doc.value)))
+    worst = ratios[worst_at]
     ok = doc.accepts(median) and doc.accepts(float(worst))
-    where = "" if ok else f"{scenario}: step ratio {_g(worst)}"
-    return Finding(key, f"{key} rate (× per step, rtol {doc.rtol:g})", f"×{_g(doc.value)}", f"×{_g(F32(doc.value))}",
-                   f"×{median:.8f} (median of {ratios.size} unclamped steps)", ok, where, doc.doc, doc.line, median)
+    step = int(np.flatnonzero(free)[worst_at]) + 1
+    where = None if ok else _at(r, step, "ratio", worst, "step ratio")
+    return Finding(key, title, ok, "×/step", doc.value, F32(doc.value), median,
+                   {"free_steps": int(ratios.size), "rtol": doc.rtol}, where, doc.line, doc.doc)
 
 
 def ramp(ev: Evidence) -> Finding:
@@ -145,13 +128,17 @@ def _steps_to(r: Run, factor: float) -> int | None:
 def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, predicted: int, title: str) -> Finding:
     doc = ev.controller[key]
     counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
-    ok = all(c is not None and doc.accepts(c) for c in counts.values())
-    where = "" if ok else "; ".join(f"{n}: {c}" for n, c in counts.items() if c is None or not doc.accepts(c))
-    shown = ", ".join(f"{c} from λ0 {_g(ev.run(n).scenario.lambda0)}" for n, c in counts.items())
-    documented = f"{doc.value:g}" + (f" ± {doc.tolerance:g}" if doc.tolerance else "")
-    value = next(iter(counts.values()))
-    return Finding(key, title, documented, str(predicted), shown, ok, where, doc.doc, doc.line,
-                   None if value is None else float(value))
+    bad = [n for n, c in counts.items() if c is None or not doc.accepts(c)]
+    where = None
+    if bad:
+        r = ev.run(bad[0])
+        c = counts[bad[0]]
+        where = (Where(bad[0], "count", c, _f(r.lam[c - 1]), _f(r.scenario.lambda0), "λ0") if c is not None
+                 else Where(bad[0], "count", None, _f(r.lam[-1]), _f(r.scenario.lambda0), "λ0"))
+    lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
+    return Finding(key, title, not bad, "steps", doc.value, predicted, next(iter(counts.values())),
+                   {"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": doc.tolerance},
+                   where, doc.line, doc.doc)
 
 
 def steps_to_double(ev: Evidence) -> Finding:
@@ -171,14 +158,13 @@ def steps_to_floor(ev: Evidence) -> Finding:
     doc = ctrl["steps_to_floor"]
     r = ev.run("aligned")
     step, _ = reached_and_held(r.lam, F32(ctrl.value("floor")))
-    before = f"; λ after {step - 1} steps = {_g(r.lam[step - 2])}" if step and step > 1 else ""
     ok = step is not None and doc.accepts(step)
     predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
-    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)",
-                   f"{doc.value:g} ± {doc.tolerance:g}", str(predicted),
-                   f"clamped at {_g(ctrl.value('floor'))} from step {step}{before}", ok,
-                   "" if ok else f"aligned: floor first reached at step {step}", doc.doc, doc.line,
-                   None if step is None else float(step))
+    before = _f(r.lam[step - 2]) if step and step > 1 else None
+    where = None if ok else Where("aligned", "count", step, before, _f(ctrl.value("floor")), "floor")
+    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)", ok, "steps",
+                   doc.value, predicted, step, {"floor": ctrl.value("floor"), "lambda_before": before,
+                                                "tolerance": doc.tolerance}, where, doc.line, doc.doc)
 
 
 def dead_zone(ev: Evidence) -> Finding:
@@ -186,11 +172,11 @@ def dead_zone(ev: Evidence) -> Finding:
     moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
     moved = [(r, s) for r, s in moved if s is not None]
     steps = ev.dead_zone[0].scenario.steps
-    where = f"{moved[0][0].scenario.name}, step {moved[0][1]}: λ → {_g(moved[0][0].lam[moved[0][1] - 1])}" if moved else ""
+    where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
+    n = len(ev.dead_zone)
     return Finding("dead_zone", f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit",
-                   f"×/÷{doc.value:g}, edges inclusive", f"{len(ev.dead_zone)} probes × {steps} steps unchanged",
-                   f"{len(ev.dead_zone) - len(moved)}/{len(ev.dead_zone)} probes held λ for {steps} steps",
-                   not moved, where, doc.doc, doc.line, float(len(moved)))
+                   not moved, "probes", n, n, n - len(moved), {"tolerance": doc.value, "steps": steps},
+                   where, doc.line, doc.doc)
 
 
 def _onset(ev: Evidence, which: str) -> Finding:
@@ -201,14 +187,20 @@ def _onset(ev: Evidence, which: str) -> Finding:
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
     bad = np.flatnonzero(bits(found) != bits(expected))
-    where = "" if ok else (f"target {_g(ev.probe_targets[bad[0]])}: {which} begins at KL {_g(found[bad[0]])}, "
-                           f"documented {_g(expected[bad[0]])}")
+    where = None
+    if not ok:
+        i = bad[0]
+        where = Where(f"onset probe, target {float(ev.probe_targets[i]):.8g}", "onset", None, None,
+                      _f(expected[i]), "contract", _f(found[i]), _f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
     sym = f"target·{doc.value:g}" if which == "ramp" else f"target/{doc.value:g}"
-    shown = ", ".join(f"{x:.8g}" for x in ratio) + " × target"
-    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)",
-                   f"KL {rel} {sym}", f"next float {'above' if which == 'ramp' else 'below'} fl32({sym})",
-                   shown, ok, where, doc.doc, doc.line, float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None)
+    documented = doc.value if which == "ramp" else 1.0 / doc.value
+    measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
+    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)", ok, "×target",
+                   documented, documented, measured,
+                   {"ratios": [_f(x) for x in ratio], "targets": [_f(t) for t in ev.probe_targets],
+                    "onsets": [_f(x) for x in found], "expected": [_f(x) for x in expected]},
+                   where, doc.line, doc.doc)
 
 
 def ramp_onset(ev: Evidence) -> Finding:
@@ -221,51 +213,49 @@ def decay_onset(ev: Evidence) -> Finding:
 
 def guards(ev: Evidence) -> Finding:
     broken = [r for r in ev.guards if not same(r.lam, np.full(r.lam.shape, r.scenario.lambda0, dtype=F32))]
-    where = ""
+    where = None
     if broken:
         r = broken[0]
-        step = first_step(bits(r.lam) != bits(r.scenario.lambda0))
-        where = f"{r.scenario.name}, step {step}: λ {_g(r.scenario.lambda0)} → {_g(r.lam[step - 1])}"
-    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "unchanged",
-                   "unchanged", f"{len(ev.guards) - len(broken)}/{len(ev.guards)} cases unchanged",
-                   not broken, where, ev.controller.guards_doc, 0, float(len(broken)))
+        where = _at(r, first_step(bits(r.lam) != bits(r.scenario.lambda0)), "moved", r.scenario.lambda0, "λ0")
+    n = len(ev.guards)
+    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", not broken, "cases", n, n,
+                   n - len(broken), {"broken": [r.scenario.name for r in broken]}, where, 0, ev.controller.guards_doc)
 
 
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
     everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
     stray = [r for r in everything if r.stray]
-    where = f"{stray[0].scenario.name}: slot(s) {', '.join(map(str, stray[0].stray))} written" if stray else ""
-    return Finding("isolation", f"only slot {slot} (λ) is written", f"slot {slot} only", f"slot {slot} only",
-                   f"{len(everything) - len(stray)}/{len(everything)} runs left every other slot's bits intact",
-                   not stray, where, "DESIGN.md §2: the controller may write slot 486 and nothing else", 0,
-                   float(len(stray)))
+    where = Where(stray[0].scenario.name, "stray", slots=tuple(stray[0].stray)) if stray else None
+    n = len(everything)
+    written = sorted({s for r in stray for s in r.stray})
+    return Finding("isolation", "only the λ slot is written", not stray, "runs", n, n, n - len(stray),
+                   {"lambda_slot": slot, "written": written}, where, 0,
+                   "the controller writes λ's ISV slot and nothing else")
 
 
 def spec_agreement(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
-    where, total = "", 0
+    where, total = None, 0
     for r in ev.catalogue:
         expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
         total += r.scenario.steps
-        if not where and not same(r.lam, expected):
+        if where is None and not same(r.lam, expected):
             step = first_step(bits(r.lam) != bits(expected))
-            where = f"{r.scenario.name}, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
-    return Finding("spec_agreement", "bit-identical to the float32 spec model", "identical", "identical",
-                   "identical" if not where else "differs", not where, where,
-                   "DESIGN.md §7: the kernel must match the spec bit for bit on every scenario", 0, float(total))
+            where = _at(r, step, "differs", expected[step - 1], "spec")
+    return Finding("spec_agreement", "bit-identical to the float32 spec model", where is None, "steps compared",
+                   None, None, total, {}, where, 0, "the kernel matches the spec model bit for bit on every scenario")
 
 
 def launch_modes(ev: Evidence) -> Finding:
-    where = ""
-    for a, b in zip(ev.catalogue, ev.per_step):
+    where = None
+    for a, b in zip(ev.catalogue, ev.per_step, strict=True):
         if not same(a.lam, b.lam):
             step = first_step(bits(a.lam) != bits(b.lam))
-            where = f"{a.scenario.name}, step {step}: looped {_g(a.lam[step - 1])}, per-step {_g(b.lam[step - 1])}"
+            where = _at(a, step, "differs", b.lam[step - 1], "per-step launches")
             break
-    return Finding("launch_modes", "per-step launches and the looped harness agree", "identical", "identical",
-                   "identical" if not where else "differ", not where, where,
-                   "DESIGN.md §6: both paths must give the same bits", 0)
+    return Finding("launch_modes", "per-step launches and the looped harness agree", where is None, "runs",
+                   None, None, len(ev.catalogue), {}, where, 0, "both launch paths give the same bits")
 
 
 def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
@@ -281,18 +271,21 @@ def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
     for name, value in outcomes.items():
         if same(value, lam1):
             return name
-    return f"other ({_g(lam1)})"
+    return f"other ({float(lam1):.8g})"
 
 
 def nonfinite(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
-    wrong = [k for k in table if seen.get(k) != table[k]]
-    where = "; ".join(f"{k}: {seen.get(k)} (contract: {table[k]})" for k in wrong[:3])
-    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", f"{len(table)} cases pinned",
-                   f"{len(table)} cases", f"{len(table) - len(wrong)}/{len(table)} cases as pinned",
-                   not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
+    lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
+    lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
+    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table if seen.get(k) != table[k])
+    where = Where(wrong[0][0], "cases", cases=wrong) if wrong else None
+    n = len(table)
+    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", not wrong, "cases", n, n,
+                   n - len(wrong), {"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where, ev.controller.nonfinite_line,
+                   "characterised by measurement and pinned in the contract's [nonfinite] table")
 
 
 #: Every property the gate judges, in its order.

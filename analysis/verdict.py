@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
+from analysis.diagnosis import behaves_as, diagnose
+from analysis.findings import Difference
 from analysis.properties import Finding, judge
 from repro.backends import Backend
 from repro.campaign import Evidence, collect
 from repro.contract import Contract
+from repro.inference import Behaviour, infer
 from repro.kernel_source import KernelSource
 
 
@@ -23,6 +26,9 @@ class Verdict:
     findings: list[Finding]
     evidence: Evidence
     seconds: float
+    behaviour: Behaviour | None = None  # what the candidate behaves as (measured)
+    differences: list[Difference] = field(default_factory=list)  # how that differs from the contract
+    behaves_as: list[tuple[str, str, str | None]] = field(default_factory=list)  # (quantity, measured, documented)
 
     @property
     def ok(self) -> bool:
@@ -41,6 +47,8 @@ class Verdict:
             "device": self.device,
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
+            "behaves_as": [{"quantity": q, "measured": m, "documented": d} for q, m, d in self.behaves_as],
+            "differences": [asdict(d) for d in self.differences],
             "properties": [f.as_dict() for f in self.findings],
         }
 
@@ -53,4 +61,7 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     kernel = be.compile(source, contract.slots)
     evidence = collect(kernel, controller)
     findings = judge(evidence)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start)
+    behaviour = infer(kernel, controller)
+    diffs = diagnose(behaviour, controller, contract, findings, source.text)
+    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start,
+                   behaviour, diffs, behaves_as(behaviour, controller, contract))

@@ -68,6 +68,7 @@ class Controller:
     props: dict[str, Documented]
     nonfinite: dict[str, str] = field(default_factory=dict)
     guards_doc: str = ""
+    nonfinite_line: int = 0  # line of the [nonfinite] table's header in contracts.toml
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -85,6 +86,7 @@ class Contract:
     path: Path
     slots: Slots
     controllers: dict[str, Controller]
+    slot_lines: dict[str, int] = field(default_factory=dict)  # contract key (lambda, kl_ema, …) -> line
 
     def controller(self, name: str) -> Controller:
         try:
@@ -105,6 +107,11 @@ def _line_of(text_lines: list[str], section: str, key: str) -> int:
         elif current == section and pattern.match(line):
             return number
     return 0
+
+
+def _section_line(text_lines: list[str], section: str) -> int:
+    """1-based line of the ``[section]`` header (0 when absent)."""
+    return next((n for n, line in enumerate(text_lines, start=1) if line.strip() == f"[{section}]"), 0)
 
 
 def load(path: Path | str = CONTRACTS) -> Contract:
@@ -150,7 +157,9 @@ def load(path: Path | str = CONTRACTS) -> Contract:
                 props=props,
                 nonfinite=shared_nonfinite,
                 guards_doc=guards_doc,
+                nonfinite_line=_section_line(lines, "nonfinite"),
             )
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None
-    return Contract(path=path, slots=slots, controllers=controllers)
+    slot_lines = {key: _line_of(lines, "slots", key) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
+    return Contract(path=path, slots=slots, controllers=controllers, slot_lines=slot_lines)
