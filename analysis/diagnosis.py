@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from analysis.findings import Difference, Finding
-from analysis.properties import classify
+from analysis.properties import outcomes, same
 from repro import spec
 from repro.contract import Contract, Controller
 from repro.inference import Behaviour
@@ -26,6 +26,9 @@ PRIMARY = {
     "floor": {"floor"}, "ceiling": {"ceiling"}, "ramp": {"ramp"}, "decay": {"decay"},
     "steps_to_double": {"ramp"}, "steps_to_halve": {"decay"}, "steps_to_floor": {"decay", "floor"},
     "nonfinite": {"nonfinite"},
+    "dead_zone": {"upper", "lower"},
+    "ramp_onset": {"upper"},
+    "decay_onset": {"lower"},
 }
 #: The rule quantities each row's measurement depends on (``slot`` differences explain every row).
 DEPENDS = {
@@ -37,8 +40,8 @@ DEPENDS = {
     "steps_to_halve": {"decay", "floor"},
     "steps_to_floor": {"decay", "floor"},
     "dead_zone": {"upper", "lower"},
-    "ramp_onset": {"upper"},
-    "decay_onset": {"lower"},
+    "ramp_onset": {"upper", "ceiling"},  # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
+    "decay_onset": {"lower", "floor"},
     "guards": {"guard"},
     "nonfinite": {"nonfinite", "floor", "ceiling", "ramp", "decay"},
     "isolation": {"writes"},
@@ -120,7 +123,7 @@ def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
     out = []
     for case, seen, pinned in row.where.cases:
         lam0, lam1 = row.detail["lambda0"][case], row.detail["lambda1"][case]
-        if measured is not None and classify(F32(lam0), F32(lam1), measured) == pinned:
+        if measured is not None and same(outcomes(F32(lam0), measured)[pinned], F32(lam1)):
             continue
         if pinned in _CLAMP and "nan" in seen:
             bound, fn = _CLAMP[pinned]

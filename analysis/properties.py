@@ -258,17 +258,21 @@ def launch_modes(ev: Evidence) -> Finding:
                    None, None, len(ev.catalogue), {}, where, 0, "both launch paths give the same bits")
 
 
-def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
-    """Name what one step did to λ: unchanged, max, min, ramp, decay, or other (value)."""
+def outcomes(lam0: np.float32, rule: spec.Rule) -> dict[str, np.float32]:
+    """λ after one step under ``rule`` for each named outcome: unchanged, max, min, ramp, decay."""
     with np.errstate(all="ignore"):
-        outcomes = {
+        return {
             "unchanged": lam0,
             "max": rule.ceiling,
             "min": rule.floor,
             "ramp": np.fmin(rule.ceiling, F32(lam0 * rule.ramp)),
             "decay": np.fmax(rule.floor, F32(lam0 * rule.decay)),
         }
-    for name, value in outcomes.items():
+
+
+def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
+    """Name what one step did to λ: unchanged, max, min, ramp, decay, or other (value)."""
+    for name, value in outcomes(lam0, rule).items():
         if same(value, lam1):
             return name
     return f"other ({float(lam1):.8g})"
