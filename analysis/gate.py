@@ -14,7 +14,6 @@ before any work.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from repro.backends import NAMES, get_backend
 from repro.contract import ROOT, load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
+from repro.outputs import check_writable, write_text
 
 FORMATS = ("text", "json", "junit", "github")
 
@@ -67,23 +67,6 @@ def display_path(path: Path | str) -> str:
         return str(path)
 
 
-def check_writable(path: Path, flag: str) -> None:
-    """Raise a one-line error unless ``path`` can be written (its folder exists or can be created)."""
-    if path.is_dir():
-        raise SuiteError(f"{flag} {path}: is a folder")
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise SuiteError(f"{flag} {path}: not writable")
-        return
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise SuiteError(f"{flag} {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SuiteError(f"{flag} {path}: cannot create it under {parent} (not writable)")
-
-
 def _formats(values: list[str] | None) -> list[str]:
     chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
     unknown = sorted(set(chosen) - set(FORMATS))
@@ -111,14 +94,6 @@ def _text(verdict: Verdict, args, contract_file: str) -> str:
 def _error_dict(args, error: str) -> dict:
     return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
             "exit_code": 2, "error": error, "properties": []}
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise SuiteError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             if text:
                 print(text)
         if args.json:
-            _write(args.json, render.to_json(data) + "\n")
+            write_text(args.json, render.to_json(data) + "\n")
         if args.junit:
-            _write(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
+            write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2
@@ -194,7 +169,7 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
             continue
         try:
             check_writable(path, "")
-            _write(path, text())
+            write_text(path, text())
         except SuiteError:
             pass  # the error above already says why; an unwritable output path was that error
 

@@ -1,0 +1,228 @@
+"""The gate and replay as users drive them: exit codes, outputs in every outcome, JUnit, annotations,
+root-cause rows, ``pytest --kernel``, and the CI recipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from analysis import gate, render
+from analysis.verdict import evaluate
+from repro.contract import ROOT
+from repro.kernel_source import KernelSource
+
+FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
+CONTRACT = "kernels/contracts.toml"
+
+
+def run(module: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    text = FIXED.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def contract_line(key: str, section: str = "fixed") -> int:
+    current = None
+    for n, line in enumerate((ROOT / CONTRACT).read_text().splitlines(), start=1):
+        if line.startswith("["):
+            current = line.strip("[] \n")
+        elif current == section and line.split("=")[0].strip() == key:
+            return n
+    raise AssertionError(key)
+
+
+@pytest.fixture(scope="module")
+def floor_candidate(tmp_path_factory) -> Path:
+    return variant(tmp_path_factory.mktemp("floor"), "floor.cu", "#define MIN_LAMBDA 0.05f", "#define MIN_LAMBDA 0.1f")
+
+
+def test_exit_codes_and_json_for_all_three_outcomes(tmp_path, floor_candidate):
+    for args, code in (([], 0), ([floor_candidate], 1), ([tmp_path / "missing.cu"], 2)):
+        out = tmp_path / f"v{code}" / "verdict.json"
+        done = run("analysis.gate", *args, "--backend", "host", "--json", out)
+        assert done.returncode == code, done.stderr
+        assert "Traceback" not in done.stderr
+        data = json.loads(out.read_text())
+        assert data["exit_code"] == code and data["ok"] is (code == 0)
+        if code == 2:
+            assert "kernel file not found" in data["error"] and len(done.stderr.strip().splitlines()) == 1
+        else:
+            assert not Path(data["kernel"]).is_absolute() or data["kernel"] == str(floor_candidate)
+
+
+@pytest.mark.parametrize("where", ["/proc/no/such/v.json", "{file}/v.json"])
+def test_unwritable_json_path_is_refused_before_any_work(tmp_path, where):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = run("analysis.gate", "--backend", "host", "--json", where.format(file=blocker))
+    assert done.returncode == 2 and done.stdout == ""  # nothing judged, nothing printed
+    assert done.stderr.startswith("gate: error: --json") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_usage_error_is_one_line():
+    done = run("analysis.gate", "--format", "yaml")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "gate: error: unknown --format yaml (choose from text, json, junit, github)"]
+    done = run("analysis.gate", "--no-such-flag")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gate, "evaluate", broken)
+    assert gate.main(["--backend", "host"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "gate: error: internal error: RuntimeError: boom (run with --debug for the traceback)"
+    assert gate.main(["--backend", "host", "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_junit_has_one_test_case_per_property(tmp_path, floor_candidate):
+    out = tmp_path / "gate.xml"
+    done = run("analysis.gate", floor_candidate, "--backend", "host", "--junit", out, "--format", "junit")
+    assert done.returncode == 1
+    for root in (ET.parse(out).getroot(), ET.fromstring(done.stdout.split("?>", 1)[1])):
+        assert root.tag == "testsuites"
+        (suite,) = root.findall("testsuite")
+        cases = suite.findall("testcase")
+        names = [c.get("name") for c in cases]
+        assert len(names) == len(set(names)) == int(suite.get("tests"))
+        failed = {c.get("name") for c in cases if c.find("failure") is not None}
+        assert int(suite.get("failures")) == len(failed) and "floor" in failed and "ceiling" not in failed
+        floor = next(c for c in cases if c.get("name") == "floor").find("failure")
+        assert f"{CONTRACT}:{contract_line('floor')}" in floor.text and "Finding(" not in floor.text
+    error = tmp_path / "error.xml"
+    assert run("analysis.gate", tmp_path / "nope.cu", "--junit", error).returncode == 2
+    assert ET.parse(error).getroot().find("testsuite/testcase/error") is not None
+
+
+def test_github_annotations_point_at_the_constant_and_the_contract_line(floor_candidate):
+    done = run("analysis.gate", floor_candidate, "--backend", "host", "--format", "github")
+    assert done.returncode == 1
+    lines = done.stdout.strip().splitlines()
+    source_line = next(n for n, t in enumerate(floor_candidate.read_text().splitlines(), 1) if "0.1f" in t)
+    errors = [ln for ln in lines if ln.startswith("::error ")]
+    assert errors and all(f"file={floor_candidate},line={source_line}," in ln for ln in errors)
+    notices = {ln.split("::")[1] for ln in lines if ln.startswith("::notice ")}
+    assert {n.split(",title")[0] for n in notices} == {f"notice file={CONTRACT},line={contract_line('floor')}"}
+
+
+def _verdict(contract, host, old, new, label):
+    fixed = contract.controller("fixed")
+    source = KernelSource(FIXED.read_text(), fixed.symbol, str(FIXED)).with_edit(old, new, label)
+    return evaluate(source, "fixed", host, contract)
+
+
+def test_a_raised_floor_is_blamed_on_the_floor_line_alone(contract, host):
+    v = _verdict(contract, host, "#define MIN_LAMBDA 0.05f", "#define MIN_LAMBDA 0.1f", "floor")
+    assert v.failed
+    for f in v.failed:
+        assert [(d.name, d.line) for d in f.causes] == [("floor", contract_line("floor"))], f.key
+    assert v.behaviour.floor == pytest.approx(0.1) and v.behaviour.ramp == pytest.approx(1.2)
+    assert "floor 0.1 (contract 0.05)" in render.behaves_as(v.behaves_as)
+
+
+def test_a_slot_change_is_named_as_a_slot_change(contract, host):
+    v = _verdict(contract, host, "#define RL_Q_DISTILL_KL_TARGET_INDEX 491", "#define RL_Q_DISTILL_KL_TARGET_INDEX 490",
+                 "slot")
+    assert v.behaviour.target_slot == 490 and v.behaviour.floor == pytest.approx(0.05)
+    slot_line = next(n for n, t in enumerate((ROOT / CONTRACT).read_text().splitlines(), 1) if t.startswith("kl_target"))
+    for f in v.failed:
+        assert [(d.kind, d.measured, d.line) for d in f.causes] == [("slot", 490, slot_line)], f.key
+        assert "reads the target from slot 490" in render.message(f, CONTRACT)
+        assert "None" not in render.message(f, CONTRACT)
+
+
+def test_nan_propagation_is_said_in_words(contract, host):
+    v = _verdict(contract, host, "fminf(MAX_LAMBDA, lambda * LAMBDA_RAMP_RATE)",
+                 "(lambda * LAMBDA_RAMP_RATE > MAX_LAMBDA ? MAX_LAMBDA : lambda * LAMBDA_RAMP_RATE)", "nan")
+    row = next(f for f in v.failed if f.key == "nonfinite")
+    assert any("propagates NaN through the ceiling clamp where fminf returns the other operand" in render.difference(d)
+               for d in row.causes)
+
+
+def test_an_inclusive_edge_is_found_with_its_comparison(contract, host):
+    v = _verdict(contract, host, "kl_observed > upper", "kl_observed >= upper", "ge")
+    assert v.behaviour.upper.inclusive and v.behaviour.upper.factor == 3.0 and not v.behaviour.lower.inclusive
+    edge = next(d for d in v.differences if d.kind == "edge")
+    assert ">= upper" in FIXED.read_text().replace("> upper", ">= upper").splitlines()[edge.source_line - 1]
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative", "equals"])
+def test_pytest_kernel_takes_any_path(tmp_path, floor_candidate, form):
+    path = floor_candidate  # under the system's temporary folder, outside the repository
+    args = {"absolute": ["--kernel", str(path)], "relative": ["--kernel", os.path.relpath(path, ROOT)],
+            "equals": [f"--kernel={path}"]}[form]
+    junit = tmp_path / "pytest.xml"
+    done = run("pytest", *args, "-p", "no:xdist", "-q", "-k", "documented and host", f"--junitxml={junit}",
+               "tests/test_properties.py" if form == "equals" else "-q")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    assert "unrecognized arguments" not in done.stderr and "Finding(" not in done.stdout
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    floor = cases["test_documented_property_holds[host-floor]"].find("failure")
+    assert floor is not None and f"{CONTRACT}:{contract_line('floor')} (floor)" in floor.get("message")
+    assert cases["test_documented_property_holds[host-ceiling]"].find("failure") is None
+
+
+def test_replay_candidate_and_bad_input(tmp_path, floor_candidate):
+    trace = tmp_path / "t.csv"
+    trace.write_text("kl,kl_target\n" + "0.0001,0.02\n" * 400)
+    done = run("repro.replay", trace, "--backend", "host", "--kernel", floor_candidate)
+    assert done.returncode == 0, done.stderr
+    lines = {ln.split()[0]: ln for ln in done.stdout.splitlines()}
+    assert "→ 0.1 " in lines["candidate"] and "→ 0.05 " in lines["fixed"]
+    cases = {
+        "nan.csv": ("kl\n0.1\nnan\n", ["--target", "0.02"], ":3: 'nan' is not finite"),
+        "bare.csv": ("0.1\n0.2\n", ["--target", "0.02"], "no header"),
+        "both.csv": ("kl,kl_target\n0.1,0.02\n", ["--target", "0.02"], "use one of them"),
+        "zero.csv": ("kl\n0.1\n", ["--target", "0"], "positive finite"),
+        "nant.csv": ("kl\n0.1\n", ["--target", "nan"], "positive finite"),
+        "out.csv": ("kl\n0.1\n", ["--target", "0.02", "--csv", "/proc/no/out.csv"], "--csv /proc/no/out.csv"),
+    }
+    for name, (text, args, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        done = run("repro.replay", path, "--backend", "host", *args)
+        assert done.returncode == 2 and done.stdout == "", name
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, (name, done.stderr)
+    nan = tmp_path / "nan.csv"
+    assert run("repro.replay", nan, "--target", "0.02", "--backend", "host", "--allow-nonfinite").returncode == 0
+
+
+def test_ci_recipe_parses_and_its_commands_pass():
+    yaml = pytest.importorskip("yaml", reason="pyyaml (test group) is not installed")
+    workflow = yaml.safe_load((ROOT / "docs" / "ci" / "github-workflow.yml").read_text())
+    on = workflow.get("on", workflow.get(True))  # YAML 1.1 reads the key `on` as True
+    assert on["push"]["paths"] == ["kernels/**"]
+    steps = workflow["jobs"]["gate"]["steps"]
+    gates = [s["run"] for s in steps if "analysis.gate" in s.get("run", "")]
+    assert gates and any(s.get("uses", "").startswith("actions/upload-artifact") for s in steps)
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    local = yaml.safe_load((ROOT / "docs" / "ci" / "pre-commit-config.yaml").read_text())
+    entries = [h["entry"] for h in hooks] + [h["entry"] for r in local["repos"] for h in r["hooks"]]
+    assert all(re.match(r"^kernels/", h["files"]) or h["files"] == "^kernels/" for h in hooks)
+    for command in [*gates, *entries]:
+        argv = shlex.split(command)
+        assert argv[:3] == ["python", "-m", "analysis.gate"]
+        argv = [a for a in argv[3:] if not a.startswith("gate-results/")]
+        argv = [a for a in argv if a not in ("--junit", "--json")]
+        done = run("analysis.gate", *argv)
+        assert done.returncode == 0, (command, done.stderr)
+    assert any(s.get("run", "").startswith("python -m analysis.report") for s in steps)
