@@ -91,12 +91,6 @@ def subject_source(request, contract, subject, subject_contract):
     return load_kernel(path, entry.symbol)
 
 
-def source_of(contract, name: str):
-    """The in-repo kernel source of controller ``name``."""
-    entry = contract.controller(name)
-    return load_kernel(entry.kernel, entry.symbol)
-
-
 def pytest_benchmark_update_machine_info(config, machine_info):
     """Record the GPU, driver and CuPy versions beside pytest-benchmark's CPU description."""
     if unavailable_reason("cupy") is None:

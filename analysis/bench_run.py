@@ -21,7 +21,7 @@ import pytest
 
 from analysis import bench_report
 from repro.backends import get_backend, unavailable_reason
-from repro.contract import ROOT
+from repro.paths import ROOT
 
 
 def machine_tag() -> str:

@@ -41,23 +41,34 @@ def _bound_line(ax, y: float, name: str, text: str, x: float | None = None) -> N
                     ha="right", va="bottom")
 
 
-def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int]):
-    """Figure 1: λ under sustained aligned KL, original from 0.5 against fixed from 0.1 (log λ)."""
+def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int | None]):
+    """Figure 1: λ under sustained aligned KL from each seed λ (log λ).
+
+    ``floor_steps``: the first step at which λ sits on the documented floor, None where it never does
+    (a candidate whose floor differs); the x range then spans the whole scenario.
+    """
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    xmax = max(floor_steps.values()) * 1.3
+    reached = [s for s in floor_steps.values() if s is not None]
+    xmax = max(reached) * 1.3 if len(reached) == len(floor_steps) else traj.step.max()
     for name in ("original", "fixed"):
         x, lam = _series(traj, name, "aligned")
         keep = x <= xmax
         ax.plot(x[keep], lam[keep], color=COLORS[name], lw=1.8, label=LABELS[name])
         floor = contracts[name].value("floor")
-        _bound_line(ax, floor, name, f"floor {floor:g}", xmax)
+        _bound_line(ax, floor, name, f"documented floor {floor:g}", xmax)
         s = floor_steps[name]
+        if s is None:
+            ax.annotate(f"never at the documented floor (λ {lam[-1]:.4g} after {x[-1]} steps)", (x[-1], lam[-1]),
+                        xytext=(-4, 6), textcoords="offset points", ha="right", color=COLORS[name], fontsize=8)
+            continue
         ax.plot([s], [lam[s]], "o", color=COLORS[name], ms=6)
         before = f" (λ = {lam[s - 1]:.5f} after {s - 1})" if name == "original" else ""
         ax.annotate(f"at the floor from step {s}{before}", (s, lam[s]), xytext=(14, 18 if name == "fixed" else 40),
                     textcoords="offset points", color=COLORS[name], fontsize=8,
                     arrowprops={"arrowstyle": "->", "color": COLORS[name], "lw": 0.8})
-    ax.set(yscale="log", xlim=(0, xmax), ylim=(5e-4, 1.5), xlabel="training step (controller launches)",
+    lowest = min(_series(traj, name, "aligned")[1].min() for name in ("original", "fixed"))
+    ax.set(yscale="log", xlim=(0, xmax), ylim=(min(5e-4, lowest / 2), 1.5),
+           xlabel="training step (controller launches)",
            ylabel="λ (distillation strength, log)",
            title="The collapse: λ under sustained aligned KL (KL = target/100)")
     ax.legend(loc="upper right")
@@ -170,7 +181,7 @@ def scenario_grid(traj, scenarios: list[str]):
     cols = 4
     rows_n = -(-len(scenarios) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(12, 2.4 * rows_n), squeeze=False)
-    for ax, scenario in zip(axes.flat, scenarios):
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):  # the grid may have spare axes
         for name in ("original", "fixed"):
             x, lam = _series(traj, name, scenario)
             ax.plot(x, lam, color=COLORS[name], lw=1.1, label=LABELS[name])
@@ -196,7 +207,7 @@ def bad_input(outcomes: pd.DataFrame):
     columns = list(dict.fromkeys(outcomes.column))
     values = list(dict.fromkeys(outcomes.value))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    for ax, name in zip(axes, ("original", "fixed")):
+    for ax, name in zip(axes, ("original", "fixed"), strict=True):
         d = outcomes[outcomes.controller == name]
         ax.set_xlim(0, len(columns))
         ax.set_ylim(len(values), 0)

@@ -23,14 +23,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plots, render
+from analysis import bench_report, plots, render
 from analysis.properties import Finding, classify
-from analysis.verdict import Verdict, evaluate
+from analysis.verdict import Verdict, evaluate, verdict_of
 from repro import closed_loop, experiments, spec
-from repro.backends import NAMES, get_backend
-from repro.contract import ROOT, load
+from repro.backends import NAMES, Backend, get_backend
+from repro.campaign import Evidence, collect
+from repro.contract import Contract, load
 from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
+from repro.kernel_source import KernelSource, load_kernel
+from repro.outputs import check_writable
+from repro.paths import ROOT
 from repro.runner import to_frame
 
 CONTROLLERS = ("fixed", "original")
@@ -56,7 +59,7 @@ FIGURES = {
 
 @dataclass
 class Report:
-    out: Path
+    evidence: dict[str, Evidence]
     verdicts: dict[str, Verdict]
     cross: Verdict  # the original judged against the fixed contract
     trajectories: pd.DataFrame
@@ -79,19 +82,20 @@ def _git_commit() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        # The report's own outputs (reports/) do not make the suite's code uncommitted.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
         return rev + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 
 
-def _bad_input_outcomes(verdicts: dict[str, Verdict]) -> pd.DataFrame:
+def _bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
     """One row per bad-value case and controller: the slot/regime column, the value, what step 1 did."""
     rows = []
-    for name, v in verdicts.items():
-        rule = spec.Rule.of(v.evidence.controller)
-        for r in v.evidence.catalogue:
+    for name, ev in evidence.items():
+        rule = spec.Rule.of(ev.controller)
+        for r in ev.catalogue:
             if r.scenario.family != "bad_values":
                 continue
             parts = dict(p.split("=", 1) for p in r.scenario.name.split(","))
@@ -105,47 +109,46 @@ def _bad_input_outcomes(verdicts: dict[str, Verdict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measure(backend: str = "auto", fixed_kernel: Path | None = None, progress=print, closed_loop_seeds: int = 20,
-            grid: dict | None = None) -> Report:
-    """Run every experiment the report needs (kernels run here; nothing is written).
+def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
+            closed_loop_seeds: int = 20, grid: dict | None = None) -> Report:
+    """Run every experiment the report needs on ``sources`` (one per controller in CONTROLLERS; nothing is written).
 
-    ``closed_loop_seeds`` and ``grid`` size the closed-loop ablation and robustness study
-    (the tests pass a reduced grid).
+    ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
+    closed loop, ablation, robustness) runs the kernel given here. ``closed_loop_seeds``
+    and ``grid`` size the closed-loop studies (the tests pass a reduced grid).
     """
-    contract = load()
-    be = get_backend(backend)
-    sources = {}
+    entries = {name: contract.controller(name) for name in CONTROLLERS}
+    progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
+    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
+    evidence, verdicts = {}, {}
     for name in CONTROLLERS:
-        entry = contract.controller(name)
-        path = fixed_kernel if (name == "fixed" and fixed_kernel) else entry.kernel
-        sources[name] = load_kernel(path, entry.symbol)
-    progress(f"[1/5] gate: both controllers against their contracts on {be.name} ({be.describe()})")
-    verdicts = {name: evaluate(sources[name], name, be, contract) for name in CONTROLLERS}
-    cross = evaluate(sources["original"], "fixed", be, contract)
-    traj = pd.concat([to_frame(verdicts[n].evidence.catalogue, n, be.name) for n in CONTROLLERS], ignore_index=True)
+        start = time.perf_counter()
+        evidence[name] = collect(kernels[name], entries[name])
+        verdicts[name] = verdict_of(sources[name], name, backend, evidence[name], time.perf_counter() - start)
+    cross = evaluate(sources["original"], "fixed", backend, contract)
+    traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
     progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
-    noise, recovery = {}, {}
-    for name in CONTROLLERS:
-        kernel = be.compile(sources[name], contract.slots)
-        entry = contract.controller(name)
-        noise[name] = experiments.noise_tolerance(kernel, entry, SIGMAS)
-        recovery[name] = experiments.recovery(kernel, entry, STRETCHES)
+    noise = {n: experiments.noise_tolerance(kernels[n], entries[n], SIGMAS) for n in CONTROLLERS}
+    recovery = {n: experiments.recovery(kernels[n], entries[n], STRETCHES) for n in CONTROLLERS}
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    loops = {n: closed_loop.run_one(n, be.name) for n in CONTROLLERS}
-    ablation = closed_loop.ablation(be, seeds=closed_loop_seeds, grid=grid)
-    robustness = closed_loop.robustness(be, seeds=closed_loop_seeds, grid=grid)
+    subjects = {n: closed_loop.group(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+                for n in CONTROLLERS}
+    loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
+    candidate = sources["fixed"].sha256 != load_kernel(entries["fixed"].kernel, entries["fixed"].symbol).sha256
+    ablation = closed_loop.ablation(backend, sources["original"], contract.slots, entries["original"], entries["fixed"],
+                                    seeds=closed_loop_seeds, grid=grid,
+                                    extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
+    robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
-        "backend": be.name,
-        "device": be.describe(),
-        "kernels": {n: {"path": str(Path(sources[n].origin).resolve().relative_to(ROOT))
-                        if Path(sources[n].origin).resolve().is_relative_to(ROOT) else sources[n].origin,
-                        "sha256": sources[n].sha256} for n in CONTROLLERS},
+        "backend": backend.name,
+        "device": backend.describe(),
+        "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
-    return Report(Path(), verdicts, cross, traj, noise, recovery, _bad_input_outcomes(verdicts), loops, ablation,
+    return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
                   robustness, header)
 
 
@@ -159,11 +162,12 @@ def _finding(verdict: Verdict, key: str) -> Finding | None:
 
 def draw(report: Report, out: Path, progress=print) -> None:
     """Write every figure into ``out``."""
-    contracts = {n: report.verdicts[n].evidence.controller for n in CONTROLLERS}
+    contracts = {n: report.evidence[n].controller for n in CONTROLLERS}
     floors = {}
     for n in CONTROLLERS:
         held = report.trajectories.query("controller == @n and scenario == 'aligned'")
-        floors[n] = int(held.step[held["lambda"] == np.float32(contracts[n].value("floor"))].min())
+        at = held.step[held["lambda"] == np.float32(contracts[n].value("floor"))]
+        floors[n] = int(at.min()) if len(at) else None
     counts = {n: {"double": _steps(report.verdicts[n], "steps_to_double"),
                   "halve": _steps(report.verdicts[n], "steps_to_halve")} for n in CONTROLLERS}
     grid = [s for s in dict.fromkeys(report.trajectories.scenario)
@@ -206,10 +210,10 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def summary(report: Report) -> str:
-    """summary.md's text; every number is read from the report's measurements."""
+def summary(report: Report, bench_dir: Path | None = None) -> str:
+    """summary.md's text; every number is read from the report's measurements (and ``bench_dir``'s benchmark run)."""
     h, v = report.header, report.verdicts
-    fixed, original = v["fixed"].evidence.controller, v["original"].evidence.controller
+    fixed, original = report.evidence["fixed"].controller, report.evidence["original"].controller
     lines = [
         "# λ-controller report: the collapse and the fix",
         "",
@@ -246,7 +250,7 @@ def summary(report: Report) -> str:
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
         lines += _figure_notes(report, name)
-    lines += _bench_section(report.out)
+    lines += _bench_section(bench_dir) if bench_dir else []
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
               "backend, scenario, step, kl, kl_target, lambda, …), `properties.json` (every measured property), "
               "`noise_tolerance.csv`, `recovery.csv`, `bad_inputs.csv`.", ""]
@@ -285,7 +289,7 @@ def _figure_notes(report: Report, name: str) -> list[str]:
                 continue
             cells = []
             for n in CONTROLLERS:
-                tol = report.verdicts[n].evidence.controller.value("tolerance")
+                tol = report.evidence[n].controller.value("tolerance")
                 cells.append(f"{report.noise[n].changed_fraction.iloc[i]:.3f} / "
                              f"{1 - spec.in_band_probability(tol, sigma):.3f}")
             rows.append(f"| {sigma:g} | " + " | ".join(cells) + " |")
@@ -326,15 +330,13 @@ def _figure_notes(report: Report, name: str) -> list[str]:
     return []
 
 
-def _bench_section(out: Path) -> list[str]:
-    """The benchmark's table and figure, when a benchmark run has written them under ``out/bench``."""
-    from analysis import bench_report
-
-    latest = out / "bench" / "latest.json"
+def _bench_section(bench_dir: Path) -> list[str]:
+    """The benchmark's table and figure, when a benchmark run has written them into ``bench_dir``."""
+    latest = bench_dir / "latest.json"
     if not latest.is_file():
         return []
     df, machine = bench_report.load(latest)
-    repeat = out / "bench" / "repeat.json"
+    repeat = bench_dir / "repeat.json"
     table = bench_report.table(df, bench_report.load(repeat)[0] if repeat.is_file() else None)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("processor", "CPU")
@@ -346,12 +348,11 @@ def _bench_section(out: Path) -> list[str]:
 
 def write(report: Report, out: Path, progress=print) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    report.out = out
     progress(f"[4/5] figures → {out}")
     draw(report, out, progress)
     progress(f"[5/5] data and summary → {out}")
     write_data(report, out)
-    (out / "summary.md").write_text(summary(report))
+    (out / "summary.md").write_text(summary(report, out / "bench"))
     report.written.append(out / "summary.md")
 
 
@@ -363,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        report = measure(args.backend, args.kernel)
+        check_writable(args.out / "summary.md")
+        contract = load()
+        sources = {n: load_kernel(contract.controller(n).kernel, contract.controller(n).symbol) for n in CONTROLLERS}
+        if args.kernel:
+            sources["fixed"] = load_kernel(args.kernel, contract.controller("fixed").symbol)
+        report = measure(get_backend(args.backend), sources, contract)
         write(report, args.out)
     except SuiteError as err:
         print(f"report: error: {err}", file=sys.stderr)

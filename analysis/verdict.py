@@ -55,13 +55,19 @@ class Verdict:
 
 def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract) -> Verdict:
     """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
-    controller = contract.controller(contract_name)
-    be = backend
     start = time.perf_counter()
-    kernel = be.compile(source, contract.slots)
+    controller = contract.controller(contract_name)
+    kernel = backend.compile(source, contract.slots)
     evidence = collect(kernel, controller)
-    findings = judge(evidence)
-    behaviour = infer(kernel, controller)
-    diffs = diagnose(behaviour, controller, contract, findings, source.text)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start,
-                   behaviour, diffs, behaves_as(behaviour, controller, contract))
+    verdict = verdict_of(source, contract_name, backend, evidence, 0.0)
+    verdict.behaviour = infer(kernel, controller)
+    verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
+    verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
+    verdict.seconds = time.perf_counter() - start
+    return verdict
+
+
+def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
+               seconds: float) -> Verdict:
+    """Judge evidence already collected (``seconds``: what collecting it took); no inference, no diagnosis."""
+    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence), evidence, seconds)

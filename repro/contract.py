@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.errors import SuiteError
+from repro.kernel_source import KernelSource, load_kernel
+from repro.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / "kernels" / "contracts.toml"
 
 
@@ -87,6 +88,11 @@ class Contract:
     slots: Slots
     controllers: dict[str, Controller]
     slot_lines: dict[str, int] = field(default_factory=dict)  # contract key (lambda, kl_ema, …) -> line
+
+    def source(self, name: str, path: Path | str | None = None) -> KernelSource:
+        """Controller ``name``'s kernel source (or the candidate at ``path``, with the entry's symbol)."""
+        entry = self.controller(name)
+        return load_kernel(entry.kernel if path is None else path, entry.symbol)
 
     def controller(self, name: str) -> Controller:
         try:

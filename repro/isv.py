@@ -33,4 +33,4 @@ def stray_writes(slots: Slots, isv: np.ndarray, last_kl: np.ndarray, last_target
     expected[:, slots.target] = np.asarray(last_target, dtype=np.float32).view(np.uint32)
     differs = isv.view(np.uint32) != expected
     differs[:, slots.lambda_] = False
-    return [(int(r), int(s)) for r, s in zip(*np.nonzero(differs))]
+    return [(int(r), int(s)) for r, s in zip(*np.nonzero(differs), strict=True)]

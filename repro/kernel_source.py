@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro.errors import SuiteError
+from repro.paths import shown
 
 _KERNEL_DEF = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
 _DEFINE = re.compile(r"^(?P<head>\s*#\s*define\s+(?P<name>[A-Za-z_]\w*)\s+)(?P<value>.*?)\s*$", re.M)
@@ -75,7 +76,7 @@ def load_kernel(path: Path | str, symbol: str) -> KernelSource:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise SuiteError(f"cannot read kernel file {path}: {err}") from None
-    source = KernelSource(text=text, symbol=symbol, origin=str(path))
+    source = KernelSource(text=text, symbol=symbol, origin=shown(path))
     check_symbol(source)
     return source
 

@@ -1,4 +1,4 @@
-"""Output paths checked before any work, so that a long run never ends on an unwritable file."""
+"""Output paths a command line will write: checked before any work, so a bad one costs nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from pathlib import Path
 from repro.errors import SuiteError
 
 
-def check_writable(path: Path, flag: str) -> None:
-    """Raise a one-line error unless ``path`` can be written: its folder is created if missing and a
-    scratch file is made and removed there (permission bits alone do not tell, e.g. as root on /proc)."""
+def check_writable(path: Path | None, flag: str = "") -> None:
+    """Create ``path``'s folder if needed; raise a one-line :class:`SuiteError` unless a file can be written there.
+
+    A scratch file is made and removed there: permission bits alone do not tell (e.g. as root, or on /proc).
+    ``flag`` names the option in the message (``--json``).
+    """
+    if path is None:
+        return
     path = Path(path)
+    what = f"{flag} {path}" if flag else f"cannot write {path}"
     if path.is_dir():
-        raise SuiteError(f"{flag} {path}: is a folder")
+        raise SuiteError(f"{what}: it is a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
@@ -23,7 +29,8 @@ def check_writable(path: Path, flag: str) -> None:
             with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-check-"):
                 pass
     except OSError as err:
-        raise SuiteError(f"{flag} {path}: cannot be written ({err.strerror or err})".lstrip()) from None
+        raise SuiteError(f"{what}: cannot be written ({err.strerror or err})" if flag
+                         else f"{what}: {err.strerror or err}") from None
 
 
 def write_text(path: Path, text: str) -> None:

@@ -50,3 +50,17 @@ def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float, one_step
         return np.where(found, edge.astype(np.uint32).view(F32), F32(np.nan))
 
     return {"ramp": search(True), "decay": search(False)}
+
+
+def settled_floor(kernel: CompiledKernel, lambda0: float, kl_over_target: float, steps: int = 20000) -> float | None:
+    """The λ a kernel settles at under ``steps`` steps of sustained KL = ``kl_over_target``·target.
+
+    Under KL far below the band this is the floor the kernel behaves as (λ),
+    measured rather than read from its source; None when λ is still moving in
+    the last tenth of the steps (no floor within ``steps``).
+    """
+    target = np.float32(1.0)
+    kl = np.full((steps, 1), np.float32(kl_over_target) * target, dtype=F32)
+    lam, _ = kernel.run_looped(new_isv(kernel.slots, lambda0, 1), kl, np.full_like(kl, target))
+    tail = lam[-(steps // 10):, 0].view(np.uint32)
+    return float(lam[-1, 0]) if bool((tail == tail[-1]).all()) else None

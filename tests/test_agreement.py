@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from analysis.properties import bits
-from conftest import source_of
 from repro import spec
 from repro.contract import load
 from repro.isv import new_isv
@@ -22,7 +21,7 @@ def runs(contract, backend, controller: str, mode: str) -> dict:
     """Catalogue runs by scenario name, cached per (controller, backend, mode)."""
     key = (controller, backend.name, mode)
     if key not in _runs:
-        kernel = backend.compile(source_of(contract, controller), contract.slots)
+        kernel = backend.compile(contract.source(controller), contract.slots)
         _runs[key] = {r.scenario.name: r for r in run_scenarios(kernel, catalogue(contract.controller(controller)), mode)}
     return _runs[key]
 
@@ -73,7 +72,7 @@ def test_grid_launch_matches_one_thread(contract, grid, block):
     from repro.backends import get_backend
 
     s = contract.slots
-    kernel = get_backend("cupy").compile(source_of(contract, "fixed"), s)
+    kernel = get_backend("cupy").compile(contract.source("fixed"), s)
     sc = next(x for x in catalogue(contract.controller("fixed")) if x.name == "lognormal_sigma1.0")
     isv_one = cp.asarray(new_isv(s, sc.lambda0)[0])
     isv_grid = isv_one.copy()
@@ -96,7 +95,7 @@ def noisy_runs(seed: int, n_runs: int, n_steps: int) -> tuple[np.ndarray, np.nda
 def test_batched_step_matches_per_step(contract, backend):
     """S ISVs advanced by the batched harness equal S separate per-step runs, bit for bit."""
     s = contract.slots
-    kernel = backend.compile(source_of(contract, "fixed"), s)
+    kernel = backend.compile(contract.source("fixed"), s)
     n_runs, n_steps = 33, 50
     kl, lam0 = noisy_runs(7, n_runs, n_steps)
     xp = backend.xp
@@ -122,7 +121,7 @@ def test_cupy_rawmodule_flushes_subnormals(contract):
     from repro.scenarios import case
 
     cupy_be = get_backend("cupy")
-    src = source_of(contract, "fixed")
+    src = contract.source("fixed")
     entry = contract.controller("fixed")
     sc = case(entry, "kl=1e-40", steps=1)
     ieee = run_scenarios(cupy_be.compile(src, contract.slots), [sc])[0].lam[0]
@@ -136,7 +135,7 @@ def test_throughput_harness_matches_spec(contract, backend):
     """The benchmark's register-resident, chunk-major harness computes the spec's bits too."""
     from repro.backends.base import chunked, unchunked
 
-    kernel = backend.compile(source_of(contract, "fixed"), contract.slots)
+    kernel = backend.compile(contract.source("fixed"), contract.slots)
     n_runs, n_steps = 37, 64
     kl, lam0 = noisy_runs(11, n_runs, n_steps)
     target = np.full(n_runs, 0.02, np.float32)

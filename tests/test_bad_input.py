@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from analysis import gate
-from conftest import source_of
-from repro.contract import ROOT, Slots, load
+from repro.contract import Slots, load
 from repro.errors import SuiteError
 from repro.kernel_source import load_kernel
+from repro.paths import ROOT
 
 
 def run_gate(*args) -> subprocess.CompletedProcess:
@@ -59,7 +59,7 @@ def test_unavailable_backend_is_a_clear_error(monkeypatch, capsys):
 
 def test_unknown_define_is_rejected(contract):
     with pytest.raises(SuiteError, match="no #define named MIN_LAMDA"):
-        source_of(contract, "fixed").with_defines(MIN_LAMDA=0.1)
+        contract.source("fixed").with_defines(MIN_LAMDA=0.1)
 
 
 def test_define_override_is_visible_in_behaviour(contract, host):
@@ -67,7 +67,7 @@ def test_define_override_is_visible_in_behaviour(contract, host):
     from repro.runner import run_scenarios
     from repro.scenarios import catalogue
 
-    variant = source_of(contract, "fixed").with_defines(MIN_LAMBDA=0.2)
+    variant = contract.source("fixed").with_defines(MIN_LAMBDA=0.2)
     aligned = next(s for s in catalogue(contract.controller("fixed")) if s.name == "decay_from_ceiling")
     lam = run_scenarios(host.compile(variant, contract.slots), [aligned])[0].lam
     assert lam[-1] == np.float32(0.2) and lam.min() == np.float32(0.2)

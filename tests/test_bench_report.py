@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from analysis import bench_report
-from repro.contract import ROOT
+from repro.paths import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
-from repro.contract import ROOT
+from repro.paths import ROOT
 
 
 def test_ieee_flags():
@@ -14,10 +14,9 @@ def test_ieee_flags():
 
 
 def test_cache_is_keyed_by_content(contract, tmp_path, monkeypatch):
-    from conftest import source_of
 
     monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
-    src = source_of(contract, "fixed")
+    src = contract.source("fixed")
     HostBackend().compile(src, contract.slots)
     HostBackend().compile(src, contract.slots)
     assert len(list(tmp_path.glob("*.so"))) == 1

@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.properties import bits
-from conftest import source_of
 from repro import spec
 from repro.isv import new_isv
 
@@ -21,7 +20,7 @@ positive = st.floats(min_value=float(F32(1e-30)), max_value=float(F32(1e30)), wi
 @pytest.fixture(scope="module", params=["fixed", "original"])
 def case(request, contract, backend):
     entry = contract.controller(request.param)
-    return backend.compile(source_of(contract, request.param), contract.slots), spec.Rule.of(entry)
+    return backend.compile(contract.source(request.param), contract.slots), spec.Rule.of(entry)
 
 
 def _run(kernel, lam0, kl, target):

@@ -6,7 +6,6 @@ import pytest
 
 from analysis import gate
 from analysis.verdict import evaluate
-from conftest import source_of
 
 G = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
 
@@ -35,7 +34,7 @@ MUTANTS = {
 
 def mutant(contract, name):
     how, _ = MUTANTS[name]
-    src = source_of(contract, "fixed")
+    src = contract.source("fixed")
     if "defines" in how:
         return src.with_defines(**how["defines"])
     old, new = how["edit"]

@@ -28,18 +28,16 @@ def test_documented_property_holds(findings, prop):
 
 def test_original_fails_the_fixed_contract(contract, backend):
     """The reconstructed original must fail the fix's contract where the fix changed it."""
-    from conftest import source_of
 
-    verdict = evaluate(source_of(contract, "original"), "fixed", backend, contract)
+    verdict = evaluate(contract.source("original"), "fixed", backend, contract)
     failed = {f.key for f in verdict.failed}
     assert {"floor", "steps_to_halve", "dead_zone", "ramp_onset", "decay_onset"} <= failed
     assert {"ceiling", "ramp", "steps_to_double", "guards", "isolation"}.isdisjoint(failed)
 
 
 def test_fixed_fails_the_original_contract(contract, backend):
-    from conftest import source_of
 
-    verdict = evaluate(source_of(contract, "fixed"), "original", backend, contract)
+    verdict = evaluate(contract.source("fixed"), "original", backend, contract)
     failed = {f.key for f in verdict.failed}
     assert {"floor", "decay", "steps_to_halve", "steps_to_floor", "ramp_onset", "decay_onset"} <= failed
     # the fix's wider band contains the original's, so λ still holds throughout the narrower one

@@ -11,17 +11,20 @@ import pandas as pd
 import pytest
 
 from analysis import report
-from conftest import source_of
 
 MIN_DPI = 150
 MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
 QUICK = {"closed_loop_seeds": 2, "grid": {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}}
 
 
+def in_repo_sources(contract):
+    return {n: contract.source(n) for n in report.CONTROLLERS}
+
+
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(tmp_path_factory, contract, host):
     out = tmp_path_factory.mktemp("report")
-    rep = report.measure("host", progress=lambda *_: None, **QUICK)
+    rep = report.measure(host, in_repo_sources(contract), contract, progress=lambda *_: None, **QUICK)
     report.write(rep, out, progress=lambda *_: None)
     return out, rep
 
@@ -87,10 +90,9 @@ def test_noise_table_matches_data(made):
     assert f"{fixed:.3f} /" in row
 
 
-def test_report_of_a_mutated_kernel_shows_the_property_failed(contract, tmp_path):
-    mutant = tmp_path / "decay_0997.cu"
-    mutant.write_text(source_of(contract, "fixed").with_defines(LAMBDA_DECAY_RATE=0.997).text)
-    rep = report.measure("host", fixed_kernel=mutant, progress=lambda *_: None, **QUICK)
+def test_report_of_a_mutated_kernel_shows_the_property_failed(contract, host):
+    sources = in_repo_sources(contract) | {"fixed": contract.source("fixed").with_defines(LAMBDA_DECAY_RATE=0.997)}
+    rep = report.measure(host, sources, contract, progress=lambda *_: None, **QUICK)
     text = report.summary(rep)
     assert _table_cell(text, "steps_to_halve", 4) == "**FAIL**"
     assert _table_cell(text, "floor", 4) == "pass"
@@ -112,3 +114,36 @@ def test_closed_loop_table_matches_data(made):
     ablation = pd.read_csv(out / "data" / "ablation.csv")
     original = ablation[ablation.variant == "original"].collapse_fraction.iloc[0]
     assert f"| original | {original:.1%} |" in text
+
+
+def test_a_candidate_travels_to_every_section(contract, host, tmp_path):
+    """A floor raised to 0.2 (never at the documented 0.05): the whole report is the candidate's, and says so."""
+    raised = 0.2
+    path = tmp_path / "floor_raised.cu"
+    path.write_text(contract.source("fixed").with_defines(MIN_LAMBDA=raised).text)
+    sources = in_repo_sources(contract) | {"fixed": contract.source("fixed", path)}
+    out = tmp_path / "out"
+    report.write(report.measure(host, sources, contract, progress=lambda *_: None, **QUICK), out, lambda *_: None)
+    loops = json.loads((out / "data" / "closed_loop.json").read_text())
+    # the closed loop ran the candidate: its λ never goes below the raised floor, which it settles at
+    assert loops["fixed"]["kernel"] == str(path)
+    assert loops["fixed"]["lambda_min"] >= np.float32(raised) and loops["fixed"]["settled_floor"] == np.float32(raised)
+    ablation = pd.read_csv(out / "data" / "ablation.csv")
+    assert ablation.variant.str.startswith("candidate (").sum() == 1
+    robust = pd.read_csv(out / "data" / "robustness.csv")
+    assert set(robust.controller) == {"fixed", "original"}
+    text = (out / "summary.md").read_text()
+    assert _table_cell(text, "floor", 4) == "**FAIL**" and str(path) in text
+
+
+def test_generated_files_carry_no_absolute_path_of_this_machine(made):
+    """Provenance: kernels are named relative to the repository in every text file the report writes."""
+    from repro.paths import ROOT
+
+    out, _ = made
+    texts = [p for p in out.rglob("*") if p.suffix in (".md", ".json", ".csv")]
+    assert texts
+    for path in texts:
+        assert str(ROOT) not in path.read_text(), path.name
+    header = json.loads((out / "data" / "properties.json").read_text())["header"]
+    assert header["kernels"]["fixed"]["path"] == "kernels/rl_q_distill_lambda_controller.cu"

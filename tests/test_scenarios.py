@@ -18,7 +18,7 @@ def test_same_seed_same_bits_other_seed_other_noise(contract, controller):
     entry = contract.controller(controller)
     a, b, c = catalogue(entry, seed=3), catalogue(entry, seed=3), catalogue(entry, seed=4)
     assert [s.name for s in a] == [s.name for s in b]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert np.array_equal(bits(x.kl), bits(y.kl)) and np.array_equal(bits(x.target), bits(y.target))
     noisy = [i for i, s in enumerate(a) if s.family == "noise"]
     assert noisy and all(not np.array_equal(a[i].kl, c[i].kl) for i in noisy)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -51,7 +49,14 @@ def test_in_band_probability_matches_monte_carlo(sigma, tol):
     assert measured == pytest.approx(spec.in_band_probability(tol, sigma), abs=0.005)
 
 
+@pytest.mark.parametrize("controller", ["fixed", "original"])
+def test_closed_forms_give_the_documented_counts(contract, controller):
+    """The commit's "4 steps to double" and "347 steps to halve" follow from its documented rates."""
+    entry = contract.controller(controller)
+    assert spec.steps_to_double(entry.value("ramp")) == entry.value("steps_to_double")
+    assert spec.steps_to_halve(entry.value("decay")) == entry.value("steps_to_halve")
+
+
 def test_closed_forms():
-    assert spec.steps_to_double(1.2) == math.ceil(math.log(2) / math.log(1.2))
     assert spec.in_band_probability(3.0, 0.0) == 1.0
     assert spec.decay_to_ramp_log_ratio(1.2, 1 / 1.2) == pytest.approx(1.0)

@@ -21,9 +21,10 @@ import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.backends.translation_unit import HOST_SHIM, compile_error, harness_unit
-from repro.contract import ROOT, Slots
+from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
+from repro.paths import ROOT
 
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
 _c_long = ctypes.c_longlong
