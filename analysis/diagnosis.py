@@ -62,7 +62,9 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     for role, slot, doc_slot in (("kl", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
         key = _ROLE_KEYS[role]
         if slot != doc_slot:
-            out.append(Difference("slot", role, doc_slot, slot, "slot", key, contract.slot_lines.get(key, 0),
+            # A moved input is a contract edit (the slot line); an input no slot acts as is not.
+            line = 0 if slot is None else contract.slot_lines.get(key, 0)
+            out.append(Difference("slot", role, doc_slot, slot, "slot", key, line,
                                   note="no slot acts as it" if slot is None else ""))
     if b.writes:
         out.append(Difference("slot", "writes", s.lambda_, ",".join(map(str, b.writes)), "slot", "lambda",

@@ -19,13 +19,20 @@ import time
 import traceback
 from pathlib import Path
 
-from analysis import render
-from analysis.verdict import Verdict, evaluate
-from repro.backends import NAMES, get_backend
-from repro.contract import ROOT, load
-from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
-from repro.outputs import check_writable, write_text
+try:
+    from analysis import render
+    from analysis.verdict import Verdict, evaluate
+    from repro.backends import NAMES, get_backend
+    from repro.contract import ROOT, load
+    from repro.errors import SuiteError
+    from repro.kernel_source import load_kernel
+    from repro.outputs import check_writable, write_text
+except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
+    if __name__ != "__main__":
+        raise
+    print(f"gate: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
+          file=sys.stderr)
+    sys.exit(2)
 
 FORMATS = ("text", "json", "junit", "github")
 
@@ -69,6 +76,8 @@ def display_path(path: Path | str) -> str:
 
 def _formats(values: list[str] | None) -> list[str]:
     chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
+    if not chosen:
+        raise SuiteError(f"--format needs one of {', '.join(FORMATS)}")
     unknown = sorted(set(chosen) - set(FORMATS))
     if unknown:
         raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")

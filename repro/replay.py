@@ -20,15 +20,22 @@ import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
 
-from repro.backends import NAMES, get_backend
-from repro.contract import load
-from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
-from repro.outputs import check_writable
-from repro.runner import run_scenarios, to_frame
-from repro.scenarios import from_csv
+    from repro.backends import NAMES, get_backend
+    from repro.contract import load
+    from repro.errors import SuiteError
+    from repro.kernel_source import load_kernel
+    from repro.outputs import check_writable
+    from repro.runner import run_scenarios, to_frame
+    from repro.scenarios import from_csv
+except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
+    if __name__ != "__main__":
+        raise
+    print(f"replay: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
+          file=sys.stderr)
+    sys.exit(2)
 
 
 def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",

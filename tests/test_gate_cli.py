@@ -78,8 +78,17 @@ def test_usage_error_is_one_line():
     done = run("analysis.gate", "--format", "yaml")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "gate: error: unknown --format yaml (choose from text, json, junit, github)"]
-    done = run("analysis.gate", "--no-such-flag")
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    for args in (["--no-such-flag"], ["--format", ",,"], ["a.cu", "b.cu"]):
+        done = run("analysis.gate", *args)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, args
+
+
+@pytest.mark.parametrize("module,missing", [("analysis.gate", "pandas"), ("repro.replay", "numpy")])
+def test_a_missing_dependency_is_one_line(module, missing):
+    code = f"import sys, runpy; sys.modules[{missing!r}] = None; runpy.run_module({module!r}, run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code, "x"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"missing dependency {missing!r}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
@@ -92,6 +101,14 @@ def test_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, c
     assert err.strip() == "gate: error: internal error: RuntimeError: boom (run with --debug for the traceback)"
     assert gate.main(["--backend", "host", "--debug"]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_text_says_what_the_candidate_behaves_as_above_the_table(floor_candidate):
+    done = run("analysis.gate", floor_candidate, "--backend", "host")
+    lines = done.stdout.splitlines()
+    behaves = next(i for i, ln in enumerate(lines) if ln.startswith("behaves as: "))
+    assert behaves < next(i for i, ln in enumerate(lines) if ln.startswith("property"))
+    assert "floor 0.1 (contract 0.05)" in lines[behaves] and "ramp ×1.2," in lines[behaves]
 
 
 def test_junit_has_one_test_case_per_property(tmp_path, floor_candidate):
@@ -150,6 +167,15 @@ def test_a_slot_change_is_named_as_a_slot_change(contract, host):
         assert "None" not in render.message(f, CONTRACT)
 
 
+def test_a_kernel_ignoring_its_inputs_gets_no_slot_line_to_edit(contract, host):
+    v = _verdict(contract, host, "if (kl_observed <= 0.0f", "lambda = 0.5f; isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda; return;\n"
+                 "    if (kl_observed <= 0.0f", "constant")
+    assert v.behaviour.kl_slot is None and v.behaviour.target_slot is None
+    for f in v.failed:
+        assert f.causes and all(d.line == 0 for d in f.causes), f.key
+        assert "if intended" not in render.message(f, CONTRACT)
+
+
 def test_nan_propagation_is_said_in_words(contract, host):
     v = _verdict(contract, host, "fminf(MAX_LAMBDA, lambda * LAMBDA_RAMP_RATE)",
                  "(lambda * LAMBDA_RAMP_RATE > MAX_LAMBDA ? MAX_LAMBDA : lambda * LAMBDA_RAMP_RATE)", "nan")
@@ -181,29 +207,51 @@ def test_pytest_kernel_takes_any_path(tmp_path, floor_candidate, form):
     assert cases["test_documented_property_holds[host-ceiling]"].find("failure") is None
 
 
-def test_replay_candidate_and_bad_input(tmp_path, floor_candidate):
+def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candidate):
     trace = tmp_path / "t.csv"
     trace.write_text("kl,kl_target\n" + "0.0001,0.02\n" * 400)
     done = run("repro.replay", trace, "--backend", "host", "--kernel", floor_candidate)
     assert done.returncode == 0, done.stderr
     lines = {ln.split()[0]: ln for ln in done.stdout.splitlines()}
-    assert "→ 0.1 " in lines["candidate"] and "→ 0.05 " in lines["fixed"]
-    cases = {
-        "nan.csv": ("kl\n0.1\nnan\n", ["--target", "0.02"], ":3: 'nan' is not finite"),
-        "bare.csv": ("0.1\n0.2\n", ["--target", "0.02"], "no header"),
-        "both.csv": ("kl,kl_target\n0.1,0.02\n", ["--target", "0.02"], "use one of them"),
-        "zero.csv": ("kl\n0.1\n", ["--target", "0"], "positive finite"),
-        "nant.csv": ("kl\n0.1\n", ["--target", "nan"], "positive finite"),
-        "out.csv": ("kl\n0.1\n", ["--target", "0.02", "--csv", "/proc/no/out.csv"], "--csv /proc/no/out.csv"),
-    }
-    for name, (text, args, message) in cases.items():
-        path = tmp_path / name
-        path.write_text(text)
-        done = run("repro.replay", path, "--backend", "host", *args)
-        assert done.returncode == 2 and done.stdout == "", name
-        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, (name, done.stderr)
-    nan = tmp_path / "nan.csv"
-    assert run("repro.replay", nan, "--target", "0.02", "--backend", "host", "--allow-nonfinite").returncode == 0
+    assert "→ 0.1 " in lines["candidate"] and "→ 0.05 " in lines["fixed"] and "original" in lines
+
+
+@pytest.mark.parametrize("text,args,message", [
+    ("kl\n0.1\nnan\n", ["--target", "0.02"], ":3: 'nan' is not finite"),
+    ("kl,kl_target\n0.1,0.02\n0.1,inf\n", [], ":3: 'inf' is not finite"),
+    ("0.1\n0.2\n", ["--target", "0.02"], "no header"),
+    ("kl,kl_target\n0.1,0.02\n", ["--target", "0.02"], "use one of them"),
+    ("kl\n0.1\n", ["--target", "0"], "positive finite"),
+    ("kl\n0.1\n", ["--target", "-1"], "positive finite"),
+    ("kl\n0.1\n", ["--target", "nan"], "positive finite"),
+    ("kl\n0.1\n", ["--target", "0.02", "--csv", "/proc/no/out.csv"], "--csv /proc/no/out.csv"),
+    ("kl\n0.1\n", ["--target", "0.02", "--plot", "{tmp}"], "it is a folder"),
+    ("kl\n0.1\n", ["--target", "0.02", "--kernel", "/no/such.cu"], "kernel file not found"),
+    ("kl\n0.1\n", ["--target", "0.02", "--controller", "none"], "needs --kernel"),
+    ("kl\n0.1\n", ["--target", "x"], "invalid float value"),
+])
+def test_replay_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, text, args, message):
+    from repro import replay
+
+    def no_work(*a, **k):
+        raise AssertionError("a kernel was compiled before the input was checked")
+
+    monkeypatch.setattr(replay, "get_backend", no_work)
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    argv = [str(path), "--backend", "host", *[a.format(tmp=tmp_path) for a in args]]
+    if "invalid" in message:  # argparse's own refusal
+        with pytest.raises(SystemExit) as exited:
+            replay.main(argv)
+        code = exited.value.code
+    else:
+        code = replay.main(argv)
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    assert message in out.err and len(out.err.strip().splitlines()) == 1, out.err
+    if "nan" in text:
+        monkeypatch.undo()
+        assert replay.main([str(path), "--target", "0.02", "--backend", "host", "--allow-nonfinite"]) == 0
 
 
 def test_ci_recipe_parses_and_its_commands_pass():
@@ -218,7 +266,7 @@ def test_ci_recipe_parses_and_its_commands_pass():
     local = yaml.safe_load((ROOT / "docs" / "ci" / "pre-commit-config.yaml").read_text())
     entries = [h["entry"] for h in hooks] + [h["entry"] for r in local["repos"] for h in r["hooks"]]
     assert all(re.match(r"^kernels/", h["files"]) or h["files"] == "^kernels/" for h in hooks)
-    for command in [*gates, *entries]:
+    for command in dict.fromkeys([*gates, *entries]):
         argv = shlex.split(command)
         assert argv[:3] == ["python", "-m", "analysis.gate"]
         argv = [a for a in argv[3:] if not a.startswith("gate-results/")]
