@@ -45,7 +45,7 @@ DEPENDS = {
     "guards": {"guard"},
     "nonfinite": {"nonfinite", "floor", "ceiling", "ramp", "decay"},
     "isolation": {"writes"},
-    "spec_agreement": {"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite"},
+    "spec_agreement": {"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"},
     "launch_modes": set(),
 }
 _ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
@@ -66,6 +66,10 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
             line = 0 if slot is None else contract.slot_lines.get(key, 0)
             out.append(Difference("slot", role, doc_slot, slot, "slot", key, line,
                                   note="no slot acts as it" if slot is None else ""))
+    extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
+    if extra:
+        out.append(Difference("slot", "reads", None, ",".join(map(str, extra)), "slot", "", 0,
+                              note="λ depends on these slots too"))
     if b.writes:
         out.append(Difference("slot", "writes", s.lambda_, ",".join(map(str, b.writes)), "slot", "lambda",
                               0, note="the contract lets a controller write λ's slot only"))
@@ -95,7 +99,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
             # The edge value belongs to the band in the contract (strict comparisons): not a contract edit.
             out.append(Difference("edge", name, "strict", "inclusive", "", "", 0,
                                   note="the documented rule compares strictly (> / <)"))
-    if any(d.kind == "slot" and d.name != "writes" for d in out):
+    if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
         return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
     out += _nonfinite(findings, b)
     guards = next((f for f in findings if f.key == "guards"), None)
@@ -142,7 +146,7 @@ def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
 
 def explain(findings: list[Finding], diffs: list[Difference]) -> None:
     """Attach to each failing row the differences it depends on (slot differences explain every row)."""
-    slots = [d for d in diffs if d.kind == "slot" and d.name != "writes"]
+    slots = [d for d in diffs if d.kind == "slot" and d.name not in ("writes", "reads")]
     for f in findings:
         if f.ok:
             continue
@@ -168,6 +172,9 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
     out = []
     for role, slot, doc in (("KL", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
         out.append(item(f"{role} from slot", "none" if slot is None else str(slot), str(doc), slot == doc))
+    extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
+    if extra:
+        out.append(item("also reads slots", ",".join(map(str, extra)), "none", False))
     if b.writes:
         out.append(item("writes slots", ",".join(map(str, b.writes)), "none besides λ", False))
     for name, prefix in (("floor", ""), ("ceiling", ""), ("ramp", "×"), ("decay", "×")):

@@ -23,10 +23,11 @@ try:
     from analysis import render
     from analysis.verdict import Verdict, evaluate
     from repro.backends import NAMES, get_backend
-    from repro.contract import ROOT, load
+    from repro.contract import load
     from repro.errors import SuiteError
     from repro.kernel_source import load_kernel
     from repro.outputs import check_writable, write_text
+    from repro.paths import shown
 except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
     if __name__ != "__main__":
         raise
@@ -65,15 +66,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def display_path(path: Path | str) -> str:
-    """A path as annotations and reports show it: repo-relative when inside the repository."""
-    p = Path(path).resolve()
-    try:
-        return p.relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def _formats(values: list[str] | None) -> list[str]:
     chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
     if not chosen:
@@ -85,7 +77,7 @@ def _formats(values: list[str] | None) -> list[str]:
 
 
 def _text(verdict: Verdict, args, contract_file: str) -> str:
-    out = [f"kernel   {display_path(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
+    out = [f"kernel   {shown(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
            f"contract {args.contract}  ({contract_file})",
            f"backend  {verdict.backend}: {verdict.device}", ""]
     if verdict.behaves_as:
@@ -109,17 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     start = time.perf_counter()
     contract_file = "kernels/contracts.toml"
-    kernel_file = display_path(args.kernel) if args.kernel else "kernels"
+    kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
         for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
             if path is not None:
                 check_writable(path, flag)
         contract = load()
-        contract_file = display_path(contract.path)
+        contract_file = shown(contract.path)
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
-        kernel_file = display_path(path)
+        kernel_file = shown(path)
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
         for extra in EXTRA_ROWS:
             verdict.findings.extend(extra(args, verdict))
@@ -136,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         _outputs_for_error(args, error, kernel_file, contract_file, time.perf_counter() - start)
         return 2
     code = 0 if verdict.ok else 1
-    data = {**verdict.as_dict(), "kernel": display_path(verdict.source.origin), "exit_code": code}
+    data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
     suite = f"gate.{args.contract}"
     printed = {
         "text": lambda: _text(verdict, args, contract_file),

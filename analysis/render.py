@@ -39,7 +39,9 @@ def documented(f: Finding) -> str:
         return f"{f.documented:g} cases pinned"
     if f.key == "isolation":
         return f"slot {d['lambda_slot']} only"
-    return "identical"
+    if f.key in ("spec_agreement", "launch_modes"):
+        return "identical"
+    return _value(f.documented, f.unit, "required")
 
 
 def predicted(f: Finding) -> str:
@@ -57,7 +59,9 @@ def predicted(f: Finding) -> str:
         return documented(f)
     if f.key == "nonfinite":
         return f"{f.predicted:g} cases"
-    return documented(f)
+    if f.key in ("spec_agreement", "launch_modes"):
+        return documented(f)
+    return _value(f.predicted, f.unit, documented(f))
 
 
 def measured(f: Finding) -> str:
@@ -85,7 +89,14 @@ def measured(f: Finding) -> str:
         return f"{f.measured:g}/{f.documented:g} cases as pinned"
     if f.key == "isolation":
         return f"{f.measured:g}/{f.documented:g} runs left every other slot's bits intact"
-    return "identical" if f.ok else "differs"
+    if f.key in ("spec_agreement", "launch_modes"):
+        return "identical" if f.ok else "differs"
+    return _value(f.measured, f.unit, "holds" if f.ok else "violated")
+
+
+def _value(x: float | None, unit: str, otherwise: str) -> str:
+    """A row other parts of the suite add (crash, time-out, static rules): its number and unit, or a word."""
+    return otherwise if x is None else f"{g(x)} {unit}".rstrip()
 
 
 def where(w: Where | None) -> str:
@@ -120,6 +131,8 @@ def difference(d: Difference) -> str:
     """One difference in words: "floor 0.1 (contract 0.05)", "reads the target from slot 490 (contract 491)"."""
     if d.kind == "slot" and d.name == "writes":
         return f"writes slot(s) {d.measured} besides λ's slot {d.documented}"
+    if d.kind == "slot" and d.name == "reads":
+        return f"also reads slot(s) {d.measured} (the contract's inputs are λ, KL and target only)"
     if d.kind == "slot":
         role = "KL" if d.name == "kl" else "target"
         if d.measured is None:

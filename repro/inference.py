@@ -61,11 +61,14 @@ def _same(a, b) -> np.ndarray:
     return np.asarray(a, dtype=F32).view(np.uint32) == np.asarray(b, dtype=F32).view(np.uint32)
 
 
-def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...]) -> tuple[tuple[int, ...], int | None, int | None]:
+def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
+                    tolerance: float = 3.0) -> tuple[tuple[int, ...], int | None, int | None]:
     """Slots whose perturbation changes λ after one step, and the slots acting as KL and as target.
 
     Every slot but λ's starts at the reference target T (so a kernel reading its inputs
-    from other slots still sees valid values); KL's contract slot is set high, in band or low.
+    from other slots still sees valid values); KL's contract slot is set far above, just above,
+    in, just below and far below the documented band (``tolerance``), so a slot that only moves
+    an edge shows too.
     A slot is read when multiplying it by 1e4 or 1e-4, or zeroing it, changes λ from any of
     ``lambdas`` (several, so that a λ0 sitting at a bound still shows the other direction).
     """
@@ -73,31 +76,29 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...]) -> tuple
     n = s.isv_len
     tgt = F32(REF_TARGET)
     factors = (1e4, 1e-4, 0.0)
-    regimes = (FAR, 1.0, 1.0 / FAR)
-    rows, kls, tgts, keys = [], [], [], []
+    near = 1.5 * tolerance
+    regimes = (FAR, near, 1.0, 1.0 / near, 1.0 / FAR)
+    others = np.array([slot for slot in range(n) if slot != s.lambda_])
+    per_slot = np.repeat(others, len(factors))  # the slot each perturbed row changes
+    scale = np.tile(np.asarray(factors, dtype=F32), others.size)
+    blocks, bases = [], []
     for regime, lambda0 in ((r, lam) for r in regimes for lam in lambdas):
         base = np.full(n, tgt, dtype=F32)
         base[s.lambda_] = F32(lambda0)
-        base_kl = F32(tgt * regime)
-        base[s.kl] = base_kl
-        for slot in [None, *range(n)]:
-            for factor in factors if slot is not None else (1.0,):
-                if slot == s.lambda_:
-                    continue
-                row = base.copy()
-                if slot is not None:
-                    row[slot] = F32(row[slot] * factor)
-                rows.append(row)
-                kls.append(row[s.kl])
-                tgts.append(row[s.target])
-                keys.append(((regime, lambda0), slot))
-    lam, _ = _run(kernel, np.stack(rows), np.array([kls], dtype=F32), np.array([tgts], dtype=F32))
-    lam = lam[0]
-    baseline = {regime: lam[i] for i, (regime, slot) in enumerate(keys) if slot is None}
+        base[s.kl] = F32(tgt * regime)
+        rows = np.tile(base, (1 + per_slot.size, 1))  # row 0: the baseline; then one perturbation each
+        rows[np.arange(1, rows.shape[0]), per_slot] = base[per_slot] * scale
+        blocks.append(rows)
+        bases.append(rows.shape[0])
+    isv = np.concatenate(blocks)
+    lam, _ = _run(kernel, isv, isv[None, :, s.kl].copy(), isv[None, :, s.target].copy())
     read = {s.lambda_}
-    for i, (regime, slot) in enumerate(keys):
-        if slot is not None and not _same(lam[i], baseline[regime]):
-            read.add(slot)
+    start = 0
+    for size in bases:
+        block = lam[0, start : start + size]
+        changed = ~_same(block[1:], block[0])
+        read.update(int(x) for x in per_slot[changed])
+        start += size
     # Roles: from the in-band state (all inputs T), raise one slot ×100: a KL ramps λ, a target decays it.
     candidates = sorted(read - {s.lambda_})
     role_rows, role_keys = [], []
@@ -206,7 +207,8 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     """Measure the rule ``kernel`` behaves as (about 0.2 s on the host backend)."""
     seed = controller.value("seed_lambda")
     mid = float(np.sqrt(controller.value("floor") * controller.value("ceiling")))
-    read, kl_slot, target_slot = reads_and_roles(kernel, (seed, mid, 0.5 * controller.value("ceiling")))
+    read, kl_slot, target_slot = reads_and_roles(kernel, (seed, mid, 0.5 * controller.value("ceiling")),
+                                                 controller.value("tolerance"))
     written = writes(kernel, seed)
     if kl_slot is None or target_slot is None:
         return Behaviour(read, written, kl_slot, target_slot)
