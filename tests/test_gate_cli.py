@@ -51,36 +51,55 @@ def floor_candidate(tmp_path_factory) -> Path:
     return variant(tmp_path_factory.mktemp("floor"), "floor.cu", "#define MIN_LAMBDA 0.05f", "#define MIN_LAMBDA 0.1f")
 
 
-def test_exit_codes_and_json_for_all_three_outcomes(tmp_path, floor_candidate):
-    for args, code in (([], 0), ([floor_candidate], 1), ([tmp_path / "missing.cu"], 2)):
+@pytest.fixture(scope="module")
+def floor_gate(tmp_path_factory, floor_candidate):
+    """The gate run once on the floor candidate with every output: (process, stdout by format, folder)."""
+    folder = tmp_path_factory.mktemp("gate-out")
+    done = run("analysis.gate", floor_candidate, "--backend", "host", "--format", "text,junit", "--format", "github",
+               "--junit", folder / "gate.xml", "--json", folder / "deep" / "verdict.json")
+    text, rest = done.stdout.split("<?xml", 1)
+    xml, github = rest.split("</testsuites>", 1)
+    return done, {"text": text, "junit": "<?xml" + xml + "</testsuites>", "github": github}, folder
+
+
+def test_exit_codes_and_json_for_all_three_outcomes(tmp_path, floor_gate):
+    assert floor_gate[0].returncode == 1
+    for args, code in (([], 0), ([tmp_path / "missing.cu"], 2)):
         out = tmp_path / f"v{code}" / "verdict.json"
         done = run("analysis.gate", *args, "--backend", "host", "--json", out)
         assert done.returncode == code, done.stderr
         assert "Traceback" not in done.stderr
+    for out, code in ((tmp_path / "v0" / "verdict.json", 0), (floor_gate[2] / "deep" / "verdict.json", 1),
+                      (tmp_path / "v2" / "verdict.json", 2)):
         data = json.loads(out.read_text())
         assert data["exit_code"] == code and data["ok"] is (code == 0)
         if code == 2:
             assert "kernel file not found" in data["error"] and len(done.stderr.strip().splitlines()) == 1
         else:
-            assert not Path(data["kernel"]).is_absolute() or data["kernel"] == str(floor_candidate)
+            assert data["properties"] and all("key" in p and "causes" in p for p in data["properties"])
 
 
 @pytest.mark.parametrize("where", ["/proc/no/such/v.json", "{file}/v.json"])
-def test_unwritable_json_path_is_refused_before_any_work(tmp_path, where):
+def test_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys, monkeypatch, where):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    done = run("analysis.gate", "--backend", "host", "--json", where.format(file=blocker))
-    assert done.returncode == 2 and done.stdout == ""  # nothing judged, nothing printed
-    assert done.stderr.startswith("gate: error: --json") and len(done.stderr.strip().splitlines()) == 1
+    monkeypatch.setattr(gate, "evaluate", lambda *a, **k: pytest.fail("judged before the output path was checked"))
+    assert gate.main(["--backend", "host", "--json", where.format(file=blocker)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("gate: error: --json") and len(out.err.strip().splitlines()) == 1
 
 
-def test_usage_error_is_one_line():
+def test_usage_error_is_one_line(capsys):
     done = run("analysis.gate", "--format", "yaml")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "gate: error: unknown --format yaml (choose from text, json, junit, github)"]
-    for args in (["--no-such-flag"], ["--format", ",,"], ["a.cu", "b.cu"]):
-        done = run("analysis.gate", *args)
-        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, args
+    for args in (["--no-such-flag"], ["--format", ",,"], ["a.cu", "b.cu"], ["--backend", "tpu"]):
+        try:
+            code = gate.main(args)
+        except SystemExit as exited:  # argparse's own refusals
+            code = exited.code
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
 
 
 @pytest.mark.parametrize("module,missing", [("analysis.gate", "pandas"), ("repro.replay", "numpy")])
@@ -103,19 +122,15 @@ def test_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, c
     assert "Traceback" in capsys.readouterr().err
 
 
-def test_text_says_what_the_candidate_behaves_as_above_the_table(floor_candidate):
-    done = run("analysis.gate", floor_candidate, "--backend", "host")
-    lines = done.stdout.splitlines()
+def test_text_says_what_the_candidate_behaves_as_above_the_table(floor_gate):
+    lines = floor_gate[1]["text"].splitlines()
     behaves = next(i for i, ln in enumerate(lines) if ln.startswith("behaves as: "))
     assert behaves < next(i for i, ln in enumerate(lines) if ln.startswith("property"))
     assert "floor 0.1 (contract 0.05)" in lines[behaves] and "ramp ×1.2," in lines[behaves]
 
 
-def test_junit_has_one_test_case_per_property(tmp_path, floor_candidate):
-    out = tmp_path / "gate.xml"
-    done = run("analysis.gate", floor_candidate, "--backend", "host", "--junit", out, "--format", "junit")
-    assert done.returncode == 1
-    for root in (ET.parse(out).getroot(), ET.fromstring(done.stdout.split("?>", 1)[1])):
+def test_junit_has_one_test_case_per_property(tmp_path, capsys, floor_gate):
+    for root in (ET.parse(floor_gate[2] / "gate.xml").getroot(), ET.fromstring(floor_gate[1]["junit"].split("?>", 1)[1])):
         assert root.tag == "testsuites"
         (suite,) = root.findall("testsuite")
         cases = suite.findall("testcase")
@@ -126,14 +141,12 @@ def test_junit_has_one_test_case_per_property(tmp_path, floor_candidate):
         floor = next(c for c in cases if c.get("name") == "floor").find("failure")
         assert f"{CONTRACT}:{contract_line('floor')}" in floor.text and "Finding(" not in floor.text
     error = tmp_path / "error.xml"
-    assert run("analysis.gate", tmp_path / "nope.cu", "--junit", error).returncode == 2
+    assert gate.main([str(tmp_path / "nope.cu"), "--junit", str(error)]) == 2
     assert ET.parse(error).getroot().find("testsuite/testcase/error") is not None
 
 
-def test_github_annotations_point_at_the_constant_and_the_contract_line(floor_candidate):
-    done = run("analysis.gate", floor_candidate, "--backend", "host", "--format", "github")
-    assert done.returncode == 1
-    lines = done.stdout.strip().splitlines()
+def test_github_annotations_point_at_the_constant_and_the_contract_line(floor_candidate, floor_gate):
+    lines = floor_gate[1]["github"].strip().splitlines()
     source_line = next(n for n, t in enumerate(floor_candidate.read_text().splitlines(), 1) if "0.1f" in t)
     errors = [ln for ln in lines if ln.startswith("::error ")]
     assert errors and all(f"file={floor_candidate},line={source_line}," in ln for ln in errors)
