@@ -40,3 +40,17 @@ def pytest_load_initial_conftests(early_config, parser, args):
     args[:0] = early_config._validate_args(early_config.getini("addopts"), "via addopts config")
     early_config.known_args_namespace = parser.parse_known_args(args, namespace=copy.copy(early_config.option))
     early_config.known_args_namespace.confcutdir = str(rootpath)
+
+
+def pytest_configure(config):
+    """A --kernel that cannot be judged is a usage error (one line), not an error in every test."""
+    path = config.getoption("--kernel", default=None)
+    if path is None:
+        return
+    from repro.contract import load
+    from repro.errors import SuiteError
+
+    try:
+        load().source(config.getoption("--contract"), path)
+    except SuiteError as err:
+        raise pytest.UsageError(f"--kernel: {err}") from None

@@ -287,3 +287,10 @@ def test_ci_recipe_parses_and_its_commands_pass():
         done = run("analysis.gate", *argv)
         assert done.returncode == 0, (command, done.stderr)
     assert any(s.get("run", "").startswith("python -m analysis.report") for s in steps)
+
+
+def test_pytest_kernel_that_cannot_be_judged_is_one_usage_error(tmp_path):
+    done = run("pytest", "--kernel", tmp_path / "missing.cu", "-p", "no:xdist", "-q", "tests/test_properties.py")
+    assert done.returncode == 4  # pytest's usage error
+    assert f"ERROR: --kernel: kernel file not found: {tmp_path / 'missing.cu'}" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr + done.stdout
