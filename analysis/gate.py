@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     code = 0 if verdict.ok else 1
     data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
+    for row, f in zip(data["properties"], verdict.findings, strict=True):
+        row["message"] = render.message(f, contract_file)  # the row as the table and JUnit say it
     suite = f"gate.{args.contract}"
     printed = {
         "text": lambda: _text(verdict, args, contract_file),

@@ -20,6 +20,9 @@ def check_writable(path: Path | None, flag: str = "") -> None:
     what = f"{flag} {path}" if flag else f"cannot write {path}"
     if path.is_dir():
         raise SuiteError(f"{what}: it is a folder")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise SuiteError(f"{what}: {blocker} is a file, not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
