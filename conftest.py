@@ -27,13 +27,18 @@ def pytest_addoption(parser):
 
     with contextlib.suppress(ValueError):  # already registered by the plugin
         kernel_option.pytest_addoption(parser)
+    parser.getgroup("rlq").addoption(
+        "--require-gpu", action="store_true",
+        help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
 
 
 def pytest_collection_modifyitems(config, items):
     reasons = {}
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):  # a marker, not a keyword (a folder named gpu is one)
             reason = reasons.setdefault("cupy", unavailable_reason("cupy"))
+            if reason and config.getoption("--require-gpu"):
+                raise pytest.UsageError(f"--require-gpu: {reason}")
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 

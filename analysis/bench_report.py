@@ -1,19 +1,18 @@
-"""Benchmark results (pytest-benchmark JSON) as a Markdown table and a PNG.
+"""Benchmark runs as a Markdown table and a PNG.
 
     python -m analysis.bench_report RUN.json [--repeat RUN2.json] [--out DIR]
 
-Per mode: median and IQR in µs per step for the controller and its empty-kernel
-twin, their ratio, and the rounds. With ``--repeat`` (a second, back-to-back
-run) each median's change between the runs is shown against the 5 %
-repeatability goal. Times come from CUDA events where the benchmark recorded
-them (``device_us``), else from pytest-benchmark's wall-clock round times
-divided by the steps a round holds.
+Per mode: median and IQR in µs per step for the controller and its
+empty-kernel twin, their ratio, the rounds, the clock that timed it and what
+sets its time. With ``--repeat`` (a second, back-to-back run) each median's
+change between the runs is shown against the 5 % repeatability goal, and the
+pair is read as a baseline: the gate each mode would get
+(:mod:`analysis.bench_verdict`). A second table says what each mode measures.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,55 +20,48 @@ import numpy as np
 import pandas as pd
 
 from analysis import plots
-
-REPEATABILITY = 0.05  # the goal: two back-to-back runs' medians within 5 %
+from analysis.bench_verdict import REPEATABILITY, ModeCheck, thresholds
+from repro.bench.result import frame, load_run
+from repro.errors import SuiteError
 
 
 def load(path: Path) -> tuple[pd.DataFrame, dict]:
-    """One row per benchmark: mode, kernel, median/q1/q3/min/max in µs per step, rounds, clock."""
-    try:
-        data = json.loads(Path(path).read_text())
-        benchmarks = data["benchmarks"]
-    except (OSError, ValueError, KeyError) as err:
-        raise SystemExit(f"bench_report: error: {path}: not a pytest-benchmark JSON file ({err})") from None
-    rows = []
-    for b in benchmarks:
-        info, stats = b["extra_info"], b["stats"]
-        if "device_us" in info and info["device_us"]:
-            per = np.asarray(info["device_us"], dtype=float)
-            q1, med, q3 = np.percentile(per, [25, 50, 75])
-            lo, hi, clock = per.min(), per.max(), "CUDA events"
-        else:
-            scale = 1e6 / info["ops_per_round"]
-            q1, med, q3 = (stats[k] * scale for k in ("q1", "median", "q3"))
-            lo, hi, clock = stats["min"] * scale, stats["max"] * scale, "wall clock"
-        rows.append({"mode": info["mode"], "kernel": info["kernel"], "median_us": med, "q1_us": q1, "q3_us": q3,
-                     "min_us": lo, "max_us": hi, "rounds": stats["rounds"], "steps_per_round": info["ops_per_round"],
-                     "clock": clock, **{k: v for k, v in info.items() if k in ("steps_per_s", "achieved_gbs",
-                                                                                 "copy_gbs", "copy_fraction")}})
-    return pd.DataFrame(rows), data.get("machine_info", {})
-
-
-def compact(path: Path) -> None:
-    """Drop the per-round samples (``stats.data``) from a results file; the summary stats stay."""
-    data = json.loads(Path(path).read_text())
-    for b in data.get("benchmarks", []):
-        b.get("stats", {}).pop("data", None)
-    Path(path).write_text(json.dumps(data, indent=1))
+    """One row per mode × kernel (see :func:`repro.bench.result.frame`), and the machine it ran on."""
+    run = load_run(path)
+    return frame(run), run.machine
 
 
 def _us(x: float) -> str:
-    return f"{x:.3g}" if x < 1 else f"{x:.2f}"
+    return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
 
 
-def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None) -> str:
-    head = "| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio | rounds | clock |"
-    sep = "|---|---|---|---|---|---|"
+def _gate_cell(check: ModeCheck | None) -> str:
+    if check is None:
+        return "—"
+    if not check.gated:
+        return f"not gated ({check.spread:.0%} run-to-run)"
+    what = "median" if check.metric == "median" else "ratio"
+    if check.now is None:
+        return f"{what} ≤ +{check.threshold:.1%}"
+    verdict = "**REGRESSED**" if check.regressed else "ok"
+    return f"{what} {check.change:+.1%} (≤ +{check.threshold:.1%}) {verdict}"
+
+
+def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[ModeCheck] | None = None) -> str:
+    """The results table; with ``repeat`` the run-to-run Δ, with ``checks`` (or a repeat) the gate per mode."""
+    if checks is None and repeat is not None:
+        checks = thresholds(df, repeat)
+    by_mode = {c.mode: c for c in checks or []}
+    head = "| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio | rounds | clock | set by |"
+    sep = "|---|---|---|---|---|---|---|"
     if repeat is not None:
         head += " run-to-run Δ median (controller / empty) |"
         sep += "---|"
+    if checks is not None:
+        head += " gate |"
+        sep += "---|"
     lines = [head, sep]
-    flagged, steady = [], []
+    flagged = []
     for mode in dict.fromkeys(df["mode"]):
         part = df[df["mode"] == mode].set_index("kernel")
         cells = []
@@ -78,8 +70,9 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None) -> str:
             cells.append("—" if r is None else f"{_us(r.median_us)} ({_us(r.q1_us)}–{_us(r.q3_us)})")
         ratio = (part.loc["controller", "median_us"] / part.loc["empty", "median_us"]
                  if {"controller", "empty"} <= set(part.index) else float("nan"))
-        row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {int(part['rounds'].iloc[0])} "
-               f"| {part['clock'].iloc[0]} |")
+        first = part.iloc[0]
+        row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {int(first['rounds'])} | {first['clock']} "
+               f"| {first['set_by']} |")
         if repeat is not None:
             other = repeat[repeat["mode"] == mode].set_index("kernel")
             deltas = []
@@ -87,27 +80,71 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None) -> str:
                 if k in part.index and k in other.index:
                     d = other.loc[k, "median_us"] / part.loc[k, "median_us"] - 1
                     deltas.append(f"{d:+.1%}" + (" ⚠" if abs(d) > REPEATABILITY else ""))
-                    (flagged if abs(d) > REPEATABILITY else steady).append((mode, abs(d)))
-            row += f" {' / '.join(deltas)} |"
+                    if abs(d) > REPEATABILITY:
+                        flagged.append(mode)
+            row += f" {' / '.join(deltas) or '—'} |"
+        if checks is not None:
+            row += f" {_gate_cell(by_mode.get(mode))} |"
         lines.append(row)
     if flagged:
-        modes = ", ".join(dict.fromkeys(m for m, _ in flagged))
-        calm = sorted({m for m, _ in steady} - {m for m, _ in flagged})
-        worst = max((d for m, d in steady if m in calm), default=float("nan"))
-        lines += ["", f"⚠ a median that moved more than {REPEATABILITY:.0%} between the two runs: {modes}. These are "
-                  "the modes whose time the host sets (a ctypes call, Python launching and waiting, or CUDA events "
-                  "around launches the host enqueues one by one), and the host is a shared virtual machine whose "
-                  f"CPU state drifts between runs; the other modes moved at most {worst:.1%}."]
+        lines += ["", f"⚠ a median that moved more than {REPEATABILITY:.0%} between the two runs: "
+                  f"{', '.join(dict.fromkeys(flagged))}."]
+    lines += _notes(df)
+    return "\n".join(lines)
+
+
+def _median(df: pd.DataFrame, mode_prefix: str, kernel: str) -> float | None:
+    rows = df[df["mode"].str.startswith(mode_prefix) & (df["kernel"] == kernel)]
+    return float(rows["median_us"].iloc[0]) if len(rows) else None
+
+
+def _notes(df: pd.DataFrame) -> list[str]:
+    """Sentences read from the data: launch paths against the C floor, the graph step, throughput."""
+    out = []
+    c_floor = _median(df, "C driver API async", "controller")
+    for prefix in ("cupy async", "cuda.bindings async"):
+        other = _median(df, prefix, "controller")
+        if c_floor and other:
+            out.append(f"- Launching the controller from Python costs {other / c_floor:.1f}× the C loop's launch "
+                       f"({prefix.split()[0]}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
+    step = df[df["mode"].str.startswith("graph of")]
+    if len(step):
+        parts = step.set_index("kernel")
+        line = (f"- In a training step graphed as {int(parts['nodes'].iloc[0])} small kernels "
+                f"({_us(parts['step_us'].iloc[0])} µs a step), the controller as one more node adds "
+                f"{_us(parts.loc['controller', 'median_us'])} µs a step")
+        if "empty" in parts.index:
+            line += f" (an empty node {_us(parts.loc['empty', 'median_us'])} µs)"
+        out.append(line + ".")
     many = df[df["steps_per_s"].notna()] if "steps_per_s" in df else df.iloc[0:0]
     for _, r in many.iterrows():
-        lines.append("")
         if r.kernel == "controller":
-            lines.append(f"- {r['mode']}, controller: {r.steps_per_s:.3g} steps/s; {r.achieved_gbs:.0f} GB/s of the "
-                         f"8 bytes a step must move (KL in, λ out), {r.copy_fraction:.0%} of the {r.copy_gbs:.0f} GB/s "
-                         "device-to-device copy measured in the same run.")
+            out.append(f"- {r['mode']}, controller: {r.steps_per_s:.3g} steps/s; {r.achieved_gbs:.0f} GB/s of the "
+                       f"8 bytes a step must move (KL in, λ out), {r.copy_fraction:.0%} of the {r.copy_gbs:.0f} GB/s "
+                       "device-to-device copy measured in the same run.")
         else:  # the empty kernel never reads the KL it is given, so the compiler drops that load
-            lines.append(f"- {r['mode']}, empty kernel: {r.steps_per_s:.3g} steps/s (it writes λ but never reads KL, "
-                         "so the compiler drops the KL load: a floor, not a bandwidth).")
+            out.append(f"- {r['mode']}, empty kernel: {r.steps_per_s:.3g} steps/s (it writes λ but never reads KL, "
+                       "so the compiler drops the KL load: a floor, not a bandwidth).")
+    return [""] + out if out else []
+
+
+def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[str, str] | None = None) -> str:
+    """What each mode measures, which clock times it, what sets its time, and whether and how it is gated."""
+    by_mode = {c.mode: c for c in checks or []}
+    lines = ["| mode | what it measures | clock | set by | gated on |", "|---|---|---|---|---|"]
+    for mode in dict.fromkeys(df["mode"]):
+        r = df[df["mode"] == mode].iloc[0]
+        c = by_mode.get(mode)
+        if c is None:
+            gate = "no baseline for this machine"
+        elif not c.gated:
+            gate = f"not gated: {c.reason}"
+        else:
+            what = "controller median" if c.metric == "median" else "controller/empty ratio of the same run"
+            gate = f"{what}, fails beyond +{c.threshold:.1%} (baseline spread {c.spread:.1%})"
+        lines.append(f"| {mode} | {r['what']} | {r['clock']} | {r['set_by']} | {gate} |")
+    for mode, why in (skipped or {}).items():
+        lines.append(f"| {mode} | not run here: {why} | — | — | — |")
     return "\n".join(lines)
 
 
@@ -119,8 +156,8 @@ def figure(df: pd.DataFrame):
     for j, k in enumerate(("controller", "empty")):
         part = df[df.kernel == k].set_index("mode").reindex(modes)
         y = np.arange(len(modes)) + (j - 0.5) * 0.38
-        err = np.vstack([part.median_us - part.q1_us, part.q3_us - part.median_us])
-        ax.barh(y, part.median_us, height=0.36, color=colors[k], xerr=err, capsize=3,
+        err = np.clip(np.vstack([part.median_us - part.q1_us, part.q3_us - part.median_us]), 0, None)
+        ax.barh(y, part.median_us.clip(lower=1e-7), height=0.36, color=colors[k], xerr=err, capsize=3,
                 label=f"{k} kernel" if k == "empty" else "controller (fixed)")
     ax.set_yticks(np.arange(len(modes)), modes)
     ax.invert_yaxis()
@@ -131,29 +168,47 @@ def figure(df: pd.DataFrame):
     return fig
 
 
+def header(title: str, machine: dict) -> str:
+    gpu = machine.get("gpu", {})
+    lines = [f"# {title}", "", f"- CPU: {machine.get('cpu', {}).get('brand_raw', '?')}, "
+             f"Python {machine.get('python_version', '?')}"]
+    if gpu:
+        lines.append(f"- GPU: {gpu.get('name')} (CUDA driver API {gpu.get('cuda_driver_api')}, CUDA runtime "
+                     f"{gpu.get('runtime')}, CuPy {gpu.get('cupy')})")
+    return "\n".join(lines)
+
+
+def write(out: Path, title: str, df: pd.DataFrame, machine: dict, repeat: pd.DataFrame | None = None,
+          checks: list[ModeCheck] | None = None, skipped: dict[str, str] | None = None,
+          verdict: list[str] | None = None) -> str:
+    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown."""
+    if checks is None and repeat is not None:
+        checks = thresholds(df, repeat)
+    parts = [header(title, machine), table(df, repeat, checks)]
+    if verdict is not None:
+        parts.append("## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"))
+    parts.append("## Modes\n\n" + modes_table(df, checks, skipped))
+    text = "\n\n".join(parts) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.md").write_text(text)
+    plots.save(figure(df), out / "bench.png")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.bench_report", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path)
-    parser.add_argument("--repeat", type=Path, help="a second, back-to-back run, for the repeatability column")
+    parser.add_argument("--repeat", type=Path, help="a second, back-to-back run: repeatability and gate thresholds")
     parser.add_argument("--out", type=Path, help="folder for bench.md and bench.png (default: beside RUN)")
     args = parser.parse_args(argv)
-    if not args.run.is_file():
-        print(f"bench_report: error: no such file: {args.run}", file=sys.stderr)
+    try:
+        df, machine = load(args.run)
+        repeat = load(args.repeat)[0] if args.repeat else None
+    except SuiteError as err:
+        print(f"bench_report: error: {err}", file=sys.stderr)
         return 2
-    df, machine = load(args.run)
-    repeat = load(args.repeat)[0] if args.repeat else None
     out = args.out or args.run.parent
-    out.mkdir(parents=True, exist_ok=True)
-    gpu = machine.get("gpu", {})
-    header = [f"# Launch-overhead benchmark ({args.run.name})", "",
-              f"- CPU: {machine.get('cpu', {}).get('brand_raw', machine.get('processor', '?'))}, "
-              f"Python {machine.get('python_version', '?')}"]
-    if gpu:
-        header.append(f"- GPU: {gpu.get('name')} (driver {gpu.get('driver')}, CUDA runtime {gpu.get('runtime')}, "
-                      f"CuPy {gpu.get('cupy')})")
-    text = "\n".join(header) + "\n\n" + table(df, repeat) + "\n"
-    (out / "bench.md").write_text(text)
-    plots.save(figure(df), out / "bench.png")
+    text = write(out, f"Launch-overhead benchmark ({args.run.name})", df, machine, repeat)
     print(text)
     print(f"wrote {out / 'bench.md'} and {out / 'bench.png'}")
     return 0

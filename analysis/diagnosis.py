@@ -55,6 +55,16 @@ def _bits_equal(a: float, b: float) -> bool:
     return bool(F32(a).view(np.uint32) == F32(b).view(np.uint32))
 
 
+def applies(ctrl: Controller) -> bool:
+    """Whether the inference's vocabulary (floor, ceiling, λ·ramp, λ·decay, edges target·tol and target/tol)
+    describes the entry's documented rule: the in-repo band controllers, not every peer."""
+    keys = ("floor", "ceiling", "ramp", "decay", "tolerance")
+    if not ctrl.is_band or ctrl.has("upper_edge") or ctrl.has("lower_edge") or not all(ctrl.has(k) for k in keys):
+        return False
+    return not any(ctrl[k].none for k in keys) and all((ctrl[k].op or "mul") == "mul" for k in ("ramp", "decay")) \
+        and not ctrl["floor"].every_step
+
+
 def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding]) -> list[Difference]:
     """Every measured difference from ``ctrl``'s documented rule, slots first."""
     s = contract.slots

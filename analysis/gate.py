@@ -1,7 +1,7 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
     python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy]
-                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--debug]
+                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--sanitize] [--debug]
 
 Exit 0 when every property holds, 1 when any is violated, 2 for anything that
 prevents a verdict (a usage error, a missing file, a kernel that does not
@@ -21,6 +21,7 @@ from pathlib import Path
 
 try:
     from analysis import render
+    from analysis.memory_findings import memory_findings
     from analysis.verdict import Verdict, evaluate
     from repro.backends import NAMES, get_backend
     from repro.contract import load
@@ -28,6 +29,7 @@ try:
     from repro.kernel_source import load_kernel
     from repro.outputs import check_writable, write_text
     from repro.paths import shown
+    from repro.sanitize import sanitize
 except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
     if __name__ != "__main__":
         raise
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
     parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
+    parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     for add in EXTRA_OPTIONS:
         add(parser)
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.kernel) if args.kernel else controller.kernel
         kernel_file = shown(path)
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
+        if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/sanitize.py)
+            verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
         for extra in EXTRA_ROWS:
             verdict.findings.extend(extra(args, verdict))
     except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2

@@ -7,6 +7,9 @@ states a tolerance (the per-step rates, "about 34 steps").
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from analysis.findings import Finding, Where
@@ -14,7 +17,7 @@ from repro import spec
 from repro.campaign import Evidence
 from repro.contract import Controller
 from repro.runner import Run
-from repro.spec import band_edges
+from repro.spec import Rule, band_edges
 
 F32 = np.float32
 
@@ -28,13 +31,30 @@ def same(a, b) -> bool:
     return bool(np.array_equal(bits(a), bits(b)))
 
 
+def differs_beyond_nan(a, b) -> np.ndarray:
+    """Where float32 arrays differ in their bits, a NaN against a NaN excepted: arithmetic on a NaN returns the
+    GPU's canonical NaN but the CPU's input NaN (the peers' λ·2 with λ = NaN), and neither is the rule's choice."""
+    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
+    return (bits(a) != bits(b)) & ~(np.isnan(a) & np.isnan(b))
+
+
 def _f(x) -> float | None:
     return None if x is None else float(x)
 
 
+def _g(x: float) -> str:
+    return f"{float(x):.8g}"
+
+
+def _limits(ctrl: Controller) -> tuple[np.float32, np.float32]:
+    """The floor and ceiling as float32, or 0 and +inf where the rule has none."""
+    floor, ceiling = ctrl.bound("floor"), ctrl.bound("ceiling")
+    return F32(0.0 if floor is None else floor), F32(np.inf if ceiling is None else ceiling)
+
+
 def _valid_runs(ev: Evidence) -> list[Run]:
     """Catalogue runs with ordinary inputs: λ0 within the bounds, not the bad-value family."""
-    floor, ceiling = F32(ev.controller.value("floor")), F32(ev.controller.value("ceiling"))
+    floor, ceiling = _limits(ev.controller)
     return [r for r in ev.catalogue if r.scenario.family != "bad_values" and floor <= r.scenario.lambda0 <= ceiling]
 
 
@@ -89,25 +109,51 @@ def ceiling(ev: Evidence) -> Finding:
     return _bound(ev, "ceiling", ("diverged", "ramp_from_floor"), lambda lam, b: lam > b)
 
 
+#: Relative tolerance of a per-step rate that the contract derives rather than states (the proportional rule).
+DERIVED_RTOL = 1e-6
+
+
+def _rate_doc(ctrl: Controller, key: str) -> tuple[dict, float, float, str, int]:
+    """(how the rate is documented, per-step factor, rtol, doc, line) of the ramp or decay rate.
+
+    The first item is ``{"op": "mul"|"div", "value": …}`` or, for the proportional rule,
+    ``{"op": "proportional", "sign": ±1, "clip": …, "n_steps": …, "horizon": …}``.
+    """
+    if ctrl.has(key):
+        doc = ctrl[key]
+        if doc.op == "div":
+            return {"op": "div", "value": doc.value}, 1.0 / doc.value, doc.rtol, doc.doc, doc.line
+        return {"op": "mul", "value": doc.value}, doc.value, doc.rtol, doc.doc, doc.line
+    # proportional: the saturated multiplier 1 ± clip·n_steps/horizon (real arithmetic)
+    sign = 1.0 if key == "ramp" else -1.0
+    clip, n, h = (ctrl.value(k) for k in ("clip", "n_steps", "horizon"))
+    doc = ctrl["horizon"]
+    form = {"op": "proportional", "sign": sign, "clip": clip, "n_steps": n, "horizon": h}
+    return form, 1.0 + sign * clip * n / h, DERIVED_RTOL, doc.doc, doc.line
+
+
 def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
-    doc = ev.controller[key]
+    form, factor, rtol, doc, line = _rate_doc(ev.controller, key)
     r = ev.run(scenario)
     lam = np.concatenate([[r.scenario.lambda0], r.lam]).astype(np.float64)
-    lo, hi = ev.controller.value("floor"), ev.controller.value("ceiling")
-    free = (lam[1:] > F32(lo)) & (lam[1:] < F32(hi)) & (lam[:-1] > 0)
+    lo, hi = _limits(ev.controller)
+    # Steps between normal floats, off the bounds: subnormal λ rounds coarsely, and ±inf has no ratio.
+    tiny, big = float(np.finfo(F32).tiny), float(np.finfo(F32).max)
+    free = (lam[1:] > lo) & (lam[1:] < hi) & (lam[:-1] > 0) & (np.minimum(lam[1:], lam[:-1]) >= tiny)
+    free &= np.maximum(lam[1:], lam[:-1]) <= big
     ratios = lam[1:][free] / lam[:-1][free]
-    title = f"{key} rate (× per step, rtol {doc.rtol:g})"
+    detail = {"form": form, "rtol": rtol, "free_steps": int(ratios.size)}
+    title = f"{key} rate (× per step, rtol {rtol:g})"
     if ratios.size == 0:
-        return Finding(key, title, False, "×/step", doc.value, F32(doc.value), None, {"free_steps": 0},
-                       Where(scenario, "no_free_step"), doc.line, doc.doc)
+        return Finding(key, title, False, "×/step", factor, factor, None, detail, Where(scenario, "no_free_step"),
+                       line, doc)
     median = float(np.median(ratios))
-    worst_at = int(np.argmax(np.abs(ratios - doc.value)))
+    worst_at = int(np.argmax(np.abs(ratios - factor)))
     worst = ratios[worst_at]
-    ok = doc.accepts(median) and doc.accepts(float(worst))
+    ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
     step = int(np.flatnonzero(free)[worst_at]) + 1
     where = None if ok else _at(r, step, "ratio", worst, "step ratio")
-    return Finding(key, title, ok, "×/step", doc.value, F32(doc.value), median,
-                   {"free_steps": int(ratios.size), "rtol": doc.rtol}, where, doc.line, doc.doc)
+    return Finding(key, title, ok, "×/step", factor, factor, median, detail, where, line, doc)
 
 
 def ramp(ev: Evidence) -> Finding:
@@ -126,31 +172,36 @@ def _steps_to(r: Run, factor: float) -> int | None:
 
 
 def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, predicted: int, title: str) -> Finding:
-    doc = ev.controller[key]
+    """Judged against the documented count where the contract states one; else against the closed form
+    of the rule's rate, within one step (float32 rounding moves the crossing by at most one)."""
+    ctrl = ev.controller
+    if ctrl.has(key):
+        doc = ctrl[key]
+        accepts, text, line, documented, tol = doc.accepts, doc.doc, doc.line, doc.value, doc.tolerance
+    else:
+        rate = "ramp" if factor > 1 else "decay"
+        _, _, _, text, line = _rate_doc(ctrl, rate)
+        accepts, documented, tol = (lambda c: abs(c - predicted) <= 1), None, 1.0
     counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
-    bad = [n for n, c in counts.items() if c is None or not doc.accepts(c)]
+    bad = [n for n, c in counts.items() if c is None or not accepts(c)]
     where = None
     if bad:
-        r = ev.run(bad[0])
-        c = counts[bad[0]]
-        where = (Where(bad[0], "count", c, _f(r.lam[c - 1]), _f(r.scenario.lambda0), "λ0") if c is not None
-                 else Where(bad[0], "count", None, _f(r.lam[-1]), _f(r.scenario.lambda0), "λ0"))
+        r, c = ev.run(bad[0]), counts[bad[0]]
+        where = Where(bad[0], "count", c, _f(r.lam[c - 1] if c is not None else r.lam[-1]), _f(r.scenario.lambda0), "λ0")
     lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
-    return Finding(key, title, not bad, "steps", doc.value, predicted, next(iter(counts.values())),
-                   {"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": doc.tolerance},
-                   where, doc.line, doc.doc)
+    return Finding(key, title, not bad, "steps", documented, predicted, next(iter(counts.values())),
+                   {"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
+                    "closed_form_only": documented is None}, where, line, text)
 
 
 def steps_to_double(ev: Evidence) -> Finding:
-    ctrl = ev.controller
     return _count(ev, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0,
-                  spec.steps_to_double(ctrl.value("ramp")), "steps to double (sustained high KL)")
+                  spec.steps_to_double(_rate_doc(ev.controller, "ramp")[1]), "steps to double (sustained high KL)")
 
 
 def steps_to_halve(ev: Evidence) -> Finding:
-    ctrl = ev.controller
     return _count(ev, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5,
-                  spec.steps_to_halve(ctrl.value("decay")), "steps to halve (sustained low KL)")
+                  spec.steps_to_halve(_rate_doc(ev.controller, "decay")[1]), "steps to halve (sustained low KL)")
 
 
 def steps_to_floor(ev: Evidence) -> Finding:
@@ -167,22 +218,41 @@ def steps_to_floor(ev: Evidence) -> Finding:
                                                 "tolerance": doc.tolerance}, where, doc.line, doc.doc)
 
 
+_EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
+
+
+def _edge_doc(ctrl: Controller, side: str):
+    """The Documented entry and the text (``target·3``) of the band's upper or lower edge."""
+    key = f"{side}_edge"
+    if ctrl.has(key):
+        doc = ctrl[key]
+        return doc, _EDGE_TEXT[doc.form or "mul"].format(a=f"{doc.value:g}")
+    doc = ctrl["tolerance"]
+    return doc, f"target·{doc.value:g}" if side == "upper" else f"target/{doc.value:g}"
+
+
 def dead_zone(ev: Evidence) -> Finding:
-    doc = ev.controller["tolerance"]
+    ctrl = ev.controller
+    (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
     moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
     moved = [(r, s) for r, s in moved if s is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
+    if ctrl.has("upper_edge"):
+        title = f"dead zone [{lo}, {up}] holds λ bit for bit"
+    else:
+        title = f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit"
     n = len(ev.dead_zone)
-    return Finding("dead_zone", f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit",
-                   not moved, "probes", n, n, n - len(moved), {"tolerance": doc.value, "steps": steps},
-                   where, doc.line, doc.doc)
+    return Finding("dead_zone", title, not moved, "probes", n, n, n - len(moved),
+                   {"lower": lo, "upper": up, "tolerance": doc.value, "steps": steps,
+                    "edges_documented": ctrl.has("upper_edge")}, where, doc.line, doc.doc)
 
 
 def _onset(ev: Evidence, which: str) -> Finding:
-    doc = ev.controller["tolerance"]
+    doc, sym = _edge_doc(ev.controller, "upper" if which == "ramp" else "lower")
+    rule = Rule.of(ev.controller)
     edge_key = "above" if which == "ramp" else "below"
-    expected = np.array([band_edges(t, doc.value)[edge_key] for t in ev.probe_targets], dtype=F32)
+    expected = np.array([band_edges(t, rule)[edge_key] for t in ev.probe_targets], dtype=F32)
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
@@ -193,14 +263,13 @@ def _onset(ev: Evidence, which: str) -> Finding:
         where = Where(f"onset probe, target {float(ev.probe_targets[i]):.8g}", "onset", None, None,
                       _f(expected[i]), "contract", _f(found[i]), _f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
-    sym = f"target·{doc.value:g}" if which == "ramp" else f"target/{doc.value:g}"
-    documented = doc.value if which == "ramp" else 1.0 / doc.value
+    documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
     return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)", ok, "×target",
                    documented, documented, measured,
-                   {"ratios": [_f(x) for x in ratio], "targets": [_f(t) for t in ev.probe_targets],
-                    "onsets": [_f(x) for x in found], "expected": [_f(x) for x in expected]},
-                   where, doc.line, doc.doc)
+                   {"edge": sym, "relation": rel, "ratios": [_f(x) for x in ratio],
+                    "targets": [_f(t) for t in ev.probe_targets], "onsets": [_f(x) for x in found],
+                    "expected": [_f(x) for x in expected]}, where, doc.line, doc.doc)
 
 
 def ramp_onset(ev: Evidence) -> Finding:
@@ -224,7 +293,7 @@ def guards(ev: Evidence) -> Finding:
 
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
-    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone
+    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone + ev.vanishing
     stray = [r for r in everything if r.stray]
     where = Where(stray[0].scenario.name, "stray", slots=tuple(stray[0].stray)) if stray else None
     n = len(everything)
@@ -240,11 +309,13 @@ def spec_agreement(ev: Evidence) -> Finding:
     for r in ev.catalogue:
         expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
         total += r.scenario.steps
-        if where is None and not same(r.lam, expected):
-            step = first_step(bits(r.lam) != bits(expected))
+        if where is None and differs_beyond_nan(r.lam, expected).any():
+            step = first_step(differs_beyond_nan(r.lam, expected))
             where = _at(r, step, "differs", expected[step - 1], "spec")
     return Finding("spec_agreement", "bit-identical to the float32 spec model", where is None, "steps compared",
-                   None, None, total, {}, where, 0, "the kernel matches the spec model bit for bit on every scenario")
+                   None, None, total, {}, where, 0,
+                   "the kernel matches the spec model bit for bit on every scenario (a NaN matches a NaN: "
+                   "payloads are the backend's)")
 
 
 def launch_modes(ev: Evidence) -> Finding:
@@ -258,48 +329,112 @@ def launch_modes(ev: Evidence) -> Finding:
                    None, None, len(ev.catalogue), {}, where, 0, "both launch paths give the same bits")
 
 
-def outcomes(lam0: np.float32, rule: spec.Rule) -> dict[str, np.float32]:
-    """λ after one step under ``rule`` for each named outcome: unchanged, max, min, ramp, decay."""
-    with np.errstate(all="ignore"):
-        return {
-            "unchanged": lam0,
-            "max": rule.ceiling,
-            "min": rule.floor,
-            "ramp": np.fmin(rule.ceiling, F32(lam0 * rule.ramp)),
-            "decay": np.fmax(rule.floor, F32(lam0 * rule.decay)),
-        }
+def outcomes(lam0: np.float32, rule: spec.Rule) -> dict[str, np.float32 | None]:
+    """λ after one step under ``rule`` for each named outcome: unchanged, max, min, ramp, decay (None: no such bound)."""
+    return {
+        "unchanged": lam0,
+        "max": rule.ceiling,
+        "min": rule.floor,
+        "ramp": spec.ramped(rule, lam0),
+        "decay": spec.decayed(rule, lam0),
+    }
 
 
 def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
-    """Name what one step did to λ: unchanged, max, min, ramp, decay, or other (value)."""
+    """Name what one step did to λ: unchanged, max, min, ramp, decay, nan (a new NaN), or other (value)."""
     for name, value in outcomes(lam0, rule).items():
-        if same(value, lam1):
+        if value is not None and same(value, lam1):
             return name
-    return f"other ({float(lam1):.8g})"
+    # A NaN's payload is the backend's (the GPU returns its canonical NaN): any NaN λ is "nan".
+    return "nan" if np.isnan(lam1) else f"other ({_g(lam1)})"
 
 
 def nonfinite(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
-    lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
-    lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
-    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table if seen.get(k) != table[k])
+    # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
+    nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
+    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table
+                  if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan))
     where = Where(wrong[0][0], "cases", cases=wrong) if wrong else None
     n = len(table)
+    lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
+    lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
     return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", not wrong, "cases", n, n,
-                   n - len(wrong), {"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where, ev.controller.nonfinite_line,
+                   n - len(wrong), {"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where,
+                   ev.controller.nonfinite_line,
                    "characterised by measurement and pinned in the contract's [nonfinite] table")
 
 
+def vanishing_summary(r: Run) -> dict:
+    """What sustained aligned KL, then sustained high KL, did to λ in the ``vanishing`` run.
+
+    Keys: first_subnormal, first_zero (1-based steps or None), settled (λ at the end of the aligned
+    stretch), recovered (first step of the high stretch, counted from its start, at which λ is back at
+    λ0 or above; None if never), final (λ at the end).
+    """
+    n = int(r.scenario.params["aligned_steps"])
+    lam = r.lam
+    tiny = np.finfo(F32).tiny
+    sub = first_step((lam[:n] > 0) & (lam[:n] < tiny))
+    zero = first_step(lam[:n] == 0)
+    back = first_step(lam[n:] >= r.scenario.lambda0)
+    return {"first_subnormal": sub, "first_zero": zero, "settled": F32(lam[n - 1]), "recovered": back,
+            "final": F32(lam[-1])}
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_vanishing(rule: Rule, lambda0: np.float32, n: int, kl_low: np.float32, kl_high: np.float32,
+                    target: np.float32) -> np.ndarray:
+    """The spec's λ over the vanishing scenario (cached: tens of thousands of steps for the slow rules)."""
+    kl = np.concatenate([np.full(n, kl_low, F32), np.full(n, kl_high, F32)])
+    return spec.run(rule, [lambda0], kl[:, None], np.full((2 * n, 1), target, F32))[:, 0]
+
+
+def vanishing(ev: Evidence) -> Finding:
+    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard freezes
+    it), and does high KL bring it back? Judged against the spec model's prediction, bit for bit."""
+    doc = ev.controller["floor"]
+    r = ev.vanishing[0]
+    sc = r.scenario
+    n = int(sc.params["aligned_steps"])
+    expected = _spec_vanishing(spec.Rule.of(ev.controller), sc.lambda0, n, sc.kl[0], sc.kl[-1], sc.target[0])
+    got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
+    ok = same(r.lam, expected)
+    where = None
+    if not ok:
+        step = first_step(bits(r.lam) != bits(expected))
+        where = _at(r, step, "differs", expected[step - 1], "spec")
+    value = got["first_zero"] or got["first_subnormal"]
+    predicted = want["first_zero"] or want["first_subnormal"]
+    plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in got.items()}
+    spec_plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in want.items()}
+    return Finding("vanishing", "no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok, "steps",
+                   None, predicted, value, {"measured": plain, "spec": spec_plain}, where, doc.line, doc.doc)
+
+
 #: Every property the gate judges, in its order.
-CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, dead_zone,
-                                  ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement, launch_modes)}
+CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, vanishing,
+                                  dead_zone, ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement,
+                                  launch_modes)}
+#: Properties of a band (a dead zone with edges); the proportional rule has none.
+BAND_ONLY = ("dead_zone", "ramp_onset", "decay_onset")
 
 
 def applicable(ctrl: Controller) -> list[str]:
-    """The properties judged for a contract entry (steps_to_floor only where it is documented)."""
-    return [key for key in CHECKS if key != "steps_to_floor" or ctrl.has("steps_to_floor")]
+    """The properties judged for a contract entry: floor and ceiling where the rule has them, vanishing where
+    it has no floor, steps_to_floor where documented, the band's properties for band rules."""
+    def applies(key: str) -> bool:
+        if key in ("floor", "ceiling"):
+            return ctrl.bound(key) is not None
+        if key == "vanishing":
+            return ctrl.bound("floor") is None
+        if key == "steps_to_floor":
+            return ctrl.has("steps_to_floor")
+        return key not in BAND_ONLY or ctrl.is_band
+
+    return [key for key in CHECKS if applies(key)]
 
 
 def judge(ev: Evidence) -> list[Finding]:

@@ -23,16 +23,20 @@ def documented(f: Finding) -> str:
     if f.key in ("floor", "ceiling"):
         return g(f.documented)
     if f.key in ("ramp", "decay"):
-        return f"×{g(f.documented)}"
+        return _rate_form(d.get("form"), f.documented)
     if f.key.startswith("steps_to"):
+        if f.documented is None:
+            return f"— (closed form {f.predicted:g} ± 1)"
         tol = d.get("tolerance")
         return f"{f.documented:g}" + (f" ± {tol:g}" if tol else "")
     if f.key == "dead_zone":
+        if d.get("edges_documented"):
+            return f"[{d['lower']}, {d['upper']}], edges inclusive"
         return f"×/÷{d['tolerance']:g}, edges inclusive"
-    if f.key == "ramp_onset":
-        return f"KL > target·{f.documented:g}"
-    if f.key == "decay_onset":
-        return f"KL < target/{1 / f.documented:g}"
+    if f.key in ("ramp_onset", "decay_onset"):
+        return f"KL {d['relation']} {d['edge']}"
+    if f.key == "vanishing":
+        return "no floor"
     if f.key == "guards":
         return "unchanged"
     if f.key == "nonfinite":
@@ -44,7 +48,25 @@ def documented(f: Finding) -> str:
     return _value(f.documented, f.unit, "required")
 
 
+def _rate_form(form: dict | None, factor: float | None) -> str:
+    if not form or form.get("op") == "mul":
+        return f"×{g(factor if not form else form['value'])}"
+    if form["op"] == "div":
+        return f"÷{g(form['value'])}"
+    return f"×(1 {'+' if form['sign'] > 0 else '−'} {g(form['clip'])}·{g(form['n_steps'])}/{g(form['horizon'])})"
+
+
+def _vanishing(v: dict) -> str:
+    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
+             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {g(v['settled'])}",
+             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
+             f"never back under high KL (ends at {g(v['final'])})"]
+    return "; ".join(parts)
+
+
 def predicted(f: Finding) -> str:
+    if f.key == "vanishing":
+        return _vanishing(f.detail["spec"])
     if f.key in ("floor", "ceiling"):
         return g(f.predicted)
     if f.key in ("ramp", "decay"):
@@ -54,7 +76,7 @@ def predicted(f: Finding) -> str:
     if f.key == "dead_zone":
         return f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged"
     if f.key in ("ramp_onset", "decay_onset"):
-        return f"next float {'above' if f.key == 'ramp_onset' else 'below'} the float32 edge"
+        return f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})"
     if f.key == "isolation":
         return documented(f)
     if f.key == "nonfinite":
@@ -66,6 +88,8 @@ def predicted(f: Finding) -> str:
 
 def measured(f: Finding) -> str:
     d = f.detail
+    if f.key == "vanishing":
+        return _vanishing(d["measured"])
     if f.key in ("floor", "ceiling"):
         held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
         return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
@@ -74,6 +98,8 @@ def measured(f: Finding) -> str:
             return "no unclamped step"
         return f"×{f.measured:.8f} (median of {d['free_steps']} unclamped steps)"
     if f.key == "steps_to_floor":
+        if f.measured is None:
+            return f"never clamped at {g(d['floor'])}"
         before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
         step = "never" if f.measured is None else f"{f.measured:g}"
         return f"clamped at {g(d['floor'])} from step {step}{before}"
@@ -91,6 +117,10 @@ def measured(f: Finding) -> str:
         return f"{f.measured:g}/{f.documented:g} runs left every other slot's bits intact"
     if f.key in ("spec_agreement", "launch_modes"):
         return "identical" if f.ok else "differs"
+    if d.get("tool"):  # a compute-sanitizer row
+        if f.ok:
+            return f"0 errors on the {', '.join(d['paths'])} launch paths"
+        return f"{d['kind']} in {d['kernel'] or 'a CUDA call'} at {d['location']} ({d['path']} path)"
     return _value(f.measured, f.unit, "holds" if f.ok else "violated")
 
 
@@ -122,6 +152,8 @@ def where(w: Where | None) -> str:
         return f"{at}: kernel {g(w.lam)}, {w.reference} {g(w.expected)}"
     if w.event == "stray":
         return f"{w.scenario}: slot(s) {', '.join(map(str, w.slots))} written"
+    if w.event == "sanitizer":
+        return w.scenario
     if w.event == "cases":
         return "; ".join(f"{case}: {seen} (contract: {pinned})" for case, seen, pinned in w.cases[:3])
     return at

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import bench_report, plots, render
+from analysis import bench_report, peers_plots, peers_section, plots, render
 from analysis.properties import Finding, classify
 from analysis.verdict import Verdict, evaluate, verdict_of
-from repro import closed_loop, experiments, spec
+from repro import closed_loop, experiments, peer_loop, spec
 from repro.backends import NAMES, Backend, get_backend
 from repro.campaign import Evidence, collect
 from repro.contract import Contract, load
@@ -54,6 +54,8 @@ FIGURES = {
     "distillation toy (repro/closed_loop.py), default parameters, seed 0.",
     "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "
     "robustness grid × seeds.",
+    "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "
+    "adaptive-KL rule (a cross marks λ reaching exactly 0).",
 }
 
 
@@ -71,6 +73,8 @@ class Report:
     robustness: pd.DataFrame
     header: dict
     written: list[Path] = field(default_factory=list)
+    peers: dict[str, Verdict] = field(default_factory=dict)  # each peer against its own contract
+    peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
 
 
 def _git_commit() -> str:
@@ -141,6 +145,11 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                                     seeds=closed_loop_seeds, grid=grid,
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
     robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
+    progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
+    peers = {n: evaluate(contract.source(n), n, backend, contract) for n in contract.peers()}
+    peer_toy = peer_loop.collapse_fractions(backend, contract, {**{n: sources[n] for n in CONTROLLERS},
+                                                                **{n: contract.source(n) for n in contract.peers()}},
+                                            seeds=closed_loop_seeds, grid=grid)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -149,7 +158,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                  robustness, header)
+                  robustness, header, peers=peers, peer_loop=peer_toy)
 
 
 def _steps(verdict: Verdict, key: str) -> int:
@@ -182,6 +191,7 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
+        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces({**report.verdicts, **report.peers})),
     }
     for i, (name, make) in enumerate(figures.items(), start=1):
         plots.save(make(), out / name)
@@ -202,6 +212,11 @@ def write_data(report: Report, out: Path) -> None:
     report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
     report.ablation.to_csv(data / "ablation.csv", index=False)
     report.robustness.to_csv(data / "robustness.csv", index=False)
+    all_verdicts = {**report.verdicts, **report.peers}
+    peers_section.table(all_verdicts, report.peer_loop).to_csv(data / "peers.csv", index=False)
+    peers_section.aligned_traces(all_verdicts).to_csv(data / "peers_aligned.csv", index=False)
+    if report.peer_loop is not None:
+        report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
     report.written += sorted(data.iterdir())
 
@@ -246,6 +261,8 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, fixed, original)
+    all_verdicts = {**v, **report.peers}
+    lines += [""] + peers_section.markdown(all_verdicts, peers_section.table(all_verdicts, report.peer_loop))
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]

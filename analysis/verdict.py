@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from analysis.diagnosis import behaves_as, diagnose
+from analysis.diagnosis import applies, behaves_as, diagnose
 from analysis.findings import Difference
 from analysis.properties import Finding, judge
 from repro.backends import Backend
@@ -60,9 +60,10 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     kernel = backend.compile(source, contract.slots)
     evidence = collect(kernel, controller)
     verdict = verdict_of(source, contract_name, backend, evidence, 0.0)
-    verdict.behaviour = infer(kernel, controller)
-    verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
-    verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
+    if applies(controller):  # the rule a band candidate behaves as, and why each failing row fails
+        verdict.behaviour = infer(kernel, controller)
+        verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
+        verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
     verdict.seconds = time.perf_counter() - start
     return verdict
 

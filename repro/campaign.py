@@ -7,7 +7,7 @@ bisection. ``analysis.properties`` turns the evidence into verdicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from repro.backends.base import CompiledKernel
 from repro.contract import Controller
 from repro.probes import onsets
 from repro.runner import Run, run_scenarios
-from repro.scenarios import PROBE_TARGETS, case, catalogue, dead_zone_probes, guard_cases
+from repro.scenarios import PROBE_TARGETS, case, catalogue, dead_zone_probes, guard_cases, vanishing
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Evidence:
     probe_targets: np.ndarray
     onsets: dict[str, np.ndarray]  # ramp/decay onset KL per probe target
     lambda_slot: int  # the one ISV slot the controller may write
+    vanishing: list[Run] = field(default_factory=list)  # aligned until λ settles, then high KL (rules with no floor)
 
     def run(self, name: str) -> Run:
         """The catalogue run of scenario ``name``."""
@@ -47,8 +48,9 @@ def collect(kernel: CompiledKernel, controller: Controller, seed: int = 0) -> Ev
         per_step=run_scenarios(kernel, scenarios, "per_step"),
         guards=run_scenarios(kernel, [case(controller, c) for c in guard_cases()]),
         nonfinite=run_scenarios(kernel, [case(controller, c, steps=1) for c in controller.nonfinite]),
-        dead_zone=run_scenarios(kernel, dead_zone_probes(controller)),
+        dead_zone=run_scenarios(kernel, dead_zone_probes(controller)) if controller.is_band else [],
         probe_targets=targets,
         onsets=onsets(kernel, targets, controller.value("seed_lambda")),
         lambda_slot=kernel.slots.lambda_,
+        vanishing=run_scenarios(kernel, [vanishing(controller)]) if controller.bound("floor") is None else [],
     )

@@ -18,7 +18,7 @@ import numpy as np
 
 from repro.contract import Controller
 from repro.errors import SuiteError
-from repro.spec import band_edges
+from repro.spec import Rule, band_edges, steps_to_double, steps_to_settle
 
 F32 = np.float32
 #: The KL target the scripted training loop writes (nats). The rule is
@@ -109,29 +109,51 @@ def guard_cases() -> list[str]:
     return cases
 
 
+#: Where a rule has no floor (ceiling), the ramp (decay) scenarios start this factor below
+#: (above) the seed λ instead: a power of two, so the start is exact. Not a bound.
+UNBOUNDED_START = 1024.0
+
+
+def start_points(controller: Controller) -> tuple[float, float]:
+    """λ0 of ``ramp_from_floor`` and ``decay_from_ceiling``: the floor and the ceiling, or the seed ÷/× 1024 where absent."""
+    seed = controller.value("seed_lambda")
+    floor, ceiling = controller.bound("floor"), controller.bound("ceiling")
+    return (seed / UNBOUNDED_START if floor is None else floor, seed * UNBOUNDED_START if ceiling is None else ceiling)
+
+
 def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
-    """Every catalogue scenario for ``controller`` (its seed λ, bounds and tolerance)."""
+    """Every catalogue scenario for ``controller`` (its seed λ, bounds and band).
+
+    Sustained scenarios last long enough to double (halve) λ twice at the rule's
+    rates, the high-KL ones also to climb from the low start back to the seed λ,
+    and never less than the in-repo controllers' lengths (60, 1000, 1600).
+    """
     lam0 = controller.value("seed_lambda")
-    floor, ceiling = controller.value("floor"), controller.value("ceiling")
+    low, high = start_points(controller)
+    rule = Rule.of(controller)
+    climb = math.ceil(math.log(lam0 / low) / math.log(rule.rate("ramp"))) + 10  # from the low start back to the seed
+    up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")), climb)
+    down_steps = max(1000, 2 * steps_to_double(1 / rule.rate("decay")))
     tgt = REF_TARGET
     hi, lo = tgt * FAR, tgt / FAR
     rng = np.random.default_rng(seed)
     out = [
-        Scenario("aligned", "sustained", _const(lo, 1000), tgt, lam0,
+        Scenario("aligned", "sustained", _const(lo, down_steps), tgt, lam0,
                  "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR}),
-        Scenario("diverged", "sustained", _const(hi, 60), tgt, lam0,
+        Scenario("diverged", "sustained", _const(hi, up_steps), tgt, lam0,
                  "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR}),
         Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)"),
-        Scenario("ramp_from_floor", "sustained", _const(hi, 60), tgt, floor,
+        Scenario("ramp_from_floor", "sustained", _const(hi, up_steps), tgt, low,
                  "KL far above the band, starting at the floor (doubling, then the ceiling)"),
-        Scenario("decay_from_ceiling", "sustained", _const(lo, 1600), tgt, ceiling,
+        Scenario("decay_from_ceiling", "sustained", _const(lo, max(1600, down_steps)), tgt, high,
                  "KL far below the band, starting at the ceiling (halving, then the floor)"),
     ]
-    e = band_edges(tgt, controller.value("tolerance"))
-    order = ["upper", "above", "inside_upper", "lower", "below", "inside_lower"]
-    out.append(Scenario("band_edges", "band", _blocks([e[k] for k in order], 10), tgt, lam0,
-                        "10 steps each at the documented band's edges and their neighbouring floats: "
-                        + ", ".join(order), {"edges": ",".join(order)}))
+    if controller.is_band:
+        e = band_edges(tgt, rule)
+        order = ["upper", "above", "inside_upper", "lower", "below", "inside_lower"]
+        out.append(Scenario("band_edges", "band", _blocks([e[k] for k in order], 10), tgt, lam0,
+                            "10 steps each at the documented band's edges and their neighbouring floats: "
+                            + ", ".join(order), {"edges": ",".join(order)}))
     out += [
         Scenario("step_up", "step", np.concatenate([_const(tgt, 100), _const(hi, 100)]), tgt, lam0,
                  "in band for 100 steps, then far above"),
@@ -154,6 +176,18 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
         out += [case(controller, f"{slot}={v}") for v in BAD_VALUES]
     out += [case(controller, f"lambda={v},kl={r}") for v in BAD_VALUES for r in REGIMES]
     return out
+
+
+def vanishing(controller: Controller) -> Scenario:
+    """Aligned KL (target/100) from the seed λ until the documented rule's λ settles (0, the floor, or a
+    float32 fixed point), ten steps more, then as many steps far above the band: does anything bring λ back?"""
+    rule = Rule.of(controller)
+    lam0, tgt = controller.value("seed_lambda"), REF_TARGET
+    n = steps_to_settle(rule, lam0, tgt / FAR, tgt) + 10
+    kl = np.concatenate([_const(tgt / FAR, n), _const(tgt * FAR, n)])
+    return Scenario("vanishing", "vanishing", kl, tgt, lam0,
+                    f"{n} steps of KL = target/{FAR:g} (λ settles), then {n} steps at {FAR:g}·target",
+                    {"aligned_steps": n})
 
 
 def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None,
@@ -228,11 +262,13 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
     KL: both edges, their inner neighbours, the target and six interior points;
     λ0: floor, seed, ceiling and their geometric means. λ must hold bit for bit.
     """
-    floor, ceiling, seed = (controller.value(k) for k in ("floor", "ceiling", "seed_lambda"))
+    floor, ceiling = start_points(controller)
+    seed = controller.value("seed_lambda")
     lambdas = sorted({floor, seed, ceiling, math.sqrt(floor * seed), math.sqrt(seed * ceiling)})
+    rule = Rule.of(controller)
     out = []
     for target in PROBE_TARGETS:
-        e = band_edges(target, controller.value("tolerance"))
+        e = band_edges(target, rule)
         interior = np.geomspace(float(e["lower"]), float(e["upper"]), 8)[1:-1]
         kls = [e["lower"], e["inside_lower"], F32(target), e["inside_upper"], e["upper"], *interior.astype(F32)]
         for kl in kls:

@@ -6,6 +6,7 @@ what it times; none includes module load or NVRTC compilation (callers warm up).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 #: The training loop's feed: KL EMA update from a fresh KL value, as a loop would run it before the controller.
@@ -14,6 +15,21 @@ extern "C" __global__ void rlq_feed_ema(float* __restrict__ isv, const float* __
     isv[RLQ_KL_SLOT] = (1.0f - alpha) * isv[RLQ_KL_SLOT] + alpha * kl_new[0];
 }
 """
+
+
+#: A small step of a training loop (256 threads, one block): the other nodes of the graph-of-kernels mode.
+SMALL_OP = r"""
+extern "C" __global__ void rlq_small_op(float* __restrict__ x) {
+    x[threadIdx.x] = x[threadIdx.x] * 0.999f + 0.001f;
+}
+"""
+
+
+def wall_time_us(work: Callable[[], None]) -> float:
+    """Host wall-clock time (µs) of ``work`` (which must synchronise what it enqueues itself)."""
+    start = time.perf_counter_ns()
+    work()
+    return (time.perf_counter_ns() - start) / 1e3
 
 
 def event_time_us(cp, work: Callable[[], None], stream=None) -> float:

@@ -1,44 +1,50 @@
-"""The benchmark's table and figure, built from a real (host-only) benchmark run's JSON."""
+"""The benchmark's table and figure, built from real (host-only) benchmark runs."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
+import numpy as np
 import pytest
 
 from analysis import bench_report
-from repro.paths import ROOT
+from repro import bench
 
 
 @pytest.fixture(scope="module")
-def run_json(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "run.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_bench.py", "-m", "benchmark and not gpu",
-                           "--benchmark-only", "-p", "no:xdist", "-q", f"--benchmark-json={out}",
-                           "--benchmark-max-time=0.05"], cwd=ROOT, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return out
+def two_runs(tmp_path_factory, contract):
+    folder = tmp_path_factory.mktemp("bench")
+    modes = tuple(m for m in bench.MODES if m.needs == "host")
+    paths = []
+    for name in ("run.json", "repeat.json"):
+        run = bench.measure(contract, modes, rounds=lambda m: 5)
+        run.save(folder / name)
+        paths.append(folder / name)
+    return paths
 
 
-def test_table_reports_per_step_medians_and_the_empty_twin_ratio(run_json):
-    df, machine = bench_report.load(run_json)
-    data = json.loads(run_json.read_text())
-    host = {b["extra_info"]["kernel"]: b["stats"]["median"] * 1e6 for b in data["benchmarks"]}
-    assert set(df.kernel) == {"controller", "empty"}
-    text = bench_report.table(df)
+def test_table_reports_per_step_medians_and_the_empty_twin_ratio(two_runs):
+    run = bench.load_run(two_runs[0])
+    med = {s.kernel: float(np.median(s.us)) for s in run.samples}
+    text = bench_report.table(bench.frame(run))
     row = next(line for line in text.splitlines() if line.startswith("| host ctypes call |"))
-    assert f"{host['controller'] / host['empty']:.2f}×" in row
+    assert f"{med['controller'] / med['empty']:.2f}×" in row
 
 
-def test_cli_writes_table_and_png(run_json, tmp_path):
-    assert bench_report.main([str(run_json), "--repeat", str(run_json), "--out", str(tmp_path)]) == 0
+def test_repeat_column_is_the_change_between_the_two_runs(two_runs):
+    first, second = (bench.load_run(p) for p in two_runs)
+    change = np.median(second.samples[0].us) / np.median(first.samples[0].us) - 1
+    text = bench_report.table(bench.frame(first), bench.frame(second))
+    row = next(line for line in text.splitlines() if line.startswith("| host ctypes call |"))
+    assert f"{change:+.1%}" in row
+
+
+def test_cli_writes_table_modes_and_png(two_runs, tmp_path):
+    assert bench_report.main([str(two_runs[0]), "--repeat", str(two_runs[1]), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
-    assert "+0.0%" in (tmp_path / "bench.md").read_text()
+    text = (tmp_path / "bench.md").read_text()
+    assert "## Modes" in text and "| host ctypes call | one ctypes call" in text
 
 
-def test_cli_missing_file_exits_2(tmp_path):
+def test_cli_missing_or_foreign_file_exits_2(tmp_path):
     assert bench_report.main([str(tmp_path / "none.json")]) == 2
+    (tmp_path / "x.json").write_text('{"benchmarks": []}')
+    assert bench_report.main([str(tmp_path / "x.json")]) == 2

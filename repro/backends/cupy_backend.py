@@ -26,6 +26,8 @@ from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
 
 OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+#: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.
+LINE_INFO = "--generate-line-info"
 THREADS = 256
 
 _FEED_RECORD = r"""
@@ -65,7 +67,12 @@ class CupyKernel(CompiledKernel):
             f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
             f"#define RLQ_TARGET_SLOT {slots.target}\n"
         )
-        self.step = _module(source.text, source.origin, options).get_function(source.symbol)
+        if cupy_defaults:
+            self.image = None
+            self.step = _module(source.text, source.origin, options).get_function(source.symbol)
+        else:  # the controller's own module; its image is what a native launcher loads too
+            self.image = _nvrtc_image(cp, source.text, source.origin, options)
+            self.step = _load(self.image).get_function(source.symbol)
         harness = _module(harness_unit(source, slots, for_device=True), source.origin, options)
         self._batched = harness.get_function("rlq_batched_step")
         self._looped = harness.get_function("rlq_looped")
@@ -119,7 +126,19 @@ def _grid(n_runs: int) -> tuple[int]:
 
 def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
     """NVRTC with exactly ``options`` (plus the device's architecture), loaded as a module."""
+    return _load(_nvrtc_image(cp, code, origin, options))
+
+
+def _load(image: bytes):
     from cupy.cuda import function
+
+    module = function.Module()
+    module.load(image)
+    return module
+
+
+def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
+    """The CUBIN NVRTC builds from ``code`` with exactly ``options`` (plus the device's architecture)."""
     from cupy_backends.cuda.libs import nvrtc
 
     arch = cp.cuda.Device().compute_capability
@@ -129,12 +148,9 @@ def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
             nvrtc.compileProgram(prog, [*options, f"--gpu-architecture=sm_{arch}"])
         except nvrtc.NVRTCError:
             raise compile_error(origin, "NVRTC", nvrtc.getProgramLog(prog)) from None
-        image = nvrtc.getCUBIN(prog)
+        return nvrtc.getCUBIN(prog)
     finally:
         nvrtc.destroyProgram(prog)
-    module = function.Module()
-    module.load(image)
-    return module
 
 
 def _rawmodule(cp, code: str, origin: str, options: tuple[str, ...]):

@@ -1,0 +1,512 @@
+"""The benchmark's modes: how a training loop can run the controller, each timed beside an empty-kernel twin.
+
+Every mode function takes a rig (the compiled kernels and device state the
+modes share) and a kernel name (``controller`` or ``empty``), sets the kernel
+up and returns a :class:`Timed` whose rounds :func:`run_mode` times, the two
+kernels' rounds in turn, into :class:`Sample` rows of µs per step. Warm-up runs
+first everywhere (module load and NVRTC stay out of the numbers), and the ISV
+is never zero: sentinel bits, a valid λ, KL above the band (the ramp branch
+runs) and a target. Each mode also checks that the path it times computes the
+spec model's bits (``extra["matches_spec"]``): a timing of wrong code is no
+benchmark.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro import spec
+from repro.backends import Backend
+from repro.backends.base import chunked, unchunked
+from repro.backends.translation_unit import KERNELS
+from repro.bench.result import Sample
+from repro.contract import Contract
+from repro.errors import BackendUnavailable, SuiteError
+from repro.isv import new_isv
+from repro.kernel_source import KernelSource, load_kernel
+from repro.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, wall_time_us
+
+F32 = np.float32
+WHICH = ("controller", "empty")
+VERIFY_STEPS = 16  # launches per correctness check: 13 ramp steps reach the ceiling, the rest are clamped
+KL_HIGH, TARGET, FEED_ALPHA = F32(0.5), F32(0.02), F32(0.1)
+
+HOST_CALLS = 2000  # ctypes calls per timed round
+ASYNC_LAUNCHES = 2000  # launches per timed round, one synchronisation at its end
+SYNC_LAUNCHES = 200  # launch + synchronise pairs per timed round
+EVENT_LAUNCHES = 5000
+GRAPH_STEPS, GRAPH_REPLAYS = 500, 10  # controller nodes per graph, replays per timed round
+STEP_NODES, STEP_REPLAYS = 64, 50  # small kernels per training-step graph, replays per timed round
+ONE_SCENARIO_STEPS = 100_000
+MANY_RUNS, MANY_STEPS = 1 << 20, 256
+
+EVENTS, WALL_PY, WALL_C = "CUDA events", "wall clock (Python)", "wall clock (C)"
+
+
+@dataclass
+class Rig:
+    """What the modes share: the contract, the two sources and, built on first use, their compiled forms."""
+
+    contract: Contract
+    sources: dict[str, KernelSource]
+    host: Backend | None = None
+    cupy: Backend | None = None
+    cache: dict = field(default_factory=dict)
+
+    def kernel(self, backend: Backend, which: str):
+        key = (backend.name, which)
+        if key not in self.cache:
+            self.cache[key] = backend.compile(self.sources[which], self.contract.slots)
+        return self.cache[key]
+
+    def gpu(self):
+        """The cupy backend and its array module; :class:`BackendUnavailable` where there is none."""
+        if self.cupy is None:
+            raise BackendUnavailable("cupy backend: not given to this run")
+        return self.cupy, self.cupy.cp
+
+    def helper(self, name: str, code: str):
+        if name not in self.cache:
+            be, _ = self.gpu()
+            defs = f"#define RLQ_KL_SLOT {self.contract.slots.kl}\n"
+            self.cache[name] = be.helper_module(defs + code, f"{name} kernel").get_function(name)
+        return self.cache[name]
+
+
+def sources(contract: Contract, controller: KernelSource | None = None) -> dict[str, KernelSource]:
+    """The fixed controller (or ``controller``, e.g. a deliberately slowed one) and the empty kernel."""
+    entry = contract.controller("fixed")
+    return {"controller": controller or load_kernel(entry.kernel, entry.symbol),
+            "empty": load_kernel(KERNELS / "empty_kernel.cu", "rlq_empty_kernel")}
+
+
+def live_isv(contract: Contract) -> np.ndarray:
+    """One ISV row ``[isv_len]``: sentinel bits, the seed λ, KL above the band, the target."""
+    s, entry = contract.slots, contract.controller("fixed")
+    isv = new_isv(s, entry.value("seed_lambda"))[0]
+    isv[s.kl], isv[s.target] = KL_HIGH, TARGET
+    return isv
+
+
+def expected_isv(contract: Contract, which: str, isv0: np.ndarray, kl: np.ndarray) -> np.ndarray:
+    """The ISV after one step per value of ``kl`` on the spec model (the empty kernel changes nothing)."""
+    s = contract.slots
+    out = isv0.copy()
+    if which == "empty":
+        return out
+    rule = spec.Rule.of(contract.controller("fixed"))
+    kl = np.asarray(kl, dtype=F32).reshape(-1, 1)
+    out[s.lambda_] = spec.run(rule, [isv0[s.lambda_]], kl, isv0[s.target])[-1, 0]
+    out[s.kl] = kl[-1, 0]
+    return out
+
+
+def same_bits(a, b) -> bool:
+    return bool(np.array_equal(np.asarray(a, F32).view(np.uint32), np.asarray(b, F32).view(np.uint32)))
+
+
+@dataclass
+class Timed:
+    """One mode × kernel, set up and checked: ``round()`` times one round (µs per step)."""
+
+    round: Callable[[], float]
+    steps: int  # steps one round holds
+    ok: bool  # the timed path computed the spec model's bits
+    extra: Callable[[list[float]], dict] = lambda us: {}
+    warmup: int = 2
+    hold: object = None  # what the rounds use only through raw addresses (arrays, graphs' buffers, parameters)
+
+
+def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[Sample]:
+    """Set up every kernel of ``mode``, then time their rounds in turn (controller, empty, controller, ...).
+
+    Alternating rounds puts both kernels under the same host and device conditions, so the
+    controller/empty ratio of one run does not carry the drift between two stretches of time.
+    """
+    timed = {w: mode.measure(mode, rig, w, rounds) for w in which}
+    for _ in range(max(t.warmup for t in timed.values())):
+        for t in timed.values():
+            if t.warmup:
+                t.round()
+    us: dict[str, list[float]] = {w: [] for w in which}
+    for _ in range(rounds):
+        for w, t in timed.items():
+            us[w].append(t.round())
+    return [Sample(mode.name, w, mode.clock, mode.set_by, mode.what, t.steps, us[w],
+                   {"matches_spec": t.ok, **t.extra(us[w])}) for w, t in timed.items()]
+
+
+def _precomputed(values: list[float]) -> Callable[[], float]:
+    """Rounds a separate program already timed, handed out one by one."""
+    it = iter(values)
+    return lambda: next(it)
+
+
+# ------------------------------------------------------------------ host
+
+
+def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    kernel = rig.kernel(rig.host, which)
+    isv0 = live_isv(rig.contract)
+    check = isv0.copy()
+    for _ in range(VERIFY_STEPS):
+        kernel.step(check.ctypes.data)
+    ok = same_bits(check, expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
+    isv = isv0.copy()
+    step, addr = kernel.step, isv.ctypes.data
+
+    def calls():
+        for _ in range(HOST_CALLS):
+            step(addr)
+
+    return Timed(lambda: wall_time_us(calls) / HOST_CALLS, HOST_CALLS, ok, hold=isv)
+
+
+# ------------------------------------------------------------------ CuPy, one launch per step
+
+
+def _device_check(rig: Rig, which: str, run_steps: Callable[[object, int], None]) -> bool:
+    """Run VERIFY_STEPS steps through a launch path on a fresh device ISV; compare with the spec."""
+    _, cp = rig.gpu()
+    isv0 = live_isv(rig.contract)
+    isv = cp.asarray(isv0)
+    run_steps(isv, VERIFY_STEPS)
+    cp.cuda.Device().synchronize()
+    return same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
+
+
+def _cupy_launcher(rig: Rig, which: str):
+    fn = rig.kernel(rig.cupy, which).step
+
+    def launches(isv, n):
+        for _ in range(n):
+            fn((1,), (1,), (isv,))
+
+    return fn, launches
+
+
+def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    fn, launches = _cupy_launcher(rig, which)
+    ok = _device_check(rig, which, launches)
+    isv, stream = cp.asarray(live_isv(rig.contract)), cp.cuda.get_current_stream()
+
+    def enqueue():
+        for _ in range(ASYNC_LAUNCHES):
+            fn((1,), (1,), (isv,))
+        stream.synchronize()
+
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=isv)
+
+
+def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    fn, launches = _cupy_launcher(rig, which)
+    ok = _device_check(rig, which, launches)
+    isv, stream = cp.asarray(live_isv(rig.contract)), cp.cuda.get_current_stream()
+
+    def pairs():
+        for _ in range(SYNC_LAUNCHES):
+            fn((1,), (1,), (isv,))
+            stream.synchronize()
+
+    return Timed(lambda: wall_time_us(pairs) / SYNC_LAUNCHES, SYNC_LAUNCHES, ok)
+
+
+def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    fn, launches = _cupy_launcher(rig, which)
+    ok = _device_check(rig, which, launches)
+    isv = cp.asarray(live_isv(rig.contract))
+    return Timed(lambda: event_time_us(cp, lambda: launches(isv, EVENT_LAUNCHES)) / EVENT_LAUNCHES, EVENT_LAUNCHES, ok)
+
+
+# ------------------------------------------------------------------ native launchers
+
+
+def _native(rig: Rig, which: str, rounds: int) -> dict:
+    """One run of the C driver-API loop for ``which`` (shared by its async and sync modes)."""
+    from repro.bench import native
+
+    key = ("native", which, rounds)  # both C modes come from one run of the program
+    if key not in rig.cache:
+        kernel = rig.kernel(rig.cupy, which)
+        rig.cache[key] = native.run(kernel.image, rig.sources[which].symbol, live_isv(rig.contract),
+                                    rounds=rounds, async_launches=ASYNC_LAUNCHES, sync_launches=SYNC_LAUNCHES,
+                                    verify_steps=VERIFY_STEPS)
+    return rig.cache[key]
+
+
+def c_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    done = _native(rig, which, rounds)
+    ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
+    return Timed(_precomputed(done["async_us"]), ASYNC_LAUNCHES, ok, warmup=0)
+
+
+def c_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    done = _native(rig, which, rounds)
+    ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
+    return Timed(_precomputed(done["sync_us"]), SYNC_LAUNCHES, ok, warmup=0)
+
+
+def _bindings():
+    try:
+        from cuda.bindings import driver
+    except Exception as err:  # ImportError, or a driver library that fails to load
+        raise BackendUnavailable(f"cuda.bindings does not import ({type(err).__name__}: {err})") from None
+    return driver
+
+
+def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    cu = _bindings()
+
+    def ok_or_raise(result):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise SuiteError(f"cuda.bindings: {err!r}")
+        return rest[0] if len(rest) == 1 else rest
+
+    kernel = rig.kernel(rig.cupy, which)
+    ok_or_raise(cu.cuInit(0))
+    ctx = ok_or_raise(cu.cuDevicePrimaryCtxRetain(ok_or_raise(cu.cuDeviceGet(cp.cuda.Device().id))))
+    ok_or_raise(cu.cuCtxSetCurrent(ctx))  # the primary context, the one CuPy uses
+    image = np.frombuffer(kernel.image, dtype=np.uint8)
+    module = ok_or_raise(cu.cuModuleLoadData(image.ctypes.data))
+    fn = ok_or_raise(cu.cuModuleGetFunction(module, rig.sources[which].symbol.encode()))
+    stream = ok_or_raise(cu.cuStreamCreate(1))  # CU_STREAM_NON_BLOCKING
+    keep = []  # argument storage must outlive the launches
+
+    def params_of(isv) -> int:
+        arg = ctypes.c_void_p(isv.data.ptr)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+        keep.append((arg, params))
+        return ctypes.addressof(params)
+
+    launch, sync = cu.cuLaunchKernel, cu.cuStreamSynchronize
+
+    def launches(isv, n):
+        p = params_of(isv)
+        for _ in range(n):
+            launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0)
+        ok_or_raise(sync(stream))
+
+    ok = _device_check(rig, which, launches)
+    isv = cp.asarray(live_isv(rig.contract))
+    p = params_of(isv)  # an address: the argument storage must outlive the rounds (Timed.hold)
+    ok_or_raise(launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0))
+
+    def enqueue():
+        for _ in range(ASYNC_LAUNCHES):
+            launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, p, 0)
+        sync(stream)
+
+    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=(isv, keep, module, stream))
+
+
+# ------------------------------------------------------------------ CUDA graphs
+
+
+def _graph_of(cp, launches: Callable[[object], None]):
+    stream = cp.cuda.Stream(non_blocking=True)
+    graph = capture_graph(cp, lambda: launches(stream), stream)
+    return graph, stream
+
+
+def _replay_us(cp, graph, stream, replays: int) -> float:
+    def work():
+        for _ in range(replays):
+            graph.launch(stream)
+
+    return event_time_us(cp, work, stream)
+
+
+def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
+    _, cp = rig.gpu()
+    fn = rig.kernel(rig.cupy, which).step
+    feed = rig.helper("rlq_feed_ema", FEED_EMA) if with_feed else None
+    isv0 = live_isv(rig.contract)
+    isv, kl_new = cp.asarray(isv0), cp.asarray(np.array([KL_HIGH], dtype=F32))
+
+    def launches(stream):
+        for _ in range(GRAPH_STEPS):
+            if feed is not None:
+                feed((1,), (1,), (isv, kl_new, FEED_ALPHA), stream=stream)
+            fn((1,), (1,), (isv,), stream=stream)
+
+    graph, stream = _graph_of(cp, launches)
+    graph.launch(stream)  # the correctness check: one replay from the live ISV
+    stream.synchronize()
+    kl = np.full(GRAPH_STEPS, KL_HIGH)
+    if feed is not None:  # the feed's EMA in float32, as the kernel computes it (no FMA contraction)
+        ema = isv0[rig.contract.slots.kl]
+        for t in range(GRAPH_STEPS):
+            ema = F32(F32(F32(1) - FEED_ALPHA) * ema) + F32(FEED_ALPHA * KL_HIGH)
+            kl[t] = ema
+    ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, kl))
+    return Timed(lambda: _replay_us(cp, graph, stream, GRAPH_REPLAYS) / (GRAPH_REPLAYS * GRAPH_STEPS),
+                 GRAPH_REPLAYS * GRAPH_STEPS, ok, hold=(isv, kl_new))  # the graph holds their addresses only
+
+
+def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    return _graph_replay(mode, rig, which, rounds, with_feed=False)
+
+
+def graph_feed(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    return _graph_replay(mode, rig, which, rounds, with_feed=True)
+
+
+def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    """A training step as one graph of 64 small kernels, with and without the controller as one more node."""
+    _, cp = rig.gpu()
+    fn = rig.kernel(rig.cupy, which).step
+    small = rig.helper("rlq_small_op", SMALL_OP)
+    isv0 = live_isv(rig.contract)
+    isv, work = cp.asarray(isv0), cp.ones(256, dtype=cp.float32)
+
+    def step(with_node: bool):
+        def launches(stream):
+            for _ in range(STEP_NODES):
+                small((1,), (256,), (work,), stream=stream)
+            if with_node:
+                fn((1,), (1,), (isv,), stream=stream)
+
+        return _graph_of(cp, launches)
+
+    bare, with_node = step(False), step(True)
+    with_node[0].launch(with_node[1])  # the correctness check: one step from the live ISV
+    with_node[1].synchronize()
+    ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, [KL_HIGH]))
+    bare_us = []
+
+    def marginal() -> float:  # both graphs timed in the same round, so drift between rounds cancels
+        base = _replay_us(cp, *bare, STEP_REPLAYS) / STEP_REPLAYS
+        bare_us.append(base)
+        return _replay_us(cp, *with_node, STEP_REPLAYS) / STEP_REPLAYS - base
+
+    return Timed(marginal, STEP_REPLAYS, ok, lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES},
+                 hold=(isv, work))  # the graphs hold their addresses only
+
+
+# ------------------------------------------------------------------ the looped harness
+
+
+def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    kernel = rig.kernel(rig.cupy, which)
+    lam0 = cp.asarray(np.array([0.1], dtype=F32))
+    target = cp.asarray(np.array([TARGET], dtype=F32))
+    trace = (0.02 * np.exp(np.random.default_rng(0).standard_normal((ONE_SCENARIO_STEPS, 1)))).astype(F32)
+    kl = cp.asarray(chunked(trace))
+    out = cp.empty_like(kl)
+    kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
+    got = unchunked(cp.asnumpy(out))[:2000]
+    ok = same_bits(got, _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
+    return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / ONE_SCENARIO_STEPS,
+                 ONE_SCENARIO_STEPS, ok)
+
+
+def looped_many(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+    _, cp = rig.gpu()
+    kernel = rig.kernel(rig.cupy, which)
+    rng = cp.random.default_rng(1)
+    # generated directly in the harness's chunk-major layout [T/4, S, 4]
+    kl = (0.02 * cp.exp(rng.standard_normal((MANY_STEPS // 4, MANY_RUNS, 4), dtype=cp.float32))).astype(cp.float32)
+    lam0 = cp.full(MANY_RUNS, 0.1, dtype=cp.float32)
+    target = cp.full(MANY_RUNS, TARGET, dtype=cp.float32)
+    out = cp.empty_like(kl)
+    moved = kl.nbytes + out.nbytes + lam0.nbytes + target.nbytes  # bytes the harness must move
+    copy_gbs = copy_bandwidth_gbs(cp, kl.nbytes)
+    steps = MANY_RUNS * MANY_STEPS
+    kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
+    cols = slice(0, 64)
+    got = unchunked(cp.asnumpy(out[:, cols]))
+    ok = same_bits(got, _expected_trace(rig, which, cp.asnumpy(lam0[cols]), unchunked(cp.asnumpy(kl[:, cols]))))
+
+    def throughput(us: list[float]) -> dict:
+        best_s = min(us) * steps * 1e-6
+        achieved = moved / best_s / 1e9
+        return {"steps_per_s": steps / best_s, "bytes_moved": moved, "achieved_gbs": achieved, "copy_gbs": copy_gbs,
+                "copy_fraction": achieved / copy_gbs}
+
+    return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / steps, steps, ok,
+                 throughput)
+
+
+def _expected_trace(rig: Rig, which: str, lam0: np.ndarray, kl: np.ndarray) -> np.ndarray:
+    """λ after each step of a step-major trace on the spec model; the empty kernel keeps the seed."""
+    if which == "empty":
+        return np.broadcast_to(np.asarray(lam0, F32), kl.shape)
+    return spec.run(spec.Rule.of(rig.contract.controller("fixed")), lam0, kl, TARGET)
+
+
+# ------------------------------------------------------------------ the registry
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to run the controller: what it measures, which clock, and what sets its time."""
+
+    name: str
+    clock: str
+    set_by: str  # "device": its work is timed on the GPU; "host": the CPU's call or launch path sets it
+    what: str
+    needs: str  # "host", "cupy", "native" (C compiler + libcuda) or "bindings" (cuda.bindings)
+    rounds: int
+    measure: Callable[[Mode, Rig, str, int], Timed]  # set up one kernel (rounds: for programs that time their own)
+
+
+MODES = (
+    Mode("host ctypes call", WALL_PY, "host", f"one ctypes call of the CPU build, in a Python loop of {HOST_CALLS}",
+         "host", 100, host_call),
+    Mode("cupy async launch", WALL_PY, "host",
+         f"Python enqueueing one (1,),(1,) launch through CuPy: {ASYNC_LAUNCHES} launches, one synchronise", "cupy",
+         30, cupy_async),
+    Mode("cupy launch + sync", WALL_PY, "host", "one CuPy launch and a stream synchronise: a loop that waits for λ",
+         "cupy", 40, cupy_sync),
+    Mode("C driver API async launch", WALL_C, "host",
+         f"cuLaunchKernel of the same CUBIN from a C loop: {ASYNC_LAUNCHES} launches, one synchronise", "native", 30,
+         c_async),
+    Mode("C driver API launch + sync", WALL_C, "host", "cuLaunchKernel and cuStreamSynchronize from a C loop",
+         "native", 30, c_sync),
+    Mode("cuda.bindings async launch", WALL_PY, "host",
+         f"cuLaunchKernel of the same CUBIN through cuda.bindings from Python: {ASYNC_LAUNCHES} launches", "bindings",
+         30, bindings_async),
+    Mode("CUDA events around enqueued launches", EVENTS, "host",
+         f"events around {EVENT_LAUNCHES} CuPy launches; the GPU waits for Python, so the host sets it", "cupy", 15,
+         cupy_events),
+    Mode("graph replay: controller", EVENTS, "device",
+         f"a CUDA graph of {GRAPH_STEPS} controller launches, replayed; µs per node", "cupy", 15, graph_controller),
+    Mode("graph replay: feed + controller", EVENTS, "device",
+         f"a CUDA graph of {GRAPH_STEPS} (KL feed, controller) pairs, replayed; µs per pair", "cupy", 15, graph_feed),
+    Mode(f"graph of {STEP_NODES} kernels: controller node", EVENTS, "device",
+         f"what one more node adds to a training step graphed as {STEP_NODES} small kernels "
+         "(step with the node minus step without, same round)", "cupy", 15, graph_step),
+    Mode("looped harness, one scenario", EVENTS, "device",
+         "the controller inlined in a loop, one thread, 100k steps; µs per step", "cupy", 10, looped_one),
+    Mode("looped harness, 1M scenarios", EVENTS, "device",
+         f"{MANY_RUNS >> 20}M threads × {MANY_STEPS} steps, one scenario each; µs per step (throughput)", "cupy", 10,
+         looped_many),
+)
+
+
+def unavailable(mode: Mode, rig: Rig) -> str | None:
+    """Why ``mode`` cannot run here (None when it can)."""
+    if mode.needs == "host":
+        return None if rig.host is not None else "host backend: not given to this run"
+    if rig.cupy is None:
+        return "cupy backend unavailable: needs CuPy and a CUDA device"
+    if mode.needs == "native":
+        from repro.bench import native
+
+        return native.unavailable_reason()
+    if mode.needs == "bindings":
+        try:
+            _bindings()
+        except BackendUnavailable as err:
+            return str(err)
+    return None

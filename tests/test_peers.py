@@ -1,0 +1,250 @@
+"""Peer controllers (kernels/peers/): each passes its own contract bit for bit, and the contracts discriminate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analysis import gate
+from analysis.properties import applicable, bits
+from analysis.verdict import evaluate
+from repro import spec
+from repro.contract import load
+from repro.errors import SuiteError
+from repro.isv import new_isv
+from repro.kernel_source import load_kernel
+from repro.scenarios import REF_TARGET, catalogue
+
+F32 = np.float32
+#: The rules issue 11 names (the contract may list more).
+PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl")
+_verdicts: dict = {}
+
+
+def source(contract, name):
+    entry = contract.controller(name)
+    return load_kernel(entry.kernel, entry.symbol)
+
+
+def verdict(contract, backend, kernel: str, against: str):
+    key = (kernel, against, backend.name)
+    if key not in _verdicts:
+        _verdicts[key] = evaluate(source(contract, kernel), against, backend, contract)
+    return _verdicts[key]
+
+
+def test_every_peer_has_a_contract_entry_with_sourced_values(contract):
+    for name in PEERS:
+        entry = contract.controller(name)
+        assert entry.kernel.parent.name == "peers"
+        for key, doc in entry.props.items():
+            assert doc.doc, f"[{name}] {key} does not quote its source"
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_peer_passes_its_own_contract(contract, backend, peer):
+    """Every applicable property, spec agreement and per-step ⇄ looped agreement included."""
+    v = verdict(contract, backend, peer, peer)
+    assert {"spec_agreement", "launch_modes", "guards", "isolation"} <= {f.key for f in v.findings}
+    assert v.ok, "; ".join(f"{f.key}: {f.measured} ({f.where})" for f in v.failed)
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_fixed_fails_the_peer_contract(contract, backend, peer):
+    failed = {f.key for f in verdict(contract, backend, "fixed", peer).failed}
+    assert {"ramp", "decay", "steps_to_double", "spec_agreement"} <= failed
+    if contract.controller(peer).bound("floor") is None:
+        assert "vanishing" in failed  # the fixed kernel's floor stops λ long before 0
+    if contract.controller(peer).is_band:
+        assert {"ramp_onset", "decay_onset"} <= failed
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_peer_fails_the_fixed_contract(contract, backend, peer):
+    failed = {f.key for f in verdict(contract, backend, peer, "fixed").failed}
+    assert {"floor", "ramp", "decay", "spec_agreement", "ramp_onset", "decay_onset"} <= failed
+
+
+def test_contracts_discriminate_pairwise(contract):
+    """For every ordered pair of contracts, the spec models differ under the first one's sustained KL."""
+    names = list(contract.controllers)
+    for a in names:
+        scenarios = [s for s in catalogue(contract.controller(a)) if s.family != "bad_values"]
+        for b in names:
+            if a == b:
+                continue
+            ra, rb = spec.Rule.of(contract.controller(a)), spec.Rule.of(contract.controller(b))
+            differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:300, None], s.target[:300, None])),
+                                            bits(spec.run(rb, [s.lambda0], s.kl[:300, None], s.target[:300, None])))
+                         for s in scenarios[:2])  # aligned, diverged (first 300 steps)
+            assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios"
+
+
+def test_applicability_follows_the_rule_kind(contract):
+    assert "dead_zone" not in applicable(contract.controller("ziegler"))
+    assert "vanishing" not in applicable(contract.controller("tf_agents"))  # it has a floor
+    assert {"floor", "ceiling"}.isdisjoint(applicable(contract.controller("ppo_paper")))
+    assert applicable(contract.controller("fixed")) == [k for k in applicable(contract.controller("original"))
+                                                       if k != "steps_to_floor"]
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_gate_cli_exits_0_for_each_peer(contract, peer, capsys):
+    assert gate.main([str(contract.controller(peer).kernel), "--contract", peer, "--backend", "host"]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+# --- the rules, one step each, from their sources' descriptions ---
+
+
+def _one(name, lam, kl, target=REF_TARGET):
+    return spec.step(spec.Rule.of(load().controller(name)), F32(lam), F32(kl), F32(target))
+
+
+def test_rules_follow_their_sources_one_step():
+    t = F32(REF_TARGET)
+    assert _one("ppo_paper", 0.3, t * F32(1.6)) == F32(0.3) * F32(2)  # d > d_targ·1.5: β·2
+    assert _one("ppo_paper", 0.3, t * F32(0.6)) == F32(0.3) / F32(2)  # d < d_targ/1.5: β/2
+    assert _one("rllib", 0.3, t * F32(2.1)) == F32(F32(0.3) * F32(1.5))  # > 2·target: ×1.5
+    assert _one("rllib", 0.3, t * F32(1.9)) == F32(0.3)  # in [0.5, 2]·target: unchanged
+    assert _one("modular_rl", 0.3, t * F32(0.69)) == F32(F32(0.3) / F32(1.5))  # < 0.7·target: ÷1.5
+    assert _one("tf_agents", 1e-15, t * F32(0.1)) == F32(1e-15)  # clamped at 10e-16
+    err = F32(F32(0.5) - F32(1))  # KL = target/2: error −0.5, clipped to −0.2
+    assert err < F32(-0.2)
+    assert _one("ziegler", 0.3, t / F32(2)) == F32(F32(0.3) * F32(F32(1) + F32(F32(F32(-0.2) * F32(128)) / F32(10000))))
+
+
+def test_division_and_multiplication_by_the_reciprocal_differ_and_the_kernel_divides(contract, host):
+    """modular_rl divides by 1.5; TF-Agents multiplies by fl32(1/1.5). Some λ round differently: there,
+    the modular_rl kernel gives λ/1.5 bits and the TF-Agents kernel λ·fl32(1/1.5) bits."""
+    lam = np.random.default_rng(1).uniform(0.01, 1.0, 4000).astype(F32)
+    div, mul = (lam / F32(1.5)).astype(F32), (lam * F32(1.0 / 1.5)).astype(F32)
+    differ = bits(div) != bits(mul)
+    assert differ.any(), "no λ where ÷1.5 and ×fl(1/1.5) round differently"
+    lam = lam[differ][:64]
+    n = lam.size
+    kl = np.full((1, n), REF_TARGET / 100, F32)
+    tg = np.full((1, n), REF_TARGET, F32)
+    for name, expected in (("modular_rl", lam / F32(1.5)), ("tf_agents", lam * F32(1.0 / 1.5))):
+        k = host.compile(source(contract, name), contract.slots)
+        got, _ = k.run_looped(new_isv(contract.slots, lam), kl, tg)
+        assert np.array_equal(bits(got[0]), bits(expected.astype(F32))), name
+
+
+def test_none_bounds_are_explicit(contract):
+    entry = contract.controller("ppo_paper")
+    assert entry.bound("floor") is None and entry["floor"].none
+    with pytest.raises(SuiteError, match="documented as absent"):
+        entry.value("floor")
+
+
+def test_malformed_rule_fields_are_rejected(tmp_path):
+    base = load().path.read_text(encoding="utf-8")
+    bad = tmp_path / "contracts.toml"
+    bad.write_text(base.replace('form = "mul_one_plus"', 'form = "times"'), encoding="utf-8")
+    with pytest.raises(SuiteError, match="form 'times'"):
+        load(bad)
+    bad.write_text(base.replace('rule = "proportional"', 'rule = "pid"'), encoding="utf-8")
+    with pytest.raises(SuiteError, match="rule 'pid'"):
+        load(bad)
+
+
+# --- any input, bit for bit (NaN compared as NaN: the GPU returns its canonical NaN) ---
+
+any_f32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
+traces = st.lists(any_f32, min_size=1, max_size=60)
+_kernels: dict = {}
+
+
+@pytest.fixture(scope="module", params=PEERS)
+def peer_case(request, contract, backend):
+    key = (request.param, backend.name)
+    if key not in _kernels:
+        _kernels[key] = backend.compile(source(contract, request.param), contract.slots)
+    return _kernels[key], spec.Rule.of(contract.controller(request.param))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lam0=any_f32, kl=traces, target=any_f32)
+def test_peer_equals_spec_on_any_input(peer_case, lam0, kl, target):
+    kernel, rule = peer_case
+    k = np.asarray(kl, dtype=F32)[:, None]
+    lam, _ = kernel.run_looped(new_isv(kernel.slots, lam0), k, np.full(k.shape, target, F32))
+    expected = spec.run(rule, [lam0], k, F32(target))
+    same = (bits(lam) == bits(expected)) | (np.isnan(lam) & np.isnan(expected))
+    assert same.all(), f"step {int(np.flatnonzero(~same.ravel())[0]) + 1}: kernel {lam.ravel()} spec {expected.ravel()}"
+
+
+# --- the report's comparison: measured, consistent with the contracts and the spec ---
+
+
+@pytest.fixture(scope="module")
+def all_verdicts(contract, host):
+    return {n: verdict(contract, host, n, n) for n in ("fixed", "original", *contract.peers())}
+
+
+def test_comparison_table_reads_measurements(contract, all_verdicts):
+    from analysis.peers_section import table
+
+    tab = table(all_verdicts).set_index("controller")
+    assert list(tab.index) == list(all_verdicts)
+    assert set(PEERS) <= set(contract.peers())
+    for name in all_verdicts:
+        entry = contract.controller(name)
+        if entry.has("steps_to_double"):
+            assert tab.loc[name, "steps to double"] == entry.value("steps_to_double")
+        assert tab.loc[name, "floor"].startswith("none") == (entry.bound("floor") is None)
+        if entry.bound("floor") is None:  # the spec says where sustained aligned KL leaves λ
+            rule = spec.Rule.of(entry)
+            n = spec.steps_to_settle(rule, entry.value("seed_lambda"), REF_TARGET / 100, REF_TARGET)
+            lam = spec.run(rule, [entry.value("seed_lambda")], np.full((n, 1), REF_TARGET / 100, F32), F32(REF_TARGET))
+            cell = tab.loc[name, "aligned KL: steps to the bottom"]
+            assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
+
+
+def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
+    from analysis.peers_section import aligned_traces
+
+    traces = aligned_traces(all_verdicts)
+    for name, rows in traces.groupby("controller"):
+        assert rows["lambda"].iloc[0] == F32(contract.controller(name).value("seed_lambda"))
+    assert (traces[traces.controller == "ppo_paper"]["lambda"] == 0).any()
+
+
+def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, host):
+    """The toy gives every group the same noise: the fixed controller's collapse fraction is the same whether it
+    runs beside the original (closed_loop.robustness) or beside the peers (peer_loop)."""
+    from repro import closed_loop, peer_loop
+
+    grid = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
+    toy = closed_loop.Toy(steps=300, warmup=100)
+    sources = {n: contract.source(n) for n in ("fixed", "ppo_paper")}
+    mine = peer_loop.collapse_fractions(host, contract, sources, toy=toy, seeds=3, grid=grid)
+    subjects = {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
+                for n in ("original", "fixed")}
+    theirs = closed_loop.robustness(host, subjects, toy=toy, seeds=3, grid=grid)
+    assert set(mine.controller) == {"fixed", "ppo_paper"}
+    assert ((mine.collapse_fraction >= 0) & (mine.collapse_fraction <= 1) & (mine.diverged_fraction <= 1)).all()
+    fixed = mine[mine.controller == "fixed"].collapse_fraction.to_numpy()
+    assert np.array_equal(fixed, theirs[theirs.controller == "fixed"].collapse_fraction.to_numpy())
+
+
+# --- the peer checks can fail: one mutant per rule-specific property ---
+
+PEER_MUTANTS = {
+    "ppo_paper": (("beta = beta / BETA_FACTOR;", "beta = fmaxf(1e-30f, beta / BETA_FACTOR);"), {"vanishing"}),
+    "modular_rl": (("kl_coeff / COEFF_FACTOR", "kl_coeff * (1.0f / COEFF_FACTOR)"), {"spec_agreement"}),
+    "tf_agents": (("(1.0f - ADAPTIVE_KL_TOLERANCE)", "(1.0f / (1.0f + ADAPTIVE_KL_TOLERANCE))"), {"decay_onset"}),
+    "ziegler": (("#define ERROR_CLIP 0.2f", "#define ERROR_CLIP 0.3f"), {"ramp", "decay", "spec_agreement"}),
+}
+
+
+@pytest.mark.parametrize("peer", sorted(PEER_MUTANTS))
+def test_peer_mutant_fails_its_contract(contract, host, peer):
+    (old, new), expected = PEER_MUTANTS[peer]
+    mutant = source(contract, peer).with_edit(old, new, f"{peer} mutant")
+    failed = {f.key: f for f in evaluate(mutant, peer, host, contract).failed}
+    assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
+    assert all(failed[k].where for k in expected)
