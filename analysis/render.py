@@ -256,10 +256,10 @@ def to_json(data: dict) -> str:
     return json.dumps(_finite(data), indent=2, ensure_ascii=False)
 
 
-def junit(findings: list[Finding], contract_file: str, suite: str, seconds: float, error: str | None = None,
-          extra: list[Finding] | None = None) -> str:
-    """JUnit XML: one test case per property (``classname`` gate.<contract>, ``name`` the row's key)."""
-    rows = [*findings, *(extra or [])]
+def junit(findings: list[Finding], contract_file: str, suite: str, seconds: float, error: str | None = None) -> str:
+    """JUnit XML: one test case per property (``classname`` gate.<contract>, ``name`` the row's key);
+    an exit-2 outcome is one test case with an ``error``."""
+    rows = list(findings)
     root = ET.Element("testsuites")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows) or 1),
                        failures=str(sum(not f.ok for f in rows)), errors="1" if error else "0",
