@@ -182,5 +182,16 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
             pass  # the error above already says why; an unwritable output path was that error
 
 
+def _run() -> int:
+    """``main()``, with stdout closed early by a reader (``| head``) ending it quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 2  # the verdict was not delivered
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as err:
         print(f"replay: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # stdout closed by its reader: _run() ends quietly
     except OSError as err:
         print(f"replay: error: cannot write: {err.strerror or err} ({err.filename})", file=sys.stderr)
         return 2
@@ -124,5 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run() -> int:
+    """``main()``, with stdout closed early by a reader (``| head``) ending it quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 2  # the verdict was not delivered
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -294,3 +294,15 @@ def test_pytest_kernel_that_cannot_be_judged_is_one_usage_error(tmp_path):
     assert done.returncode == 4  # pytest's usage error
     assert f"ERROR: --kernel: kernel file not found: {tmp_path / 'missing.cu'}" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("module", ["analysis.gate", "repro.replay"])
+def test_a_reader_closing_stdout_early_gets_no_traceback(tmp_path, module):
+    trace = tmp_path / "t.csv"
+    trace.write_text("kl\n0.1\n")
+    args = ["--backend", "host"] + ([str(trace), "--target", "0.02"] if module == "repro.replay" else [])
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # as `| head -0` would, before anything is printed
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2 and err == ""
