@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
+from analysis.diagnosis import applies, behaves_as, diagnose
+from analysis.findings import Difference
 from analysis.properties import Finding, judge
 from repro import coverage as cov
 from repro import ptx
@@ -12,6 +14,7 @@ from repro.backends import Backend, get_backend, unavailable_reason
 from repro.campaign import Evidence, collect
 from repro.contract import Contract
 from repro.errors import BackendUnavailable
+from repro.inference import Behaviour, infer
 from repro.isolation import DEFAULT_TIMEOUT, collect_isolated
 from repro.kernel_source import KernelSource
 
@@ -28,6 +31,9 @@ class Verdict:
     evidence: Evidence
     seconds: float
     notes: list[str] = field(default_factory=list)  # what was not checked and why; CPU/GPU caveats
+    behaviour: Behaviour | None = None  # what the candidate behaves as (measured)
+    differences: list[Difference] = field(default_factory=list)  # how that differs from the contract
+    behaves_as: list[tuple[str, str, str | None]] = field(default_factory=list)  # (quantity, measured, documented)
 
     @property
     def ok(self) -> bool:
@@ -47,6 +53,8 @@ class Verdict:
             "device": self.device,
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
+            "behaves_as": [{"quantity": q, "measured": m, "documented": d} for q, m, d in self.behaves_as],
+            "differences": [asdict(d) for d in self.differences],
             "properties": [f.as_dict() for f in self.findings],
             "faults": [f.__dict__ for f in ev.faults],
             "static": ev.static.as_dict() if ev.static is not None else None,
@@ -76,10 +84,14 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
             notes.append(f"static checks not run: {reason}")
         else:
             static_report = ptx.analyse(source)
+    inference = applies(controller)  # the rule a band candidate behaves as, and why each failing row fails
     if timeout is None:
-        evidence = collect(be.compile(source, contract.slots), controller)
+        kernel = be.compile(source, contract.slots)
+        evidence = collect(kernel, controller)
+        if inference:
+            evidence = replace(evidence, behaviour=infer(kernel, controller))
     else:  # the candidate's code runs in child processes only
-        evidence = collect_isolated(be, source, contract.slots, controller, timeout)
+        evidence = collect_isolated(be, source, contract.slots, controller, timeout, inference=inference)
     coverage_report = None
     if coverage or require_coverage:
         reason = cov.unavailable_reason() or unavailable_reason("host")
@@ -99,12 +111,18 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     if approx:
         listed = ", ".join(f"{name} (line {line})" for name, line in approx)
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
-    findings = judge(evidence, require_coverage)
-    return Verdict(source, contract_name, be.name, be.describe(), findings, evidence, time.perf_counter() - start,
-                   notes)
+    verdict = verdict_of(source, contract_name, be, evidence, 0.0, require_coverage)
+    verdict.notes = notes
+    if evidence.behaviour is not None:
+        verdict.behaviour = evidence.behaviour
+        verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
+        verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
+    verdict.seconds = time.perf_counter() - start
+    return verdict
 
 
 def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
-               seconds: float) -> Verdict:
-    """Judge evidence already collected (``seconds``: what collecting it took)."""
-    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence), evidence, seconds)
+               seconds: float, require_coverage: bool = False) -> Verdict:
+    """Judge evidence already collected (``seconds``: what collecting it took); no inference, no diagnosis."""
+    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence, require_coverage),
+                   evidence, seconds)

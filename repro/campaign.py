@@ -73,6 +73,7 @@ class Evidence:
     static: object | None = None  # repro.ptx.StaticReport, where NVRTC ran
     groups_run: frozenset[str] = frozenset(GROUPS)  # groups with at least one result (see GROUPS)
     coverage: object | None = None  # repro.coverage.Coverage, where gcov ran
+    behaviour: object | None = None  # repro.inference.Behaviour: the rule the kernel behaves as, where measured
 
     def run(self, name: str) -> Run:
         """The catalogue run of scenario ``name`` (:class:`MissingEvidence` when it did not finish)."""

@@ -24,7 +24,7 @@ import multiprocessing as mp
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.campaign import GROUPS, Evidence, Fault, assemble, run_group, scenario_groups
@@ -37,6 +37,8 @@ from repro.kernel_source import KernelSource
 DEFAULT_TIMEOUT = 20.0
 #: Culprits named per group before the rest of its scenarios are left unrun.
 MAX_CULPRITS = 3
+#: The request for :func:`repro.inference.infer`, served beside the experiment groups.
+INFERENCE = "inference"
 #: How long a spawned (cupy) worker may take to import and compile before its first request.
 STARTUP_LIMIT = 120.0
 
@@ -71,7 +73,12 @@ def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, s
                 continue
             group, only = request
             try:
-                result = run_group(kernel, controller, group, only, seed)
+                if group == INFERENCE:  # the rule the kernel behaves as (repro.inference), measured here too
+                    from repro.inference import infer
+
+                    result = infer(kernel, controller)
+                else:
+                    result = run_group(kernel, controller, group, only, seed)
             except Exception as err:
                 if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
                     conn.send(("fault", f"{type(err).__name__}: {err}"))
@@ -223,14 +230,25 @@ def _run_groups(worker: Worker, controller: Controller, groups, timeout: float, 
 
 
 def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, controller: Controller,
-                     timeout: float = DEFAULT_TIMEOUT, seed: int = 0) -> Evidence:
+                     timeout: float = DEFAULT_TIMEOUT, seed: int = 0, inference: bool = False) -> Evidence:
     """:func:`repro.campaign.collect`, with every group run in a worker under ``timeout`` s (see the module doc).
 
-    Compile first (``backend.check_compiles``): a compile error is the caller's to report.
+    Compile first (``backend.check_compiles``): a compile error is the caller's to report. ``inference``
+    also measures the rule the kernel behaves as (``Evidence.behaviour``) in the worker; a crash or hang
+    there is one more fault.
     """
     worker = Worker(backend, source, slots, controller, seed)
+    behaviour = None
     try:
         results, faults = _run_groups(worker, controller, GROUPS, timeout, seed)
+        if inference:
+            answer = worker.ask((INFERENCE, None), timeout)
+            if answer.ok:
+                behaviour = answer.value
+            elif answer.fault is not None:
+                faults.append(Fault(INFERENCE, "", *answer.fault))
+            else:
+                raise SuiteFailure(f"{INFERENCE}: {answer.value}")
     finally:
         worker.stop()
-    return assemble(controller, slots, results, faults, timeout, seed)
+    return replace(assemble(controller, slots, results, faults, timeout, seed), behaviour=behaviour)

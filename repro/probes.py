@@ -20,20 +20,22 @@ F32 = np.float32
 _POS_MIN, _POS_INF = 1, 0x7F800000  # bit patterns: smallest subnormal, +inf
 
 
-def _one_step(kernel: CompiledKernel, lambda0: float, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+def _step_in_contract_layout(kernel: CompiledKernel, lambda0: float, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
     # A window, so that a write just outside the ISV lands in canaries (the isolation property reports it).
     lam, _ = kernel.run_looped(new_window(kernel.slots, lambda0, len(kl)), kl[None, :], target[None, :], pad=PAD)
     return lam[0]
 
 
-def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float) -> dict[str, np.ndarray]:
+def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float, one_step=None) -> dict[str, np.ndarray]:
     """Per target: ``ramp`` = least KL whose step raises λ, ``decay`` = greatest KL whose step lowers it.
 
     Both float32; NaN where no positive KL does it. Assumes the response is
-    monotone in KL (a kernel that is not shows up as a wrong onset).
+    monotone in KL (a kernel that is not shows up as a wrong onset). ``one_step(kernel,
+    λ0, kl, target)`` runs one step per (kl, target) pair (default: the contract's ISV layout).
     """
     targets = np.asarray(targets, dtype=F32)
     lam0 = F32(lambda0)
+    _one_step = one_step or _step_in_contract_layout
 
     def search(pred_true_above: bool) -> np.ndarray:
         # Invariant: pred(lo) != pred_true_above-side, pred(hi) on that side.

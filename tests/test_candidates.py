@@ -118,6 +118,7 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
 
 def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
+    from analysis import render
     from analysis.verdict import evaluate
     from repro import coverage
 
@@ -127,7 +128,8 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     unreached = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if "lambda = 0.5f;" in line)
     relaxed = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract)
     row = next(f for f in relaxed.findings if f.key == "coverage")
-    assert relaxed.ok and f"lines never run: {unreached}" in row.measured
+    assert relaxed.ok and unreached in row.detail["uncovered_lines"]
+    assert f"lines never run: {unreached}" in render.measured(row)
     strict = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract, require_coverage=True)
     assert [f.key for f in strict.failed] == ["coverage"]
 
