@@ -1,84 +1,209 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
-    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy] [--json PATH] [--sanitize]
+    python -m analysis.gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy]
+                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--sanitize]
+                            [--timeout S] [--require-coverage] [--debug]
 
-Exit 0 when every property holds, 1 when any is violated, 2 for a usage
-error, a missing file, a kernel that does not compile or lacks the symbol.
+Exit 0 when every property holds, 1 when any is violated, 2 for anything that
+prevents a verdict (a usage error, a missing file, a kernel that does not
+compile or lacks the symbol, an output path that cannot be written, an
+internal error: one line; ``--debug`` shows the traceback). ``--json`` and
+``--junit`` files are written for all three outcomes; their folders are checked
+before any work. The candidate runs in child processes, each experiment group
+under ``--timeout S``: a crash or a hang is a failing ``execution`` row naming
+the scenario (exit 1), never a dead gate.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
+import traceback
 from pathlib import Path
 
-from analysis.memory_findings import memory_findings
-from analysis.verdict import Verdict, evaluate
-from repro.backends import NAMES, get_backend
-from repro.contract import load
-from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
-from repro.sanitize import sanitize
+try:
+    from analysis import render
+    from analysis.memory_findings import memory_findings
+    from analysis.verdict import Verdict, evaluate
+    from repro.backends import NAMES, get_backend
+    from repro.contract import load
+    from repro.errors import SuiteError
+    from repro.isolation import DEFAULT_TIMEOUT
+    from repro.kernel_source import load_kernel
+    from repro.outputs import check_writable, write_text
+    from repro.paths import shown
+    from repro.sanitize import sanitize
+except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
+    if __name__ != "__main__":
+        raise
+    print(f"gate: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
+          file=sys.stderr)
+    sys.exit(2)
+
+FORMATS = ("text", "json", "junit", "github")
+
+#: Hooks for other parts of the suite: functions ``(parser)`` adding options, and functions
+#: ``(args, verdict) -> list[Finding]`` adding rows (judged like the others; a failing one exits 1).
+EXTRA_OPTIONS: list = []
+EXTRA_ROWS: list = []
 
 
-def format_table(verdict: Verdict, contract_path: Path) -> str:
-    """The verdict as a plain-text table, failures followed by where they show and the contract line."""
-    head = ("property", "documented", "measured", "verdict")
-    rows = [(f.key, f.documented, f.measured, "PASS" if f.ok else "FAIL") for f in verdict.findings]
-    widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (exit 2), not usage + message."""
 
-    def line(cells):
-        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    out = [line(head), line(["-" * w for w in widths])]
-    for f, row in zip(verdict.findings, rows, strict=True):
-        out.append(line(row))
-        if not f.ok:
-            out.append(f"    first shows: {f.where}")
-            if f.line:
-                out.append(f"    if intended, change {contract_path.name}:{f.line} ({f.doc})")
-    return "\n".join(out)
+    def error(self, message: str):
+        print(f"gate: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--json", type=Path, help="also write the verdict as JSON here")
+    parser.add_argument("--format", action="append", metavar="FMT",
+                        help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
     parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
-    args = parser.parse_args(argv)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"wall-clock limit per experiment group, run in a child process (default {DEFAULT_TIMEOUT:g} s)")
+    parser.add_argument("--require-coverage", action="store_true",
+                        help="fail when a line or branch of the candidate was never executed (host gcov)")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    for add in EXTRA_OPTIONS:
+        add(parser)
+    return parser
+
+
+def _formats(values: list[str] | None) -> list[str]:
+    chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
+    if not chosen:
+        raise SuiteError(f"--format needs one of {', '.join(FORMATS)}")
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown:
+        raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(chosen))
+
+
+def _text(verdict: Verdict, args, contract_file: str) -> str:
+    out = [f"kernel   {shown(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
+           f"contract {args.contract}  ({contract_file})",
+           f"backend  {verdict.backend}: {verdict.device}", ""]
+    if verdict.behaves_as:
+        out += [render.behaves_as(verdict.behaves_as), ""]
+    out += [render.table(verdict.findings, contract_file), ""]
+    out += [f"note: {note}" for note in verdict.notes]
+    n, bad = len(verdict.findings), verdict.failed
+    if bad:
+        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
+                   f"in {verdict.seconds:.2f} s")
+    else:
+        out.append(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
+    return "\n".join(out)
+
+
+def _error_dict(args, error: str) -> dict:
+    return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
+            "exit_code": 2, "error": error, "properties": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    start = time.perf_counter()
+    contract_file = "kernels/contracts.toml"
+    kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
+        formats = _formats(args.format)
+        if not args.timeout > 0:
+            raise SuiteError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+        for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
+            if path is not None:
+                check_writable(path, flag)
         contract = load()
+        contract_file = shown(contract.path)
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
-        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract)
+        kernel_file = shown(path)
+        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
+                           timeout=args.timeout, require_coverage=args.require_coverage)
         if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/sanitize.py)
             verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
+        for extra in EXTRA_ROWS:
+            verdict.findings.extend(extra(args, verdict))
+    except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2
+        if args.debug and not isinstance(err, SuiteError):
+            traceback.print_exc()
+        if isinstance(err, SuiteError):
+            error = str(err)
+        elif isinstance(err, KeyboardInterrupt):
+            error = "interrupted"
+        else:
+            error = f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
+        print(f"gate: error: {error}", file=sys.stderr)
+        _outputs_for_error(args, error, kernel_file, contract_file, time.perf_counter() - start)
+        return 2
+    code = 0 if verdict.ok else 1
+    data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
+    for row, f in zip(data["properties"], verdict.findings, strict=True):
+        row["message"] = render.message(f, contract_file)  # the row as the table and JUnit say it
+    suite = f"gate.{args.contract}"
+    printed = {
+        "text": lambda: _text(verdict, args, contract_file),
+        "json": lambda: render.to_json(data),
+        "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
+        "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),
+    }
+    try:
+        for fmt in formats:
+            text = printed[fmt]()
+            if text:
+                print(text)
+        if args.json:
+            write_text(args.json, render.to_json(data) + "\n")
+        if args.junit:
+            write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
     except SuiteError as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return 2
-    print(f"kernel   {verdict.source.origin}  (sha256 {verdict.source.sha256[:12]})")
-    print(f"contract {args.contract}  ({contract.path.name})")
-    print(f"backend  {verdict.backend}: {verdict.device}")
-    print()
-    print(format_table(verdict, contract.path))
-    print()
-    n, bad = len(verdict.findings), verdict.failed
-    if bad:
-        print(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) in {verdict.seconds:.2f} s")
-    else:
-        print(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(verdict.as_dict(), indent=2))
-    return 0 if verdict.ok else 1
+    return code
+
+
+def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, seconds: float) -> None:
+    """The exit-2 outcome in every requested form: stdout formats, --json and --junit files."""
+    try:
+        formats = _formats(args.format)
+    except SuiteError:
+        formats = []
+    suite = f"gate.{args.contract}"
+    if "json" in formats:
+        print(render.to_json(_error_dict(args, error)))
+    if "junit" in formats:
+        print(render.junit([], contract_file, suite, seconds, error=error).rstrip())
+    if "github" in formats:
+        print("\n".join(render.github([], kernel_file, contract_file, error=error)))
+    for path, text in ((args.json, lambda: render.to_json(_error_dict(args, error)) + "\n"),
+                       (args.junit, lambda: render.junit([], contract_file, suite, seconds, error=error))):
+        if path is None:
+            continue
+        try:
+            check_writable(path, "")
+            write_text(path, text())
+        except SuiteError:
+            pass  # the error above already says why; an unwritable output path was that error
+
+
+def _run() -> int:
+    """``main()``, with stdout closed early by a reader (``| head``) ending it quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 2  # the verdict was not delivered
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

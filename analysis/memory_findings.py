@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.properties import Finding
+from analysis.findings import Finding, Where
 from repro.sanitize import PATHS, TOOLS, SanitizerReport
 
 _TITLE = {"memcheck": "no out-of-bounds or misaligned device memory access",
@@ -16,11 +16,11 @@ def memory_findings(reports: list[SanitizerReport], tools: tuple[str, ...] = TOO
     for tool in tools:
         mine = [r for r in reports if r.tool == tool]
         if not mine:
-            rows.append(Finding(tool, f"compute-sanitizer {tool}", _TITLE[tool], "0 errors",
-                                f"0 errors on the {', '.join(paths)} launch paths", True, value=0))
+            rows.append(Finding(tool, f"compute-sanitizer {tool}", True, "errors", 0, 0, 0,
+                                {"tool": tool, "paths": list(paths)}, None, 0, _TITLE[tool]))
         for r in mine:
-            rows.append(Finding(tool, f"compute-sanitizer {tool}", _TITLE[tool], "0 errors",
-                                f"{r.kind} in {r.kernel or 'a CUDA call'} at {r.location} ({r.path} path)", False,
-                                where=f"{r.location}, {r.path} path" + (f" ({r.detail})" if r.detail else ""),
-                                value=len(mine)))
+            detail = {"tool": tool, "kind": r.kind, "kernel": r.kernel, "location": r.location, "path": r.path,
+                      "detail": r.detail}
+            rows.append(Finding(tool, f"compute-sanitizer {tool}", False, "errors", 0, 0, len(mine), detail,
+                                Where(f"{r.location}, {r.path} path", "sanitizer"), 0, _TITLE[tool]))
     return rows

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import render
 from analysis.properties import bits, classify, first_step, vanishing_summary
 from analysis.verdict import Verdict
 from repro import spec
@@ -32,7 +33,7 @@ def _g(x) -> str:
 
 def _finding_value(v: Verdict, key: str):
     f = next((f for f in v.findings if f.key == key), None)
-    return None if f is None or f.value is None else f.value
+    return None if f is None or f.measured is None else f.measured
 
 
 def _run(v: Verdict, name: str):
@@ -110,7 +111,7 @@ def _bad_input_cell(v: Verdict) -> str:
     nan = sum(bool(np.isnan(r.lam[0])) for r in runs)
     moved = sum(o != "unchanged" for o in outcomes)
     guards = next(f for f in v.findings if f.key == "guards")
-    return f"{nan}/{len(runs)} non-finite cases leave λ NaN, {moved} change it; guards {guards.measured}"
+    return f"{nan}/{len(runs)} non-finite cases leave λ NaN, {moved} change it; guards {render.measured(guards)}"
 
 
 def table(verdicts: dict[str, Verdict], collapse: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -9,40 +9,17 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from analysis.findings import Finding, Where
 from repro import spec
-from repro.campaign import Evidence
+from repro.campaign import Evidence, MissingEvidence
 from repro.contract import Controller
 from repro.runner import Run
 from repro.spec import Rule, band_edges
 
 F32 = np.float32
-
-
-@dataclass
-class Finding:
-    """One row of the gate: a property, its documented, predicted and measured values, a verdict."""
-
-    key: str
-    title: str
-    documented: str
-    predicted: str
-    measured: str
-    ok: bool
-    where: str = ""  # the scenario and step where a failure first shows
-    doc: str = ""  # the sentence that documents it
-    line: int = 0  # line of contracts.toml holding the documented value
-    value: float | None = None  # the measured number, where there is one
-
-    def __post_init__(self) -> None:
-        self.ok = bool(self.ok)  # NumPy bools do not serialise
-        self.value = None if self.value is None else float(self.value)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def bits(a) -> np.ndarray:
@@ -59,6 +36,10 @@ def differs_beyond_nan(a, b) -> np.ndarray:
     GPU's canonical NaN but the CPU's input NaN (the peers' λ·2 with λ = NaN), and neither is the rule's choice."""
     a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
     return (bits(a) != bits(b)) & ~(np.isnan(a) & np.isnan(b))
+
+
+def _f(x) -> float | None:
+    return None if x is None else float(x)
 
 
 def _g(x: float) -> str:
@@ -90,30 +71,34 @@ def reached_and_held(lam: np.ndarray, bound: np.float32) -> tuple[int | None, bo
     return step, step is not None and bool(at[step - 1 :].all())
 
 
+def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Where:
+    """Where in run ``r`` (1-based ``step``) something shows, with the inputs fed at that step."""
+    sc = r.scenario
+    return Where(sc.name, event, step, _f(r.lam[step - 1]), _f(expected), reference,
+                 _f(sc.kl[step - 1]), _f(sc.target[step - 1]))
+
+
 def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Finding:
     ctrl = ev.controller
     doc = ctrl[key]
     bound = F32(doc.value)
-    extreme, where = None, ""
+    extreme, where = None, None
     for r in _valid_runs(ev):
         bad = crosses(r.lam, bound)
-        if bad.any() and not where:
-            step = first_step(bad)
-            where = f"{r.scenario.name}, step {step}: λ = {_g(r.lam[step - 1])}"
+        if bad.any() and where is None:
+            where = _at(r, first_step(bad), "crossed", bound, "contract")
         value = r.lam.min() if key == "floor" else r.lam.max()
         extreme = value if extreme is None else (min(extreme, value) if key == "floor" else max(extreme, value))
-    held = []
+    held = {}
     for name in scenarios:
         step, stays = reached_and_held(ev.run(name).lam, bound)
-        held.append((name, step, stays))
-        if not stays and not where:
-            where = f"{name}: λ never settles at {_g(bound)} (ends at {_g(ev.run(name).lam[-1])})"
-    reached = ", ".join(f"{s} ({n})" if ok else f"never ({n})" for n, s, ok in held)
-    word = "lowest" if key == "floor" else "highest"
-    measured = f"{word} λ {_g(extreme)}; held from step {reached}"
-    ok = not where and extreme == bound
-    return Finding(key, f"{key} (never crossed, reached and held)", _g(doc.value), _g(bound), measured, ok, where,
-                   doc.doc, doc.line, float(extreme))
+        held[name] = step if stays else None
+        if not stays and where is None:
+            r = ev.run(name)
+            where = Where(name, "never_settles", r.scenario.steps, _f(r.lam[-1]), _f(bound), "contract")
+    ok = where is None and extreme == bound
+    return Finding(key, f"{key} (never crossed, reached and held)", ok, "λ", doc.value, bound, extreme,
+                   {"extreme": "lowest" if key == "floor" else "highest", "held_from": held}, where, doc.line, doc.doc)
 
 
 def floor(ev: Evidence) -> Finding:
@@ -128,23 +113,27 @@ def ceiling(ev: Evidence) -> Finding:
 DERIVED_RTOL = 1e-6
 
 
-def _rate_doc(ctrl: Controller, key: str) -> tuple[str, float, float, str, int]:
-    """(documented text, per-step factor, rtol, doc, line) of the ramp or decay rate."""
+def _rate_doc(ctrl: Controller, key: str) -> tuple[dict, float, float, str, int]:
+    """(how the rate is documented, per-step factor, rtol, doc, line) of the ramp or decay rate.
+
+    The first item is ``{"op": "mul"|"div", "value": …}`` or, for the proportional rule,
+    ``{"op": "proportional", "sign": ±1, "clip": …, "n_steps": …, "horizon": …}``.
+    """
     if ctrl.has(key):
         doc = ctrl[key]
         if doc.op == "div":
-            return f"÷{_g(doc.value)}", 1.0 / doc.value, doc.rtol, doc.doc, doc.line
-        return f"×{_g(doc.value)}", doc.value, doc.rtol, doc.doc, doc.line
+            return {"op": "div", "value": doc.value}, 1.0 / doc.value, doc.rtol, doc.doc, doc.line
+        return {"op": "mul", "value": doc.value}, doc.value, doc.rtol, doc.doc, doc.line
     # proportional: the saturated multiplier 1 ± clip·n_steps/horizon (real arithmetic)
     sign = 1.0 if key == "ramp" else -1.0
     clip, n, h = (ctrl.value(k) for k in ("clip", "n_steps", "horizon"))
     doc = ctrl["horizon"]
-    shown = f"×(1 {'+' if sign > 0 else '−'} {_g(clip)}·{_g(n)}/{_g(h)})"
-    return shown, 1.0 + sign * clip * n / h, DERIVED_RTOL, doc.doc, doc.line
+    form = {"op": "proportional", "sign": sign, "clip": clip, "n_steps": n, "horizon": h}
+    return form, 1.0 + sign * clip * n / h, DERIVED_RTOL, doc.doc, doc.line
 
 
 def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
-    documented, factor, rtol, doc, line = _rate_doc(ev.controller, key)
+    form, factor, rtol, doc, line = _rate_doc(ev.controller, key)
     r = ev.run(scenario)
     lam = np.concatenate([[r.scenario.lambda0], r.lam]).astype(np.float64)
     lo, hi = _limits(ev.controller)
@@ -153,16 +142,18 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     free = (lam[1:] > lo) & (lam[1:] < hi) & (lam[:-1] > 0) & (np.minimum(lam[1:], lam[:-1]) >= tiny)
     free &= np.maximum(lam[1:], lam[:-1]) <= big
     ratios = lam[1:][free] / lam[:-1][free]
-    predicted = f"×{_g(factor)}"
+    detail = {"form": form, "rtol": rtol, "free_steps": int(ratios.size)}
+    title = f"{key} rate (× per step, rtol {rtol:g})"
     if ratios.size == 0:
-        return Finding(key, f"{key} rate (× per step)", documented, predicted,
-                       "no unclamped step", False, f"{scenario}: λ never moves freely", doc, line)
+        return Finding(key, title, False, "×/step", factor, factor, None, detail, Where(scenario, "no_free_step"),
+                       line, doc)
     median = float(np.median(ratios))
-    worst = ratios[np.argmax(np.abs(ratios - factor))]
+    worst_at = int(np.argmax(np.abs(ratios - factor)))
+    worst = ratios[worst_at]
     ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
-    where = "" if ok else f"{scenario}: step ratio {_g(worst)}"
-    return Finding(key, f"{key} rate (× per step, rtol {rtol:g})", documented, predicted,
-                   f"×{median:.8f} (median of {ratios.size} unclamped steps)", ok, where, doc, line, median)
+    step = int(np.flatnonzero(free)[worst_at]) + 1
+    where = None if ok else _at(r, step, "ratio", worst, "step ratio")
+    return Finding(key, title, ok, "×/step", factor, factor, median, detail, where, line, doc)
 
 
 def ramp(ev: Evidence) -> Finding:
@@ -186,19 +177,21 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, pr
     ctrl = ev.controller
     if ctrl.has(key):
         doc = ctrl[key]
-        accepts, text, line = doc.accepts, doc.doc, doc.line
-        documented = f"{doc.value:g}" + (f" ± {doc.tolerance:g}" if doc.tolerance else "")
+        accepts, text, line, documented, tol = doc.accepts, doc.doc, doc.line, doc.value, doc.tolerance
     else:
         rate = "ramp" if factor > 1 else "decay"
         _, _, _, text, line = _rate_doc(ctrl, rate)
-        accepts, documented = (lambda c: abs(c - predicted) <= 1), f"— (closed form {predicted} ± 1)"
+        accepts, documented, tol = (lambda c: abs(c - predicted) <= 1), None, 1.0
     counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
-    ok = all(c is not None and accepts(c) for c in counts.values())
-    where = "" if ok else "; ".join(f"{n}: {c}" for n, c in counts.items() if c is None or not accepts(c))
-    shown = ", ".join(f"{c} from λ0 {_g(ev.run(n).scenario.lambda0)}" for n, c in counts.items())
-    value = next(iter(counts.values()))
-    return Finding(key, title, documented, str(predicted), shown, ok, where, text, line,
-                   None if value is None else float(value))
+    bad = [n for n, c in counts.items() if c is None or not accepts(c)]
+    where = None
+    if bad:
+        r, c = ev.run(bad[0]), counts[bad[0]]
+        where = Where(bad[0], "count", c, _f(r.lam[c - 1] if c is not None else r.lam[-1]), _f(r.scenario.lambda0), "λ0")
+    lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
+    return Finding(key, title, not bad, "steps", documented, predicted, next(iter(counts.values())),
+                   {"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
+                    "closed_form_only": documented is None}, where, line, text)
 
 
 def steps_to_double(ev: Evidence) -> Finding:
@@ -216,14 +209,13 @@ def steps_to_floor(ev: Evidence) -> Finding:
     doc = ctrl["steps_to_floor"]
     r = ev.run("aligned")
     step, _ = reached_and_held(r.lam, F32(ctrl.value("floor")))
-    before = f"; λ after {step - 1} steps = {_g(r.lam[step - 2])}" if step and step > 1 else ""
     ok = step is not None and doc.accepts(step)
     predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
-    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)",
-                   f"{doc.value:g} ± {doc.tolerance:g}", str(predicted),
-                   f"clamped at {_g(ctrl.value('floor'))} from step {step}{before}", ok,
-                   "" if ok else f"aligned: floor first reached at step {step}", doc.doc, doc.line,
-                   None if step is None else float(step))
+    before = _f(r.lam[step - 2]) if step and step > 1 else None
+    where = None if ok else Where("aligned", "count", step, before, _f(ctrl.value("floor")), "floor")
+    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)", ok, "steps",
+                   doc.value, predicted, step, {"floor": ctrl.value("floor"), "lambda_before": before,
+                                                "tolerance": doc.tolerance}, where, doc.line, doc.doc)
 
 
 _EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
@@ -245,15 +237,15 @@ def dead_zone(ev: Evidence) -> Finding:
     moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
     moved = [(r, s) for r, s in moved if s is not None]
     steps = ev.dead_zone[0].scenario.steps
-    where = f"{moved[0][0].scenario.name}, step {moved[0][1]}: λ → {_g(moved[0][0].lam[moved[0][1] - 1])}" if moved else ""
+    where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
     if ctrl.has("upper_edge"):
-        title, documented = f"dead zone [{lo}, {up}] holds λ bit for bit", f"[{lo}, {up}], edges inclusive"
+        title = f"dead zone [{lo}, {up}] holds λ bit for bit"
     else:
         title = f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit"
-        documented = f"×/÷{doc.value:g}, edges inclusive"
-    return Finding("dead_zone", title, documented, f"{len(ev.dead_zone)} probes × {steps} steps unchanged",
-                   f"{len(ev.dead_zone) - len(moved)}/{len(ev.dead_zone)} probes held λ for {steps} steps",
-                   not moved, where, doc.doc, doc.line, float(len(moved)))
+    n = len(ev.dead_zone)
+    return Finding("dead_zone", title, not moved, "probes", n, n, n - len(moved),
+                   {"lower": lo, "upper": up, "tolerance": doc.value, "steps": steps,
+                    "edges_documented": ctrl.has("upper_edge")}, where, doc.line, doc.doc)
 
 
 def _onset(ev: Evidence, which: str) -> Finding:
@@ -265,13 +257,19 @@ def _onset(ev: Evidence, which: str) -> Finding:
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
     bad = np.flatnonzero(bits(found) != bits(expected))
-    where = "" if ok else (f"target {_g(ev.probe_targets[bad[0]])}: {which} begins at KL {_g(found[bad[0]])}, "
-                           f"documented {_g(expected[bad[0]])}")
+    where = None
+    if not ok:
+        i = bad[0]
+        where = Where(f"onset probe, target {float(ev.probe_targets[i]):.8g}", "onset", None, None,
+                      _f(expected[i]), "contract", _f(found[i]), _f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
-    shown = ", ".join(f"{x:.8g}" for x in ratio) + " × target"
-    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)",
-                   f"KL {rel} {sym}", f"next float {'above' if which == 'ramp' else 'below'} fl32({sym})",
-                   shown, ok, where, doc.doc, doc.line, float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None)
+    documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
+    measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
+    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)", ok, "×target",
+                   documented, documented, measured,
+                   {"edge": sym, "relation": rel, "ratios": [_f(x) for x in ratio],
+                    "targets": [_f(t) for t in ev.probe_targets], "onsets": [_f(x) for x in found],
+                    "expected": [_f(x) for x in expected]}, where, doc.line, doc.doc)
 
 
 def ramp_onset(ev: Evidence) -> Finding:
@@ -284,64 +282,70 @@ def decay_onset(ev: Evidence) -> Finding:
 
 def guards(ev: Evidence) -> Finding:
     broken = [r for r in ev.guards if not same(r.lam, np.full(r.lam.shape, r.scenario.lambda0, dtype=F32))]
-    where = ""
+    where = None
     if broken:
         r = broken[0]
-        step = first_step(bits(r.lam) != bits(r.scenario.lambda0))
-        where = f"{r.scenario.name}, step {step}: λ {_g(r.scenario.lambda0)} → {_g(r.lam[step - 1])}"
-    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "unchanged",
-                   "unchanged", f"{len(ev.guards) - len(broken)}/{len(ev.guards)} cases unchanged",
-                   not broken, where, ev.controller.guards_doc, 0, float(len(broken)))
+        where = _at(r, first_step(bits(r.lam) != bits(r.scenario.lambda0)), "moved", r.scenario.lambda0, "λ0")
+    n = len(ev.guards)
+    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", not broken, "cases", n, n,
+                   n - len(broken), {"broken": [r.scenario.name for r in broken]}, where, 0, ev.controller.guards_doc)
 
 
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
     everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone + ev.vanishing
     stray = [r for r in everything if r.stray]
-    where = f"{stray[0].scenario.name}: slot(s) {', '.join(map(str, stray[0].stray))} written" if stray else ""
-    return Finding("isolation", f"only slot {slot} (λ) is written", f"slot {slot} only", f"slot {slot} only",
-                   f"{len(everything) - len(stray)}/{len(everything)} runs left every other slot's bits intact",
-                   not stray, where, "DESIGN.md §2: the controller may write slot 486 and nothing else", 0,
-                   float(len(stray)))
+    # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
+    outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
+    first = outside or (stray[0] if stray else None)
+    where = Where(first.scenario.name, "stray", slots=tuple(first.stray), expected=ev.isv_len or None) if first else None
+    n = len(everything)
+    written = sorted({s for r in stray for s in r.stray})
+    return Finding("isolation", "only the λ slot is written", not stray, "runs", n, n, n - len(stray),
+                   {"lambda_slot": slot, "written": written, "isv_len": ev.isv_len}, where, 0,
+                   "the controller writes λ's ISV slot and nothing else")
 
 
 def spec_agreement(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
-    where, total = "", 0
+    where, total = None, 0
     for r in ev.catalogue:
         expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
         total += r.scenario.steps
-        if not where and differs_beyond_nan(r.lam, expected).any():
+        if where is None and differs_beyond_nan(r.lam, expected).any():
             step = first_step(differs_beyond_nan(r.lam, expected))
-            where = f"{r.scenario.name}, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
-    return Finding("spec_agreement", "bit-identical to the float32 spec model", "identical", "identical",
-                   "identical" if not where else "differs", not where, where,
-                   "DESIGN.md §7: the kernel must match the spec bit for bit on every scenario "
-                   "(a NaN matches a NaN: payloads are the backend's)", 0, float(total))
+            where = _at(r, step, "differs", expected[step - 1], "spec")
+    return Finding("spec_agreement", "bit-identical to the float32 spec model", where is None, "steps compared",
+                   None, None, total, {}, where, 0,
+                   "the kernel matches the spec model bit for bit on every scenario (a NaN matches a NaN: "
+                   "payloads are the backend's)")
 
 
 def launch_modes(ev: Evidence) -> Finding:
-    where = ""
+    where = None
     for a, b in zip(ev.catalogue, ev.per_step, strict=True):
         if not same(a.lam, b.lam):
             step = first_step(bits(a.lam) != bits(b.lam))
-            where = f"{a.scenario.name}, step {step}: looped {_g(a.lam[step - 1])}, per-step {_g(b.lam[step - 1])}"
+            where = _at(a, step, "differs", b.lam[step - 1], "per-step launches")
             break
-    return Finding("launch_modes", "per-step launches and the looped harness agree", "identical", "identical",
-                   "identical" if not where else "differ", not where, where,
-                   "DESIGN.md §6: both paths must give the same bits", 0)
+    return Finding("launch_modes", "per-step launches and the looped harness agree", where is None, "runs",
+                   None, None, len(ev.catalogue), {}, where, 0, "both launch paths give the same bits")
 
 
-def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
-    """Name what one step did to λ: unchanged, max, min, ramp, decay, nan (a new NaN), or other (value)."""
-    outcomes = {
+def outcomes(lam0: np.float32, rule: spec.Rule) -> dict[str, np.float32 | None]:
+    """λ after one step under ``rule`` for each named outcome: unchanged, max, min, ramp, decay (None: no such bound)."""
+    return {
         "unchanged": lam0,
         "max": rule.ceiling,
         "min": rule.floor,
         "ramp": spec.ramped(rule, lam0),
         "decay": spec.decayed(rule, lam0),
     }
-    for name, value in outcomes.items():
+
+
+def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
+    """Name what one step did to λ: unchanged, max, min, ramp, decay, nan (a new NaN), or other (value)."""
+    for name, value in outcomes(lam0, rule).items():
         if value is not None and same(value, lam1):
             return name
     # A NaN's payload is the backend's (the GPU returns its canonical NaN): any NaN λ is "nan".
@@ -352,13 +356,79 @@ def nonfinite(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
+    seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
     # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
     nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
-    wrong = [k for k in table if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan)]
-    where = "; ".join(f"{k}: {seen.get(k)} (contract: {table[k]})" for k in wrong[:3])
-    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", f"{len(table)} cases pinned",
-                   f"{len(table)} cases", f"{len(table) - len(wrong)}/{len(table)} cases as pinned",
-                   not wrong, where, "kernels/contracts.toml [nonfinite]", 0, float(len(wrong)))
+    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table
+                  if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan))
+    where = Where(wrong[0][0], "cases", cases=wrong) if wrong else None
+    n = len(table)
+    lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
+    lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
+    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", not wrong, "cases", n, n,
+                   n - len(wrong), {"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where,
+                   ev.controller.nonfinite_line,
+                   "characterised by measurement and pinned in the contract's [nonfinite] table")
+
+
+def execution(ev: Evidence) -> Finding:
+    """Every experiment ran to its end: no crash (signal), no time-out."""
+    faults = ev.faults
+    limit = f"{ev.timeout:g} s per experiment group" if ev.timeout else "in process"
+    described = "; ".join(f.describe() for f in faults[:3]) + (f"; {len(faults) - 3} more" if len(faults) > 3 else "")
+    return Finding("execution", "runs every experiment to its end (no crash, no hang)", not faults, "faults", 0, 0,
+                   len(faults), {"limit": limit, "faults": [f.describe() for f in faults]},
+                   Where(described, "fault") if faults else None, 0,
+                   "a controller step is a bounded, memory-safe function of the ISV")
+
+
+def single_thread(ev: Evidence) -> Finding:
+    """Only thread 0 of block 0 changes the ISV, whatever grid the kernel is launched on."""
+    doc = "kernel: single-thread kernel (only threadIdx.x == 0 of blockIdx.x == 0 acts)"
+    probe = ev.threads
+    title = "only thread 0 of block 0 changes the ISV"
+    if probe is None:
+        return Finding("single_thread", title, False, "threads", None, None, None,
+                       {"not_measured": "the thread probe did not finish (see the execution row)"}, None, 0, doc)
+    others = [(regime, probe.coords[i]) for regime, row in probe.changed.items() for i, c in enumerate(row)
+              if c and probe.coords[i] != (0, 0)]
+    n = len(probe.coords) - 1
+    quiet = n - len({c for _, c in others})
+    described = "; ".join(f"KL {r}: threadIdx.x {t}, blockIdx.x {b} changed the ISV" for r, (t, b) in others[:3])
+    return Finding("single_thread", f"{title} (blockDim {probe.dims[0]}, gridDim {probe.dims[3]})", not others,
+                   "other threads left the ISV unchanged", n, n, quiet, {"acting": [list(c) for _, c in others]},
+                   Where(described, "threads") if others else None, 0, doc)
+
+
+def no_atomics(ev: Evidence) -> Finding:
+    st = ev.static
+    return Finding("no_atomics", "no atomic instructions in the PTX (atom./red.)", not st.atomics,
+                   "atomic instructions", 0, 0, len(st.atomics),
+                   {"atomics": list(st.atomics), "nvrtc": st.nvrtc, "arch": st.arch},
+                   Where(f"PTX has {', '.join(st.atomics)}", "static") if st.atomics else None, 0,
+                   "kernel: Per `feedback_no_atomicadd`: single-thread kernel, no atomics.")
+
+
+def resources(ev: Evidence) -> Finding:
+    """Informational: the candidate's GPU resources as NVRTC's ptxas reports them (not gated)."""
+    st = ev.static
+    return Finding("resources", f"GPU resources ({st.arch}, reported, not gated)", True, "registers", None, None,
+                   st.registers, {"global_stores": st.global_stores, "local_accesses": st.local_accesses,
+                                  "spill_bytes": st.spill_bytes, "stack_bytes": st.stack_bytes or 0,
+                                  "registers": st.registers}, None, 0, "informational")
+
+
+def coverage(ev: Evidence, required: bool = False) -> Finding:
+    """Lines and branches of the candidate the experiments executed (a failure only when required)."""
+    cov = ev.coverage
+    ok = (cov.complete and not cov.faults) or not required
+    total = len(cov.lines) + cov.branches_total
+    return Finding("coverage", "every line and branch of the candidate ran (gcov)" + ("" if required else ", reported"),
+                   ok, "lines and branches", total, total, cov.lines_hit + cov.branches_hit,
+                   {"summary": cov.summary(), "required": required, "uncovered_lines": cov.uncovered_lines,
+                    "partial_branch_lines": cov.partial_branch_lines},
+                   None if cov.complete else Where(cov.summary().split("; ", 1)[1], "coverage"),
+                   0, "--require-coverage" if required else "informational")
 
 
 def vanishing_summary(r: Run) -> dict:
@@ -386,14 +456,6 @@ def _spec_vanishing(rule: Rule, lambda0: np.float32, n: int, kl_low: np.float32,
     return spec.run(rule, [lambda0], kl[:, None], np.full((2 * n, 1), target, F32))[:, 0]
 
 
-def _describe_vanishing(v: dict) -> str:
-    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
-             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {_g(v['settled'])}",
-             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
-             f"never back under high KL (ends at {_g(v['final'])})"]
-    return "; ".join(parts)
-
-
 def vanishing(ev: Evidence) -> Finding:
     """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard freezes
     it), and does high KL bring it back? Judged against the spec model's prediction, bit for bit."""
@@ -404,20 +466,22 @@ def vanishing(ev: Evidence) -> Finding:
     expected = _spec_vanishing(spec.Rule.of(ev.controller), sc.lambda0, n, sc.kl[0], sc.kl[-1], sc.target[0])
     got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
     ok = same(r.lam, expected)
-    where = ""
+    where = None
     if not ok:
         step = first_step(bits(r.lam) != bits(expected))
-        where = f"vanishing, step {step}: kernel {_g(r.lam[step - 1])}, spec {_g(expected[step - 1])}"
+        where = _at(r, step, "differs", expected[step - 1], "spec")
     value = got["first_zero"] or got["first_subnormal"]
-    return Finding("vanishing", "no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)",
-                   "no floor", _describe_vanishing(want), _describe_vanishing(got), ok, where, doc.doc, doc.line,
-                   None if value is None else float(value))
+    predicted = want["first_zero"] or want["first_subnormal"]
+    plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in got.items()}
+    spec_plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in want.items()}
+    return Finding("vanishing", "no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok, "steps",
+                   None, predicted, value, {"measured": plain, "spec": spec_plain}, where, doc.line, doc.doc)
 
 
 #: Every property the gate judges, in its order.
 CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, vanishing,
                                   dead_zone, ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement,
-                                  launch_modes)}
+                                  launch_modes, single_thread, execution)}
 #: Properties of a band (a dead zone with edges); the proportional rule has none.
 BAND_ONLY = ("dead_zone", "ramp_onset", "decay_onset")
 
@@ -437,6 +501,33 @@ def applicable(ctrl: Controller) -> list[str]:
     return [key for key in CHECKS if applies(key)]
 
 
-def judge(ev: Evidence) -> list[Finding]:
-    """Every property that applies to the evidence's controller, in the gate's order."""
-    return [CHECKS[key](ev) for key in applicable(ev.controller)]
+#: Experiment groups (repro.campaign.GROUPS) each check reads; the others read the catalogue.
+NEEDS = {"dead_zone": ("dead_zone",), "ramp_onset": ("onsets",), "decay_onset": ("onsets",), "guards": ("guards",),
+         "nonfinite": ("nonfinite",), "launch_modes": ("catalogue", "per_step"), "single_thread": (),
+         "execution": (), "isolation": (), "vanishing": ("vanishing",)}
+
+
+def _judge_one(ev: Evidence, key: str) -> Finding:
+    """One check; "not measured" (a failure) where the candidate crashed or hung in what it needs."""
+    missing = [g for g in NEEDS.get(key, ("catalogue",)) if g not in ev.groups_run]
+    try:
+        if not missing:
+            return CHECKS[key](ev)
+    except MissingEvidence as err:
+        missing = [f"scenario {err.args[0]!r}"]
+    return Finding(key, key, False, "", None, None, None,
+                   {"not_measured": f"{', '.join(missing)} did not finish (see the execution row)"})
+
+
+def judge(ev: Evidence, require_coverage: bool = False) -> list[Finding]:
+    """Every property that applies to the evidence's controller, in the gate's order.
+
+    The static rows (no_atomics, resources) and the coverage row come after, where
+    the evidence has them (NVRTC, gcov available).
+    """
+    rows = [_judge_one(ev, key) for key in applicable(ev.controller)]
+    if ev.static is not None:
+        rows += [no_atomics(ev), resources(ev)]
+    if ev.coverage is not None:
+        rows.append(coverage(ev, require_coverage))
+    return rows

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import bench_report, peers_plots, peers_section, plots, study_plots, study_section
+from analysis import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from analysis.properties import Finding, classify
 from analysis.verdict import Verdict, evaluate, verdict_of
 from repro import closed_loop, experiments, peer_loop, spec
@@ -167,7 +167,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
 
 
 def _steps(verdict: Verdict, key: str) -> int:
-    return int(next(f.value for f in verdict.findings if f.key == key))
+    return int(next(f.measured for f in verdict.findings if f.key == key))
 
 
 def _finding(verdict: Verdict, key: str) -> Finding | None:
@@ -264,7 +264,7 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
         cells = [key]
         for n in CONTROLLERS:
             f = _finding(v[n], key)
-            cells += ([_md_cell(f.documented), _md_cell(f.predicted), _md_cell(f.measured),
+            cells += ([_md_cell(render.documented(f)), _md_cell(render.predicted(f)), _md_cell(render.measured(f)),
                        "pass" if f.ok else "**FAIL**"] if f else ["—", "—", "—", ""])
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
@@ -286,7 +286,7 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
 def _differences(report: Report, fixed, original) -> list[str]:
     v = report.verdicts
     out = []
-    ramp_m, decay_m = _finding(v["fixed"], "ramp").value, _finding(v["fixed"], "decay").value
+    ramp_m, decay_m = _finding(v["fixed"], "ramp").measured, _finding(v["fixed"], "decay").measured
     dbl, hlv = _steps(v["fixed"], "steps_to_double"), _steps(v["fixed"], "steps_to_halve")
     if fixed.has("decay_slowness"):
         claim = fixed["decay_slowness"]
@@ -295,14 +295,14 @@ def _differences(report: Report, fixed, original) -> list[str]:
                    f"and steps to halve / steps to double is {hlv} / {dbl} = **{hlv / dbl:.1f}×** "
                    f"(documented {claim.value:g}×).")
     f = _finding(v["original"], "steps_to_floor")
-    if f is not None and f.value != original["steps_to_floor"].value:
+    if f is not None and f.measured != original["steps_to_floor"].value:
         out.append(f"- The commit message says *\"{original['steps_to_floor'].doc}\"*. Measured on the "
-                   f"reconstruction: {f.measured} — the {int(original['steps_to_floor'].value)} steps bring λ "
-                   f"to ≈ 0.001, the clamp lands one step later (closed form: {f.predicted}).")
+                   f"reconstruction: {render.measured(f)} — the {int(original['steps_to_floor'].value)} steps bring λ "
+                   f"to ≈ 0.001, the clamp lands one step later (closed form: {render.predicted(f)}).")
     for n in CONTROLLERS:
         for bad in v[n].failed:
-            out.append(f"- **{n}: {bad.key} fails**: documented {bad.documented}, measured {bad.measured} "
-                       f"(first shows: {bad.where}).")
+            out.append(f"- **{n}: {bad.key} fails**: documented {render.documented(bad)}, measured "
+                       f"{render.measured(bad)} (first shows: {render.where(bad.where)}).")
     return out or ["- Nothing: every documented value was measured as documented."]
 
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 
+from analysis.diagnosis import applies, behaves_as, diagnose
+from analysis.findings import Difference
 from analysis.properties import Finding, judge
-from repro.backends import Backend
+from repro import coverage as cov
+from repro import ptx
+from repro.backends import Backend, get_backend, unavailable_reason
 from repro.campaign import Evidence, collect
 from repro.contract import Contract
+from repro.errors import BackendUnavailable
+from repro.inference import Behaviour, infer
+from repro.isolation import DEFAULT_TIMEOUT, collect_isolated
 from repro.kernel_source import KernelSource
 
 
@@ -23,6 +30,10 @@ class Verdict:
     findings: list[Finding]
     evidence: Evidence
     seconds: float
+    notes: list[str] = field(default_factory=list)  # what was not checked and why; CPU/GPU caveats
+    behaviour: Behaviour | None = None  # what the candidate behaves as (measured)
+    differences: list[Difference] = field(default_factory=list)  # how that differs from the contract
+    behaves_as: list[tuple[str, str, str | None]] = field(default_factory=list)  # (quantity, measured, documented)
 
     @property
     def ok(self) -> bool:
@@ -33,6 +44,7 @@ class Verdict:
         return [f for f in self.findings if not f.ok]
 
     def as_dict(self) -> dict:
+        ev = self.evidence
         return {
             "kernel": self.source.origin,
             "sha256": self.source.sha256,
@@ -41,18 +53,76 @@ class Verdict:
             "device": self.device,
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
+            "behaves_as": [{"quantity": q, "measured": m, "documented": d} for q, m, d in self.behaves_as],
+            "differences": [asdict(d) for d in self.differences],
             "properties": [f.as_dict() for f in self.findings],
+            "faults": [f.__dict__ for f in ev.faults],
+            "static": ev.static.as_dict() if ev.static is not None else None,
+            "coverage": ev.coverage.as_dict() if ev.coverage is not None else None,
+            "notes": self.notes,
         }
 
 
-def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract) -> Verdict:
-    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``."""
+def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
+             timeout: float | None = DEFAULT_TIMEOUT, static: bool = True, coverage: bool = True,
+             require_coverage: bool = False) -> Verdict:
+    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``.
+
+    ``timeout``: s per experiment group, each run in a child process (None: in this process,
+    unprotected). ``static``: NVRTC's PTX rules where NVRTC is installed. ``coverage``: gcov line
+    and branch counts where g++ and gcov are (``require_coverage`` makes a gap a failure).
+    """
+    controller = contract.controller(contract_name)
+    be = backend
     start = time.perf_counter()
-    evidence = collect(backend.compile(source, contract.slots), contract.controller(contract_name))
-    return verdict_of(source, contract_name, backend, evidence, time.perf_counter() - start)
+    notes = []
+    be.check_compiles(source, contract.slots)  # the backend's compiler speaks first on a broken source
+    static_report = None
+    if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
+        reason = ptx.unavailable_reason()
+        if reason:
+            notes.append(f"static checks not run: {reason}")
+        else:
+            static_report = ptx.analyse(source)
+    inference = applies(controller)  # the rule a band candidate behaves as, and why each failing row fails
+    if timeout is None:
+        kernel = be.compile(source, contract.slots)
+        evidence = collect(kernel, controller)
+        if inference:
+            evidence = replace(evidence, behaviour=infer(kernel, controller))
+    else:  # the candidate's code runs in child processes only
+        evidence = collect_isolated(be, source, contract.slots, controller, timeout, inference=inference)
+    coverage_report = None
+    if coverage or require_coverage:
+        reason = cov.unavailable_reason() or unavailable_reason("host")
+        if reason:
+            notes.append(f"coverage not measured: {reason}")
+        else:
+            try:
+                coverage_report = cov.measure(get_backend("host"), source, contract.slots, controller,
+                                              timeout or DEFAULT_TIMEOUT,
+                                              skip=frozenset(f.group for f in evidence.faults))
+            except BackendUnavailable as err:
+                notes.append(f"coverage not measured: {err}")
+            if coverage_report is not None and coverage_report.faults:
+                notes.append(f"coverage incomplete: {'; '.join(coverage_report.faults)}")
+    evidence = replace(evidence, static=static_report, coverage=coverage_report)
+    approx = source.approximate_intrinsics()
+    if approx:
+        listed = ", ".join(f"{name} (line {line})" for name, line in approx)
+        notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
+    verdict = verdict_of(source, contract_name, be, evidence, 0.0, require_coverage)
+    verdict.notes = notes
+    if evidence.behaviour is not None:
+        verdict.behaviour = evidence.behaviour
+        verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
+        verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
+    verdict.seconds = time.perf_counter() - start
+    return verdict
 
 
 def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
-               seconds: float) -> Verdict:
-    """Judge evidence already collected (``seconds``: what collecting it took)."""
-    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence), evidence, seconds)
+               seconds: float, require_coverage: bool = False) -> Verdict:
+    """Judge evidence already collected (``seconds``: what collecting it took); no inference, no diagnosis."""
+    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence, require_coverage),
+                   evidence, seconds)

@@ -88,6 +88,7 @@ class Controller:
     guards_doc: str = ""
     rule: str = "band"
     source: str = ""  # where a peer's rule comes from (project, file, function); empty for the suite's own
+    nonfinite_line: int = 0  # line of the entry's [nonfinite] table header in contracts.toml
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -117,6 +118,7 @@ class Contract:
     path: Path
     slots: Slots
     controllers: dict[str, Controller]
+    slot_lines: dict[str, int] = field(default_factory=dict)  # contract key (lambda, kl_ema, …) -> line
 
     def source(self, name: str, path: Path | str | None = None) -> KernelSource:
         """Controller ``name``'s kernel source (or the candidate at ``path``, with the entry's symbol)."""
@@ -146,6 +148,11 @@ def _line_of(text_lines: list[str], section: str, key: str) -> int:
         elif current == section and pattern.match(line):
             return number
     return 0
+
+
+def _section_line(text_lines: list[str], section: str) -> int:
+    """1-based line of the ``[section]`` header (0 when absent)."""
+    return next((n for n, line in enumerate(text_lines, start=1) if line.strip() == f"[{section}]"), 0)
 
 
 def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]) -> Documented:
@@ -215,7 +222,9 @@ def load(path: Path | str = CONTRACTS) -> Contract:
                 guards_doc=entry.get("guards_doc", guards_doc),
                 source=entry.get("source", ""),
                 rule=rule,
+                nonfinite_line=_section_line(lines, f"{name}.nonfinite") or _section_line(lines, "nonfinite"),
             )
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None
-    return Contract(path=path, slots=slots, controllers=controllers)
+    slot_lines = {key: _line_of(lines, "slots", key) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
+    return Contract(path=path, slots=slots, controllers=controllers, slot_lines=slot_lines)

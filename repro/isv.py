@@ -3,6 +3,12 @@
 Every slot starts as the contract's sentinel bit pattern, so a write to any
 slot other than λ's shows up as changed bits (compare as uint32: the sentinel
 is a NaN, and NaN != NaN as a float).
+
+A *window* surrounds the rows with ``pad`` sentinel-filled floats (canaries) on
+each side, so that a write just outside the ISV (``isv[-1]``, ``isv[600]``) is
+seen with its offset instead of landing in someone else's memory; the host
+backend also puts an inaccessible guard page beyond each end, so a write
+farther out stops the run (a crash the isolation layer reports).
 """
 
 from __future__ import annotations
@@ -34,3 +40,33 @@ def stray_writes(slots: Slots, isv: np.ndarray, last_kl: np.ndarray, last_target
     differs = isv.view(np.uint32) != expected
     differs[:, slots.lambda_] = False
     return [(int(r), int(s)) for r, s in zip(*np.nonzero(differs), strict=True)]
+
+
+#: Canary floats on each side of the ISV rows in a window (one 4 KiB page).
+PAD = 1024
+
+
+def new_window(slots: Slots, lambda0, n_runs: int | None = None, pad: int = PAD) -> np.ndarray:
+    """A flat float32 window: ``pad`` sentinels, the ``[n_runs, isv_len]`` rows of :func:`new_isv`, ``pad`` sentinels."""
+    rows = new_isv(slots, lambda0, n_runs)
+    window = np.full(2 * pad + rows.size, slots.sentinel, dtype=np.uint32).view(np.float32)
+    window[pad : pad + rows.size] = rows.reshape(-1)
+    return window
+
+
+def window_rows(slots: Slots, window: np.ndarray, pad: int = PAD) -> np.ndarray:
+    """The ``[n_runs, isv_len]`` rows inside a window (a view)."""
+    return window[pad : window.size - pad].reshape(-1, slots.isv_len)
+
+
+def outside_writes(slots: Slots, window: np.ndarray, pad: int = PAD) -> list[int]:
+    """Indices written outside the rows, relative to the nearest row's start.
+
+    Before the first row: negative (``isv[-1]`` is -1); after the last row:
+    ``isv_len`` and up, counted from the last row's start (``isv[600]`` is 600).
+    """
+    words = window.view(np.uint32)
+    n = window.size - 2 * pad
+    before = np.flatnonzero(words[:pad] != slots.sentinel) - pad
+    after = np.flatnonzero(words[pad + n :] != slots.sentinel) + slots.isv_len
+    return [int(i) for i in before] + [int(i) for i in after]

@@ -15,7 +15,17 @@ from pathlib import Path
 from repro.errors import SuiteError
 from repro.paths import shown
 
-_KERNEL_DEF = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
+# ``__global__``, then any attributes (``__launch_bounds__(…)``, ``__attribute__((…))``, qualifiers) and
+# line breaks, ``void``, perhaps more attributes, the name and ``(``.
+_ATTR = r"(?:__launch_bounds__\s*\([^()]*\)|__attribute__\s*\(\([^()]*(?:\([^()]*\)[^()]*)*\)\)|__noinline__|static|inline)"
+_KERNEL_DEF = re.compile(rf"\b__global__(?:\s+{_ATTR})*\s+void(?:\s+{_ATTR})*\s+([A-Za-z_]\w*)\s*\(")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_EXTERN_C = re.compile(r'extern\s+"C"')
+#: CUDA intrinsics whose GPU result is approximate (not correctly rounded): the host computes them
+#: with the C library's correctly rounded (or nearly so) function, so CPU and GPU may differ in the last bits.
+APPROXIMATE_INTRINSICS = ("__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__powf", "__sinf", "__cosf",
+                          "__tanf", "__sincosf", "__fdividef", "__frsqrt_rn", "rsqrtf")
+_APPROX = re.compile(r"\b(" + "|".join(APPROXIMATE_INTRINSICS) + r")\s*\(")
 _DEFINE = re.compile(r"^(?P<head>\s*#\s*define\s+(?P<name>[A-Za-z_]\w*)\s+)(?P<value>.*?)\s*$", re.M)
 
 
@@ -33,8 +43,34 @@ class KernelSource:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
     def kernels(self) -> list[str]:
-        """Names of the ``__global__`` functions the source defines."""
-        return _KERNEL_DEF.findall(self.text)
+        """Names of the ``__global__`` functions the source defines (comments ignored)."""
+        return _KERNEL_DEF.findall(code_only(self.text))
+
+    def is_extern_c(self, name: str) -> bool:
+        """True when kernel ``name`` has C linkage: ``extern "C"`` in its declaration or an enclosing block."""
+        code = code_only(self.text)
+        match = next((m for m in _KERNEL_DEF.finditer(code) if m.group(1) == name), None)
+        if match is None:
+            return False
+        before = code[: match.start()]
+        cut = max(before.rfind(";"), before.rfind("}"), before.rfind("{"))
+        if _EXTERN_C.search(before[cut + 1 :]):
+            return True
+        depth = 0  # an enclosing ``extern "C" {`` block: an unclosed brace opened right after extern "C"
+        for pos in range(len(before) - 1, -1, -1):
+            ch = before[pos]
+            if ch == "}":
+                depth += 1
+            elif ch == "{":
+                if depth == 0:
+                    return bool(re.search(r'extern\s+"C"\s*$', before[:pos]))
+                depth -= 1
+        return False
+
+    def approximate_intrinsics(self) -> list[tuple[str, int]]:
+        """``(intrinsic, line)`` for each approximate CUDA intrinsic the source calls (comments ignored)."""
+        code = code_only(self.text)
+        return [(m.group(1), code.count("\n", 0, m.start()) + 1) for m in _APPROX.finditer(code)]
 
     def defines(self) -> dict[str, str]:
         """The source's ``#define NAME value`` pairs, values as written."""
@@ -81,9 +117,17 @@ def load_kernel(path: Path | str, symbol: str) -> KernelSource:
     return source
 
 
+def code_only(text: str) -> str:
+    """``text`` with comments blanked (line breaks kept, so offsets map to the same lines)."""
+    return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
 def check_symbol(source: KernelSource) -> None:
     """Raise a one-line error unless the source defines ``extern "C" __global__ void SYMBOL(``."""
     found = source.kernels()
     if source.symbol not in found:
         listed = ", ".join(found) if found else "no __global__ function"
         raise SuiteError(f"{source.origin}: no kernel named {source.symbol!r} (found: {listed})")
+    if not source.is_extern_c(source.symbol):
+        raise SuiteError(f'{source.origin}: kernel {source.symbol!r} is not extern "C" (C++ mangles its name, so it '
+                         f'cannot be launched by name): declare it extern "C" __global__ void {source.symbol}(…)')

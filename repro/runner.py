@@ -14,7 +14,7 @@ import pandas as pd
 
 from repro.backends.base import CompiledKernel
 from repro.contract import Slots
-from repro.isv import new_isv, stray_writes
+from repro.isv import PAD, new_window, outside_writes, stray_writes, window_rows
 from repro.scenarios import Scenario
 
 MODES = ("looped", "per_step")
@@ -26,7 +26,7 @@ class Run:
 
     scenario: Scenario
     lam: np.ndarray
-    stray: list[int]  # slots other than λ's whose bits changed (empty when isolated)
+    stray: list[int]  # slots other than λ's whose bits changed (empty when isolated); < 0 or ≥ isv_len: outside the ISV
 
 
 def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str = "looped") -> list[Run]:
@@ -35,8 +35,8 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
     if mode == "per_step":
         runs = []
         for sc in scenarios:
-            lam, isv = kernel.run_per_step(new_isv(slots, sc.lambda0)[0], sc.kl, sc.target)
-            runs.append(_run(slots, sc, lam, isv[None, :]))
+            lam, window = kernel.run_per_step(new_window(slots, sc.lambda0), sc.kl, sc.target, pad=PAD)
+            runs.append(_run(slots, sc, lam, window_rows(slots, window), outside_writes(slots, window)))
         return runs
     if mode != "looped":
         raise ValueError(f"mode must be one of {MODES}")
@@ -44,13 +44,17 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
     # Scenarios shorter than the longest repeat their last values; those steps are dropped.
     kl = np.stack([np.pad(sc.kl, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
     target = np.stack([np.pad(sc.target, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
-    lam, isv = kernel.run_looped(new_isv(slots, [sc.lambda0 for sc in scenarios]), kl, target)
-    return [_run(slots, sc, lam[: sc.steps, i].copy(), isv[i : i + 1]) for i, sc in enumerate(scenarios)]
+    lam, window = kernel.run_looped(new_window(slots, [sc.lambda0 for sc in scenarios]), kl, target, pad=PAD)
+    isv, outside = window_rows(slots, window), outside_writes(slots, window)
+    last = len(scenarios) - 1
+    return [_run(slots, sc, lam[: sc.steps, i].copy(), isv[i : i + 1],
+                 [o for o in outside if (o < 0 and i == 0) or (o >= 0 and i == last)])
+            for i, sc in enumerate(scenarios)]
 
 
-def _run(slots: Slots, sc: Scenario, lam: np.ndarray, isv: np.ndarray) -> Run:
+def _run(slots: Slots, sc: Scenario, lam: np.ndarray, isv: np.ndarray, outside: list[int] = ()) -> Run:
     stray = stray_writes(slots, isv, sc.kl[-1:], sc.target[-1:])
-    return Run(sc, lam, sorted({slot for _, slot in stray}))
+    return Run(sc, lam, sorted({slot for _, slot in stray} | set(outside)))
 
 
 def to_frame(runs: list[Run], controller: str, backend: str) -> pd.DataFrame:

@@ -190,39 +190,44 @@ def vanishing(controller: Controller) -> Scenario:
                     {"aligned_steps": n})
 
 
-def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None) -> Scenario:
-    """Replay a recorded KL trace: a CSV with a ``kl`` column (or one unnamed column of numbers).
+def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None,
+             allow_nonfinite: bool = False) -> Scenario:
+    """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``).
 
-    The target comes from a ``kl_target`` column, else from ``target``; one of them is required.
+    The target comes from the ``kl_target`` column or from ``target`` (exactly one of them;
+    positive and finite). NaN/inf values are refused with their line unless ``allow_nonfinite``.
     """
     path = Path(path)
     if not path.is_file():
         raise SuiteError(f"trace file not found: {path}")
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    if target is not None and not (math.isfinite(target) and target > 0):
+        raise SuiteError(f"--target must be a positive finite KL, not {target!r}")
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise SuiteError(f"cannot read trace file {path}: {err}") from None
     if not rows:
         raise SuiteError(f"{path}: empty trace file")
-    header = [c.strip().lower() for c in rows[0]]
-    has_header = not _is_number(rows[0][0])
-    if has_header:
-        if "kl" not in header:
-            raise SuiteError(f"{path}: no 'kl' column (columns: {', '.join(header)})")
-        kl_col = header.index("kl")
-        tgt_col = header.index("kl_target") if "kl_target" in header else None
-        body, first_line = rows[1:], 2
-    else:
-        kl_col, tgt_col, body, first_line = 0, None, rows, 1
+    header = [c.strip().lower() for c in rows[0][1]]
+    if _is_number(rows[0][1][0]):
+        raise SuiteError(f"{path}:{rows[0][0]}: no header; the first line must name the columns (kl[,kl_target])")
+    if "kl" not in header:
+        raise SuiteError(f"{path}: no 'kl' column (columns: {', '.join(header)})")
+    kl_col = header.index("kl")
+    tgt_col = header.index("kl_target") if "kl_target" in header else None
+    if tgt_col is not None and target is not None:
+        raise SuiteError(f"{path}: has a kl_target column and --target was given; use one of them")
+    if tgt_col is None and target is None:
+        raise SuiteError(f"{path}: no 'kl_target' column; give the target (--target)")
     kl, tg = [], []
-    for offset, row in enumerate(body):
-        line = first_line + offset
-        kl.append(_cell(row, kl_col, path, line))
+    for line, row in rows[1:]:
+        kl.append(_cell(row, kl_col, path, line, allow_nonfinite))
         if tgt_col is not None:
-            tg.append(_cell(row, tgt_col, path, line))
+            tg.append(_cell(row, tgt_col, path, line, allow_nonfinite))
     if not kl:
         raise SuiteError(f"{path}: no KL values")
     if tgt_col is None:
-        if target is None:
-            raise SuiteError(f"{path}: no 'kl_target' column; give the target (--target)")
         tg = [target] * len(kl)
     return Scenario(name or path.stem, "replay", np.array(kl, dtype=F32), np.array(tg, dtype=F32), lambda0,
                     f"recorded KL trace from {path.name}", {"file": path.name})
@@ -236,12 +241,14 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _cell(row: list[str], col: int, path: Path, line: int) -> float:
+def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool = False) -> float:
     try:
         value = float(row[col])
     except (IndexError, ValueError):
         shown = row[col] if col < len(row) else "(missing)"
         raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
+    if not allow_nonfinite and not math.isfinite(value):
+        raise SuiteError(f"{path}:{line}: {row[col].strip()!r} is not finite (--allow-nonfinite feeds it as recorded)")
     return value
 
 

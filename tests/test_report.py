@@ -78,7 +78,7 @@ def test_summary_numbers_recompute_from_data(made):
         first = int(aligned.step[aligned["lambda"].astype(np.float32) == floor].min())
         assert f"held from step {first} (aligned)" in _table_cell(text, "floor", col)
         recorded = {p["key"]: p for p in props["verdicts"][name]["properties"]}
-        assert recorded["steps_to_halve"]["value"] == halved
+        assert recorded["steps_to_halve"]["measured"] == halved
 
 
 def test_noise_table_matches_data(made):

@@ -54,14 +54,16 @@ def test_malformed_case_is_a_clear_error(contract, spec):
         case(contract.controller("fixed"), spec)
 
 
-def test_csv_replay_with_and_without_header(tmp_path):
+def test_csv_replay_reads_the_named_columns(tmp_path):
     with_target = tmp_path / "run.csv"
     with_target.write_text("step,kl,kl_target\n1,0.01,0.02\n2,0.5,0.02\n3,nan,0.02\n")
-    sc = from_csv(with_target)
+    with pytest.raises(SuiteError, match=r"run.csv:4: 'nan' is not finite"):
+        from_csv(with_target)
+    sc = from_csv(with_target, allow_nonfinite=True)
     assert sc.steps == 3 and np.isnan(sc.kl[2]) and sc.target.dtype == np.float32
-    bare = tmp_path / "bare.csv"
-    bare.write_text("0.01\n0.02\n0.03\n")
-    sc = from_csv(bare, target=0.02)
+    only_kl = tmp_path / "kl.csv"
+    only_kl.write_text("kl\n0.01\n0.02\n0.03\n")
+    sc = from_csv(only_kl, target=0.02)
     assert sc.kl.tolist() == [F32(0.01), F32(0.02), F32(0.03)]
 
 
@@ -71,7 +73,12 @@ def test_csv_replay_with_and_without_header(tmp_path):
         ("", {}, "empty trace file"),
         ("loss\n1\n", {}, "no 'kl' column"),
         ("kl\n0.1\nabc\n", {"target": 0.02}, ":3: not a number"),
-        ("0.1\n0.2\n", {}, "give the target"),
+        ("0.1\n0.2\n", {"target": 0.02}, ":1: no header"),
+        ("kl\n0.1\n", {}, "give the target"),
+        ("kl,kl_target\n0.1,0.02\n", {"target": 0.02}, "use one of them"),
+        ("kl\n0.1\n", {"target": 0.0}, "positive finite"),
+        ("kl\n0.1\n", {"target": float("nan")}, "positive finite"),
+        ("kl\n0.1\ninf\n", {"target": 0.02}, ":3: 'inf' is not finite"),
         ("kl,kl_target\n0.1,\n", {}, ":2: not a number"),
     ],
 )

@@ -22,9 +22,11 @@ class CompiledKernel(ABC):
     source: KernelSource
     slots: Slots
 
-    def _check_looped(self, isv, kl, target) -> None:
-        """One ISV row per run, and KL/target traces of the same ``[T, S]`` shape."""
-        if isv.shape != (kl.shape[1], self.slots.isv_len) or target.shape != kl.shape:
+    def _check_looped(self, isv, kl, target, pad: int = 0) -> None:
+        """One ISV row per run (or a window of them), and KL/target traces of the same ``[T, S]`` shape."""
+        rows = (kl.shape[1], self.slots.isv_len)
+        shape_ok = isv.shape == rows if not pad else isv.shape == (2 * pad + rows[0] * rows[1],)
+        if not shape_ok or target.shape != kl.shape:
             raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl.shape}, target {target.shape})")
 
     def _check_batch(self, isv) -> None:
@@ -32,19 +34,33 @@ class CompiledKernel(ABC):
             raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")
 
     @abstractmethod
-    def run_per_step(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def run_per_step(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray,
+                     pad: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """One kernel launch per step on one ISV (``[isv_len]``), as a training loop does.
 
         Per step ``t``: write ``kl[t]`` and ``target[t]`` into their slots, launch,
-        read λ. Returns ``(λ after each step [T], the final ISV)``.
+        read λ. Returns ``(λ after each step [T], the final ISV)``. With ``pad``,
+        ``isv0`` is a window (:func:`repro.isv.new_window`): the kernel gets the
+        address ``pad`` floats in, and the whole window comes back.
         """
 
     @abstractmethod
-    def run_looped(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def run_looped(self, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray,
+                   pad: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """All steps of all runs in one harness call.
 
-        ``isv0`` is ``[S, isv_len]``; ``kl`` and ``target`` are step-major ``[T, S]``.
-        Returns ``(λ [T, S], final ISVs [S, isv_len])``.
+        ``isv0`` is ``[S, isv_len]`` (with ``pad``: a flat window around the S rows);
+        ``kl`` and ``target`` are step-major ``[T, S]``.
+        Returns ``(λ [T, S], final ISVs [S, isv_len] or the final window)``.
+        """
+
+    @abstractmethod
+    def run_as_threads(self, isv: np.ndarray, coords: np.ndarray, dims: tuple[int, ...], pad: int = 0) -> np.ndarray:
+        """The controller once per ISV row ``i`` (``[n, isv_len]``), as thread ``coords[i]`` of a launch.
+
+        ``coords`` is uint32 ``[n, 6]``: threadIdx x, y, z, blockIdx x, y, z;
+        ``dims`` is blockDim x, y, z, gridDim x, y, z. Returns the final rows
+        (with ``pad``: ``isv`` is a flat window around the rows, returned whole).
         """
 
     @abstractmethod
@@ -69,6 +85,13 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, source: KernelSource, slots: Slots) -> CompiledKernel:
         """Compile (cached by content) or raise a one-line :class:`SuiteError`."""
+
+    def check_compiles(self, source: KernelSource, slots: Slots) -> None:
+        """Raise the one-line compile error, if any, without running candidate code in this process.
+
+        (NVRTC runs no candidate code on the host, so compiling is enough; the host backend overrides it.)
+        """
+        self.compile(source, slots)
 
     @abstractmethod
     def describe(self) -> str:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import compile_error, harness_unit
+from repro.backends.translation_unit import HOST_INCLUDE, compile_error, device_grid_unit, harness_unit
 from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
 
-OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", f"-I{HOST_INCLUDE}")
 #: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.
 LINE_INFO = "--generate-line-info"
 THREADS = 256
@@ -80,14 +80,17 @@ class CupyKernel(CompiledKernel):
         helpers = _module(slot_defs + _FEED_RECORD, "feed/record helpers", options)
         self._feed = helpers.get_function("rlq_feed")
         self._record = helpers.get_function("rlq_record")
+        self._grid_module = lambda: _module(device_grid_unit(source, slots), source.origin, options)
+        self._grid = None
 
     def launch(self, isv, grid=(1,), block=(1,)) -> None:
         """Device: one launch of the controller on a device ISV."""
         self.step(grid, block, (isv,))
 
-    def run_per_step(self, isv0, kl, target):
+    def run_per_step(self, isv0, kl, target, pad=0):
         cp = self.cp
-        isv = cp.asarray(np.asarray(isv0, dtype=np.float32).reshape(-1))
+        window = cp.asarray(np.asarray(isv0, dtype=np.float32).reshape(-1))
+        isv = window[pad : window.size - pad]  # a view: the kernel gets the address pad floats in
         kl_d = cp.asarray(np.asarray(kl, dtype=np.float32))
         tg_d = cp.asarray(np.asarray(target, dtype=np.float32))
         out = cp.empty(kl_d.shape[0], dtype=cp.float32)
@@ -97,18 +100,34 @@ class CupyKernel(CompiledKernel):
             self._feed(*one, (isv, kl_d, tg_d, tt))
             self.step(*one, (isv,))
             self._record(*one, (isv, out, tt))
-        return cp.asnumpy(out), cp.asnumpy(isv)
+        return cp.asnumpy(out), cp.asnumpy(window)
 
-    def run_looped(self, isv0, kl, target):
+    def run_looped(self, isv0, kl, target, pad=0):
         cp = self.cp
-        isv = cp.asarray(np.ascontiguousarray(isv0, dtype=np.float32))
+        window = cp.asarray(np.ascontiguousarray(isv0, dtype=np.float32))
         kl_d = cp.asarray(np.ascontiguousarray(kl, dtype=np.float32))
         tg_d = cp.asarray(np.ascontiguousarray(target, dtype=np.float32))
-        self._check_looped(isv, kl_d, tg_d)
+        self._check_looped(window, kl_d, tg_d, pad)
+        isv = window[pad : window.size - pad] if pad else window
         n_steps, n_runs = kl_d.shape
         out = cp.empty((n_steps, n_runs), dtype=cp.float32)
         self._looped(_grid(n_runs), (THREADS,), (isv, kl_d, tg_d, out, np.int64(n_runs), np.int64(n_steps)))
-        return cp.asnumpy(out), cp.asnumpy(isv)
+        return cp.asnumpy(out), cp.asnumpy(window)
+
+    def run_as_threads(self, isv, coords, dims, pad=0):
+        cp = self.cp
+        if self._grid is None:
+            module = self._grid_module()
+            self._grid = (module.get_function("rlq_set_coords"), module.get_function("rlq_as_threads"))
+        set_coords, as_threads = self._grid
+        window = cp.asarray(np.ascontiguousarray(isv, dtype=np.float32))
+        rows = window[pad : window.size - pad] if pad else window
+        coords_d = cp.asarray(np.ascontiguousarray(coords, dtype=np.uint32).reshape(-1))
+        dims_d = cp.asarray(np.ascontiguousarray(dims, dtype=np.uint32))
+        set_coords((1,), (1,), (coords_d, dims_d))
+        n = coords_d.size // 6
+        as_threads(_grid(n), (THREADS,), (rows, np.int64(n)))
+        return cp.asnumpy(window)
 
     def batched_step(self, isv):
         self._check_batch(isv)

@@ -5,6 +5,11 @@ source. The shim header maps CUDA spellings to C++; the flags keep IEEE
 float32 semantics (no contraction into FMAs, no fast-math). Shared libraries
 are cached by the hash of everything that goes into them; concurrent pytest
 workers share the cache safely (a file lock, then an atomic rename).
+
+The kernel's ISV lives in :class:`Guarded` memory, so a stray write outside
+it faults (or, within a window's canaries, is seen with its offset) instead of
+corrupting this process; the gate runs candidates in child processes
+(:mod:`repro.isolation`), where such a fault becomes a row.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import hashlib
+import mmap
 import os
 import shutil
 import subprocess
@@ -20,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import HOST_SHIM, compile_error, harness_unit
+from repro.backends.translation_unit import HOST_GRID, HOST_INCLUDE, HOST_SHIM, compile_error, harness_unit
 from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
@@ -29,6 +35,35 @@ from repro.paths import ROOT
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
 _c_long = ctypes.c_longlong
 _ptr = ctypes.c_void_p
+_PAGE = mmap.PAGESIZE
+#: Address space made inaccessible on each side of a kernel's ISV (16 MiB: 4 Mi floats).
+GUARD_BYTES = 1 << 24
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = [_ptr, ctypes.c_size_t, ctypes.c_int]
+
+
+class Guarded:
+    """A float32 array between two inaccessible regions (``PROT_NONE``): a kernel write past either end faults.
+
+    The array ends exactly where the upper guard region begins (a write past the
+    end faults on the first float out); below it, the slack of the page rounding
+    sits between the array and the lower guard. Each guard spans
+    :data:`GUARD_BYTES` of address space (never backed by memory), so writes
+    up to that far out fault too instead of landing in the process's heap.
+    """
+
+    def __init__(self, values: np.ndarray):
+        values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        body = -(-max(values.nbytes, 1) // _PAGE) * _PAGE
+        self._map = mmap.mmap(-1, body + 2 * GUARD_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        for start in (base, base + GUARD_BYTES + body):
+            if _libc.mprotect(start, GUARD_BYTES, 0) != 0:  # PROT_NONE
+                raise OSError(ctypes.get_errno(), "mprotect failed")
+        offset = GUARD_BYTES + body - values.nbytes
+        self.array = np.frombuffer(self._map, dtype=np.float32, count=values.size, offset=offset)
+        self.array[:] = values
+        self.address = base + offset
 
 
 def cache_dir() -> Path:
@@ -51,30 +86,44 @@ class HostKernel(CompiledKernel):
         self._looped.argtypes, self._looped.restype = [_ptr] * 4 + [_c_long] * 2, None
         self._private = lib.rlq_looped_private
         self._private.argtypes, self._private.restype = [_ptr] * 4 + [_c_long] * 2, None
+        self._as_threads = lib.rlq_as_threads
+        self._as_threads.argtypes, self._as_threads.restype = [_ptr, _ptr, _c_long, _ptr], None
 
-    def run_per_step(self, isv0, kl, target):
+    def dump_coverage(self) -> None:
+        """A ``--coverage`` build (repro.coverage): write the gcov counters now."""
+        self._lib.rlq_gcov_dump()
+
+    def run_per_step(self, isv0, kl, target, pad=0):
         s = self.slots
-        isv = np.array(isv0, dtype=np.float32, copy=True).reshape(-1)
+        mem = Guarded(isv0)  # a stray write lands in the canaries (pad) or faults, never in Python's heap
+        isv = mem.array[pad : mem.array.size - pad]
         kl = np.asarray(kl, dtype=np.float32)
         target = np.asarray(target, dtype=np.float32)
         out = np.empty(kl.shape[0], dtype=np.float32)
-        step, addr = self.step, _ptr_of(isv)
+        step, addr = self.step, mem.address + 4 * pad
         for t in range(kl.shape[0]):
             isv[s.kl] = kl[t]
             isv[s.target] = target[t]
             step(addr)
             out[t] = isv[s.lambda_]
-        return out, isv
+        return out, mem.array.copy()
 
-    def run_looped(self, isv0, kl, target):
-        isv = np.ascontiguousarray(isv0, dtype=np.float32).copy()
+    def run_looped(self, isv0, kl, target, pad=0):
+        mem = Guarded(isv0)
         kl = np.ascontiguousarray(kl, dtype=np.float32)
         target = np.ascontiguousarray(target, dtype=np.float32)
-        self._check_looped(isv, kl, target)
+        self._check_looped(np.asarray(isv0), kl, target, pad)
         n_steps, n_runs = kl.shape
         out = np.empty((n_steps, n_runs), dtype=np.float32)
-        self._looped(_ptr_of(isv), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
-        return out, isv
+        self._looped(mem.address + 4 * pad, _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
+        return out, mem.array.copy().reshape(np.shape(isv0))
+
+    def run_as_threads(self, isv, coords, dims, pad=0):
+        mem = Guarded(isv)
+        coords = np.ascontiguousarray(coords, dtype=np.uint32).reshape(-1, 6)
+        dims = np.ascontiguousarray(dims, dtype=np.uint32)
+        self._as_threads(mem.address + 4 * pad, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
+        return mem.array.copy().reshape(np.shape(isv))
 
     def batched_step(self, isv):
         self._check_batch(isv)
@@ -83,6 +132,11 @@ class HostKernel(CompiledKernel):
     def run_private(self, lambda0, kl, target, out):
         n_chunks, n_runs, _ = kl.shape
         self._private(_ptr_of(lambda0), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_chunks)
+
+
+def _include_texts() -> list[str]:
+    """What the include path contributes to a build (part of the cache key)."""
+    return [HOST_GRID.read_text()] + [p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h"))]
 
 
 class HostBackend(Backend):
@@ -111,14 +165,22 @@ class HostBackend(Backend):
         return f"{cpu} ({os.cpu_count()} cores), {self.compiler_version}"
 
     def compile(self, source: KernelSource, slots: Slots) -> HostKernel:
+        key, lib = self._library(source, slots)
+        if key not in self._loaded:
+            self._loaded[key] = HostKernel(ctypes.CDLL(str(lib)), source, slots)
+        return self._loaded[key]
+
+    def check_compiles(self, source: KernelSource, slots: Slots) -> None:
+        """Build the library (or find it cached) without loading it: no candidate code runs in this process."""
+        self._library(source, slots)
+
+    def _library(self, source: KernelSource, slots: Slots) -> tuple[str, Path]:
         check_symbol(source)
         unit = harness_unit(source, slots, for_device=False)
         key = hashlib.sha256(
-            "\0".join([unit, HOST_SHIM.read_text(), " ".join(FLAGS), self.compiler_version]).encode()
+            "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]
-        if key not in self._loaded:
-            self._loaded[key] = HostKernel(ctypes.CDLL(str(self._build(unit, key, source))), source, slots)
-        return self._loaded[key]
+        return key, self._build(unit, key, source)
 
     def _build(self, unit: str, key: str, source: KernelSource) -> Path:
         folder = cache_dir()
@@ -133,7 +195,8 @@ class HostBackend(Backend):
             cpp = folder / f"{key}.{os.getpid()}.cpp"
             tmp = folder / f"{key}.{os.getpid()}.so.tmp"
             cpp.write_text(unit)
-            cmd = [self.cxx, *FLAGS, "-include", str(HOST_SHIM), "-x", "c++", str(cpp), "-o", str(tmp)]
+            cmd = [self.cxx, *FLAGS, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++", str(cpp),
+                   "-o", str(tmp)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             cpp.unlink(missing_ok=True)
             if done.returncode != 0:

@@ -16,6 +16,11 @@ from repro.kernel_source import KernelSource
 KERNELS = Path(__file__).resolve().parent.parent.parent / "kernels"
 HOST_SHIM = KERNELS / "host_shim.h"
 HARNESS = KERNELS / "looped_harness.cuh"
+HOST_GRID = KERNELS / "host_grid.cuh"
+#: Stand-ins for the CUDA headers a controller may include (cuda_runtime.h, cuda.h, math_constants.h),
+#: on the include path of both the host compiler and NVRTC.
+HOST_INCLUDE = KERNELS / "host_include"
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 
 # Inside the controller a harness thread must look like thread 0 of a (1,),(1,)
 # launch, exactly as in a per-step launch; the harness itself uses the real grid.
@@ -28,6 +33,44 @@ struct rlq_dim3 { unsigned int x, y, z; };
 """
 _DEVICE_RESTORE = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n"
 
+# The device twin of host_grid.cuh: inside the controller, thread i of the real
+# launch plays the coordinates of row i of a table (set by rlq_set_coords).
+_DEVICE_AS_THREADS = """\
+struct rlq_dim3 { unsigned int x, y, z; };
+__device__ const unsigned int* rlq_coords;
+__device__ const unsigned int* rlq_dims;
+__device__ __forceinline__ long long rlq_real_thread() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+extern "C" __global__ void rlq_set_coords(const unsigned int* coords, const unsigned int* dims) {
+    rlq_coords = coords;
+    rlq_dims = dims;
+}
+#define threadIdx (rlq_dim3{rlq_coords[6 * rlq_real_thread()], rlq_coords[6 * rlq_real_thread() + 1], \\
+                            rlq_coords[6 * rlq_real_thread() + 2]})
+#define blockIdx (rlq_dim3{rlq_coords[6 * rlq_real_thread() + 3], rlq_coords[6 * rlq_real_thread() + 4], \\
+                           rlq_coords[6 * rlq_real_thread() + 5]})
+#define blockDim (rlq_dim3{rlq_dims[0], rlq_dims[1], rlq_dims[2]})
+#define gridDim (rlq_dim3{rlq_dims[3], rlq_dims[4], rlq_dims[5]})
+"""
+_DEVICE_AS_THREADS_KERNEL = """
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+extern "C" __global__ void rlq_as_threads(float* isv, long long n) {
+    const long long i = rlq_real_thread();
+    if (i < n) RLQ_CONTROLLER(isv + i * RLQ_ISV_LEN);
+}
+"""
+
+
+def device_body(text: str) -> str:
+    """The controller as a ``__device__`` function the harness can call (same line numbers).
+
+    A ``__global__`` cannot be called from a kernel, and ``__launch_bounds__`` applies to kernels only.
+    """
+    text = _LAUNCH_BOUNDS.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return re.sub(r"\b__global__\b", "__device__", text)
+
 
 def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteError:
     """One line for a user: what failed to compile, and the compiler's own first error lines."""
@@ -36,24 +79,36 @@ def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteE
     return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
-def harness_unit(source: KernelSource, slots: Slots, for_device: bool) -> str:
-    """The controller source followed by ``looped_harness.cuh``, slots from the contract."""
-    prelude = (
+def _prelude(source: KernelSource, slots: Slots) -> str:
+    return (
         f"#define RLQ_CONTROLLER {source.symbol}\n"
         f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n"
         f"#define RLQ_KL_SLOT {slots.kl}\n"
         f"#define RLQ_TARGET_SLOT {slots.target}\n"
         f"#define RLQ_ISV_LEN {slots.isv_len}\n"
     )
-    body, after = source.text, ""
+
+
+def _origin(source: KernelSource) -> str:
+    return source.origin.replace("\\", "/").replace('"', "'")
+
+
+def harness_unit(source: KernelSource, slots: Slots, for_device: bool) -> str:
+    """The controller source followed by ``looped_harness.cuh`` (and on the host ``host_grid.cuh``)."""
+    prelude, body, after, grid = _prelude(source, slots), source.text, "", ""
     if for_device:
-        # A __global__ cannot be called from a kernel: the harness calls a
-        # __device__ copy (same text, same line numbers).
-        body = re.sub(r"\b__global__\b", "__device__", body)
+        body = device_body(body)
         prelude += _DEVICE_LAUNCH_AS_ONE_THREAD
         after = _DEVICE_RESTORE
-    origin = source.origin.replace("\\", "/").replace('"', "'")
+    else:
+        grid = f'#line 1 "{HOST_GRID.name}"\n{HOST_GRID.read_text()}'
     return (
-        f'{prelude}#line 1 "{origin}"\n{body}\n{after}'
-        f'#line 1 "{HARNESS.name}"\n{HARNESS.read_text()}'
+        f'{prelude}#line 1 "{_origin(source)}"\n{body}\n{after}'
+        f'#line 1 "{HARNESS.name}"\n{HARNESS.read_text()}{grid}'
     )
+
+
+def device_grid_unit(source: KernelSource, slots: Slots) -> str:
+    """NVRTC: the controller with launch coordinates read from a table (``rlq_set_coords``, ``rlq_as_threads``)."""
+    return (f'{_prelude(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{_origin(source)}"\n'
+            f"{device_body(source.text)}\n{_DEVICE_AS_THREADS_KERNEL}")

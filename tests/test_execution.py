@@ -1,0 +1,197 @@
+"""How a candidate is built and run: discovery, the host shim's CUDA semantics, the thread probe, coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repro.errors import SuiteError
+from repro.kernel_source import KernelSource, check_symbol
+
+F32 = np.float32
+
+
+def test_discovery_copes_with_attributes_comments_and_line_breaks():
+    text = ('// __global__ void commented_out(\nextern "C" {\n__global__ __launch_bounds__(1)\nvoid\n  a (float* v) {}\n}\n'
+            '__global__ void __launch_bounds__(32, 1) b(float* v) {}\nextern "C" __global__ void\nc(float*) {}\n')
+    src = KernelSource(text, "a", "t.cu")
+    assert src.kernels() == ["a", "b", "c"]
+    assert [src.is_extern_c(k) for k in "abc"] == [True, False, True]
+
+
+def test_a_kernel_without_c_linkage_is_refused_in_one_line():
+    with pytest.raises(SuiteError, match='is not extern "C"'):
+        check_symbol(KernelSource("__global__ void k(float* v) {}\n", "k", "t.cu"))
+
+
+def test_approximate_intrinsics_are_found_with_their_lines():
+    src = KernelSource("// __expf(x) in a comment\nfloat y = __expf(x);\nfloat z = __fdividef(a, b) + __fdiv_rn(a, b);\n",
+                       "k", "t.cu")
+    assert src.approximate_intrinsics() == [("__expf", 2), ("__fdividef", 3)]
+
+
+# A probe "controller": reads inputs from slots 0..5, writes CUDA intrinsics' results to 10..15.
+_PROBE = """
+extern "C" __global__ void probe(float* v) {
+    v[10] = __saturatef(v[0]);
+    v[11] = fmaf(v[1], v[1], v[2]);
+    v[12] = __fmul_rn(v[1], v[1]) + v[2];
+    v[13] = __uint_as_float(__float_as_uint(v[3]) ^ 0x80000000u);
+    v[14] = fminf(v[4], v[5]);
+    v[15] = __fdiv_rn(v[1], v[5]);
+    v[16] = __int_as_float(__float2int_rn(v[3]));
+    v[17] = max(v[4], v[5]);
+    v[18] = __int_as_float(__popc(__float_as_uint(v[3])) + __clz(__float_as_int(v[3])));
+    v[19] = __uint_as_float(__brev(__float_as_uint(v[3])));
+}
+"""
+
+
+def _probe(backend, contract, inputs):
+    from repro.isv import new_isv
+
+    kernel = backend.compile(KernelSource(_PROBE, "probe", "probe.cu"), contract.slots)
+    isv = new_isv(contract.slots, 0.1)[0]
+    isv[: len(inputs)] = inputs
+    _, final = kernel.run_per_step(isv, isv[[contract.slots.kl]], isv[[contract.slots.target]])
+    return final[10:20]
+
+
+def test_host_intrinsics_have_cudas_semantics(contract, host):
+    a = F32(1 + 2.0**-12)  # a·a = 1 + 2^-11 + 2^-24: only a fused multiply-add keeps the 2^-24
+    out = _probe(host, contract, np.array([np.nan, a, -(1 + 2.0**-11), 2.5, np.nan, 3.0], dtype=F32))
+    assert out[0].view(np.uint32) == 0, "__saturatef(NaN) is +0"
+    assert out[1] == F32(2.0**-24) and out[2] == 0.0, "fmaf is fused, __fmul_rn then + is not"
+    assert out[3] == -2.5 and out[4] == 3.0 and out[5] == F32(a / F32(3.0))
+    assert out[6].view(np.int32) == 2 and out[7] == 3.0, "2.5 rounds to even; max(NaN, 3) is 3"
+    # 2.5f is 0x40200000: bits 30 and 21 set, so popc 2, clz 1, and reversed: bits 1 and 10.
+    assert out[8].view(np.int32) == 2 + 1 and out[9].view(np.uint32) == (1 << 1) | (1 << 10)
+
+
+@pytest.mark.parametrize("x,expected", [(np.nan, 0), (3.5, 4), (-2.5, -2), (1e10, 2**31 - 1), (-np.inf, -(2**31))])
+def test_float_to_int_saturates_as_on_the_gpu(contract, host, x, expected):
+    out = _probe(host, contract, np.array([0, 1, 0, x, 0, 0], dtype=F32))
+    assert out[6].view(np.int32) == expected
+
+
+@pytest.mark.gpu
+def test_intrinsics_agree_bit_for_bit_with_nvrtc(contract, host):
+    from repro.backends import get_backend
+
+    rng = np.random.default_rng(0)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1.0, 0.5, 2.0], dtype=F32)
+    for _ in range(20):
+        inputs = rng.choice(np.concatenate([special, rng.standard_normal(10).astype(F32)]), 6).astype(F32)
+        cpu, gpu = _probe(host, contract, inputs), _probe(get_backend("cupy"), contract, inputs)
+        assert np.array_equal(cpu.view(np.uint32), gpu.view(np.uint32)), inputs
+
+
+def test_single_thread_probe(contract, backend):
+    """Played as other threads of a grid, the fixed kernel leaves the ISV alone; without its guard it does not."""
+    from repro.probes import GRID_COORDS, single_thread
+    from repro.scenarios import REF_TARGET
+
+    entry = contract.controller("fixed")
+    fixed = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    guardless = fixed.with_edit("if (threadIdx.x != 0 || blockIdx.x != 0) return;", "", "no guard")
+    for src, others in ((fixed, False), (guardless, True)):
+        probe = single_thread(backend.compile(src, contract.slots), entry.value("seed_lambda"), REF_TARGET)
+        for row in probe.changed.values():
+            assert row[GRID_COORDS.index((0, 0))] is True
+            assert all(c is others for coord, c in zip(probe.coords, row, strict=True) if coord != (0, 0))
+
+
+def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
+    """The gate's own experiments run every line and both arcs of every branch of the fixed kernel."""
+    from repro import coverage
+
+    if coverage.unavailable_reason():
+        pytest.skip(coverage.unavailable_reason())
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    cov = coverage.measure(host, src, contract.slots, entry, timeout=20)
+    write_line = src.text.splitlines().index("    isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;") + 1
+    assert cov.complete and not cov.faults, cov.summary()
+    assert write_line in cov.lines and cov.branches_total >= 2 * 3  # three if statements, two arcs each at least
+
+
+def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
+    from repro.runner import run_scenarios
+    from repro.scenarios import catalogue
+
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    bad = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
+                        "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda; isv[600] = 1.0f; isv[-1] = 1.0f;", "oob")
+    runs = run_scenarios(host.compile(bad, contract.slots), catalogue(entry)[:1], "per_step")
+    assert runs[0].stray == [-1, 600]
+
+
+def test_static_rules_see_local_memory_and_atomics(contract):
+    """PTX of the fixed kernel: no atomics, no local memory; a volatile local and an atomic show up."""
+    from repro import ptx
+
+    if ptx.unavailable_reason():
+        pytest.skip(ptx.unavailable_reason())
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    clean = ptx.analyse(src)
+    assert clean.atomics == [] and clean.local_accesses == 0 and clean.registers is not None
+    edited = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
+                           "volatile float spill = lambda;\n    atomicExch(isv + RL_Q_DISTILL_LAMBDA_INDEX, spill);", "local")
+    dirty = ptx.analyse(edited)
+    assert dirty.local_accesses > 0 and any(a.startswith("atom.") for a in dirty.atomics)
+
+
+def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host, monkeypatch):
+    from analysis.verdict import evaluate
+    from repro import ptx
+
+    monkeypatch.setattr(ptx, "unavailable_reason", lambda: "static checks: NVRTC not available (test)")
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    verdict = evaluate(src, "fixed", host, contract, coverage=False)
+    assert "static checks not run: static checks: NVRTC not available (test)" in verdict.notes
+    assert not {"no_atomics", "resources"} & {f.key for f in verdict.findings}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_timeout_must_be_positive(value, capsys):
+    from analysis import gate
+
+    assert gate.main(["--backend", "host", "--timeout", value]) == 2
+    assert "--timeout must be a positive number" in capsys.readouterr().err
+
+
+def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
+    """Host code run at load time (no NVRTC to refuse it) kills a worker, never the gate."""
+    from pathlib import Path
+
+    from analysis.verdict import evaluate
+
+    path = Path(__file__).parent / "candidates" / "load_time_crash.cu"
+    src = KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path))
+    verdict = evaluate(src, "fixed", host, contract, timeout=5, static=False, coverage=False)
+    from analysis import render
+
+    row = next(f for f in verdict.failed if f.key == "execution")
+    assert "crash (SIGABRT while loading the kernel)" in render.where(row.where)
+    assert all(f.scenario == "" for f in verdict.evidence.faults)
+
+
+def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host):
+    """The cupy backend's workers are spawned (CUDA does not survive a fork): the same path, tried on the host."""
+    from repro.campaign import run_group
+    from repro.isolation import Worker
+
+    entry = contract.controller("fixed")
+    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    worker = Worker(host, src, contract.slots, entry)
+    worker.method = "spawn"
+    try:
+        answer = worker.ask(("nonfinite", None), timeout=60)
+    finally:
+        worker.stop()
+    here = run_group(host.compile(src, contract.slots), entry, "nonfinite")
+    assert answer.ok and [r[1] for r in answer.value] == [r[1] for r in here]
+    assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
