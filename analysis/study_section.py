@@ -56,6 +56,26 @@ def bracket_lines(result: dict) -> list[str]:
     return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."]
 
 
+def where_it_collapses(result: dict, name: str = "original", at_least: float = 0.05) -> list[str]:
+    """Grid points where ``name``'s min-agreement collapse fraction reaches ``at_least``, beside the others'."""
+    out = []
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        if name not in ctrl:
+            continue
+        others = [n for n in ("fixed", "const:0.001", "const:1") if n in ctrl and n != name]
+        hits = [i for i, f in enumerate(ctrl[name]["deep_fraction_per_grid_point"]) if f >= at_least]
+        if not hits:
+            out.append(f"- {env}: {name}'s min-agreement collapse stays below {_pct(at_least)} at every grid point.")
+            continue
+        for i in hits:
+            p = block["grid_points"][i]
+            vals = ", ".join(f"{n} {_pct(ctrl[n]['deep_fraction_per_grid_point'][i])}" for n in others)
+            out.append(f"- {env}, entropy bonus {p['entropy_bonus']:g}, aux reward {p['aux_reward']:g}, π view "
+                       f"{p['pi_view']:g}: {name} {_pct(ctrl[name]['deep_fraction_per_grid_point'][i])} ({vals}).")
+    return out
+
+
 def mean_vs_min(result: dict) -> list[str]:
     """Which agreement the incident's 1e-22 most likely was, from the study's own numbers."""
     lows, means = [], []
@@ -102,7 +122,9 @@ def section(result: dict, figures: bool = True) -> list[str]:
              "kernel's λ ≤ 0 guard freezes it.", "", *collapse_table(result), "",
              "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1; wide enough: "
              "disjoint 95 % intervals for a criterion, or a gap in median final agreement of at least "
-             f"{c['bracket_min_agreement_gap']:g}):", "", *bracket_lines(result), "", *mean_vs_min(result), ""]
+             f"{c['bracket_min_agreement_gap']:g}):", "", *bracket_lines(result), "",
+             "Where the original collapses (min-agreement criterion, at least 5 % of a grid point's seeds):", "",
+             *where_it_collapses(result), "", *mean_vs_min(result), ""]
     for name, caption in FIGURES.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines

@@ -203,3 +203,15 @@ def test_full_preregistered_study(host, prereg):
     """The pre-registered study as committed (minutes on a CPU; under a minute on the H200 with cupy)."""
     result = run(host, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
     assert result["as_preregistered"] and len(table(result)) == len(prereg.envs) * len(result["controllers"])
+
+
+def test_section_rows_read_the_study(reduced):
+    from analysis import study_section
+
+    text = "\n".join(study_section.section(reduced))
+    for env, block in reduced["envs"].items():
+        for name, e in block["controllers"].items():
+            row = next(line for line in text.splitlines() if line.startswith(f"| {env} | {name} |"))
+            assert f"{e['collapse_fraction']:.1%} [{e['ci_low']:.1%}, {e['ci_high']:.1%}]" in row
+    for name in study_section.FIGURES:
+        assert f"]({name})" in text
