@@ -29,12 +29,13 @@ def collapse_table(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
-            final = float(np.median(e["final_agree_mean_per_grid_point"]))
+            kept = [x for x in e["final_agree_mean_per_grid_point"] if x is not None and np.isfinite(x)]
+            final = f"{np.median(kept):.3f}" if kept else "— (diverged)"
             lines.append(f"| {env} | {name} | {e['runs']} | {_pct(e['collapse_fraction'])} [{_pct(e['ci_low'])}, "
                          f"{_pct(e['ci_high'])}] | {e['persisting']} / {e['recovered']} | "
                          f"{_pct(e['deep_collapse_fraction'])} [{_pct(e['deep_ci_low'])}, {_pct(e['deep_ci_high'])}] | "
                          f"{e['deep_persisting']} / {e['deep_recovered']} | {_pct(e.get('diverged_fraction', 0.0))} | "
-                         f"{_pct(e.get('lambda_zero_fraction', 0.0))} | {final:.3f} |")
+                         f"{_pct(e.get('lambda_zero_fraction', 0.0))} | {final} |")
     return lines
 
 

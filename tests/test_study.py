@@ -139,6 +139,7 @@ def test_runs_do_not_depend_on_their_batch(host, prereg):
 
 def test_reduced_study(reduced, prereg):
     """The CI-sized study: well-formed intervals, verdicts that add up, constant λ held in the loop."""
+    json.dumps(reduced, allow_nan=False)  # strict JSON: undefined values are null, never NaN
     frame = table(reduced)
     assert len(frame) == len(reduced["envs"]) * len(reduced["controllers"])
     assert ((frame.ci_low <= frame.collapse_fraction) & (frame.collapse_fraction <= frame.ci_high)).all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -144,7 +145,10 @@ def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prer
             entry[f"{crit}_fraction"] = float(hit.mean())
             entry[f"{crit}_ci_low"], entry[f"{crit}_ci_high"] = exact_interval(hit.sum(), hit.size, c.confidence)
         entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep", "diverged")}
-        entry["final_agree_mean_per_grid_point"] = np.median(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6).tolist()
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():  # all-NaN: every run diverged there
+            warnings.simplefilter("ignore", RuntimeWarning)
+            final = np.nanmedian(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6)
+        entry["final_agree_mean_per_grid_point"] = [float(x) if np.isfinite(x) else None for x in final]  # JSON: no NaN
         entry["over_steps"] = {"agree_mean": _quantiles(traces.agree_mean[:, s]),
                                "log10_agree_min": _quantiles(traces.log10_agree_min[:, s]),
                                "lambda": _quantiles(traces.lam[:, s].astype(np.float64)),
@@ -169,7 +173,8 @@ def brackets(block: dict, c: Collapse) -> list[dict] | None:
             (a0, a1), (b0, b1) = exact_interval(ka, K, c.confidence), exact_interval(kb, K, c.confidence)
             row[f"{key}collapse_lambda_0.001"], row[f"{key}collapse_lambda_1"] = ka / K, kb / K
             row[f"{key}disjoint"] = bool(a1 < b0 or b1 < a0)
-        gap = hi["final_agree_mean_per_grid_point"][i] - lo["final_agree_mean_per_grid_point"][i]
+        a, b = lo["final_agree_mean_per_grid_point"][i], hi["final_agree_mean_per_grid_point"][i]
+        gap = b - a if a is not None and b is not None else 0.0
         row["agree_gap"] = round(gap, 6)
         row["wide"] = bool(row["disjoint"] or row["deep_disjoint"] or abs(gap) >= c.bracket_min_agreement_gap)
         rows.append(row)
@@ -210,6 +215,12 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     return result
 
 
+def _median(values: list) -> float:
+    """Median of the defined values (NaN when none is)."""
+    kept = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.median(kept)) if kept else float("nan")
+
+
 def table(result: dict):
     """One row per environment × controller: the collapse fractions with their intervals (a DataFrame)."""
     import pandas as pd
@@ -222,7 +233,7 @@ def table(result: dict):
                                                          "recovered", "deep_collapse_fraction", "deep_ci_low",
                                                          "deep_ci_high", "deep_persisting", "deep_recovered",
                                                          "diverged_fraction", "lambda_zero_fraction")},
-                         "final_agree_mean_median": float(np.median(e["final_agree_mean_per_grid_point"]))})
+                         "final_agree_mean_median": _median(e["final_agree_mean_per_grid_point"])})
     return pd.DataFrame(rows)
 
 
