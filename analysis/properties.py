@@ -141,6 +141,9 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     tiny, big = float(np.finfo(F32).tiny), float(np.finfo(F32).max)
     free = (lam[1:] > lo) & (lam[1:] < hi) & (lam[:-1] > 0) & (np.minimum(lam[1:], lam[:-1]) >= tiny)
     free &= np.maximum(lam[1:], lam[:-1]) <= big
+    # A step that leaves λ unchanged under sustained KL is a clamp (at a bound the contract may not know):
+    # it says nothing about the rate.
+    free &= lam[1:] != lam[:-1]
     ratios = lam[1:][free] / lam[:-1][free]
     detail = {"form": form, "rtol": rtol, "free_steps": int(ratios.size)}
     title = f"{key} rate (× per step, rtol {rtol:g})"

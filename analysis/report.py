@@ -161,7 +161,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
     progress("      learning loop: " + ("the pre-registered study" if backend.name == "cupy" else "the reduced study (CPU)"))
-    study = (learning_study.preregistered_study if backend.name == "cupy" else learning_study.reduced_study)(backend)
+    study = (learning_study.preregistered_study if backend.name == "cupy" else learning_study.reduced_study)(
+        backend, sources={"fixed": sources["fixed"]} if candidate else None)
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
                   robustness, header, peers=peers, peer_loop=peer_toy, study=study)
 

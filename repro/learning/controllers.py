@@ -32,8 +32,11 @@ def constant_source(contract: Contract):
                                                                   MIN_LAMBDA=0.0)
 
 
-def group(backend, name: str, contract: Contract | None = None) -> Group:
-    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name)."""
+def group(backend, name: str, contract: Contract | None = None, source=None) -> Group:
+    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name).
+
+    ``source`` runs that kernel source under a contract name (seeded with the entry's λ): a candidate.
+    """
     contract = contract or load()
     if name.startswith("const:"):
         try:
@@ -55,7 +58,8 @@ def group(backend, name: str, contract: Contract | None = None) -> Group:
         seed = fixed.value("seed_lambda") if "seed" in fixes else orig.value("seed_lambda")
         return Group(name, backend.compile(source, contract.slots), seed)
     entry = contract.controller(name)
-    return Group(name, backend.compile(load_kernel(entry.kernel, entry.symbol), contract.slots), entry.value("seed_lambda"))
+    source = source or load_kernel(entry.kernel, entry.symbol)
+    return Group(name, backend.compile(source, contract.slots), entry.value("seed_lambda"))
 
 
 def expand(names: list[str]) -> list[str]:

@@ -117,11 +117,14 @@ def _quantiles(a: np.ndarray) -> dict[str, list]:
 
 
 def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prereg,
-            grid: dict[str, tuple] | None = None) -> dict:
-    """One environment, every controller: the JSON's block for ``env``."""
+            grid: dict[str, tuple] | None = None, sources: dict | None = None) -> dict:
+    """One environment, every controller: the JSON's block for ``env``.
+
+    ``sources`` puts a kernel source in a contract name's place (a candidate under "fixed").
+    """
     _, tables = make(env, prereg.learning.default_max_episode_steps)
     contract = load()
-    groups = [ctl.group(backend, n, contract) for n in names]
+    groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     points = grid_points(grid or prereg.grid)
     traces = simulate(backend, tables, groups, prereg.learning, seeds, points)
     P, K = len(points["pi_view"]), len(seeds)
@@ -200,7 +203,7 @@ def merge(results: list[dict]) -> dict:
 
 
 def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
-        steps: int | None = None) -> dict:
+        steps: int | None = None, sources: dict | None = None) -> dict:
     """The whole study's JSON (deterministic: no timings, no absolute paths)."""
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
@@ -211,7 +214,8 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
               "as_preregistered": steps is None and grid is None,
               "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
               "run_order": "per controller: grid point-major, then seed",
-              "envs": {e: run_env(backend, e, names, seeds, prereg, grid) for e in envs}}
+              "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
+              "envs": {e: run_env(backend, e, names, seeds, prereg, grid, sources) for e in envs}}
     return result
 
 
@@ -243,14 +247,15 @@ REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:8", "steps"
            "grid": {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}}
 
 
-def reduced_study(backend, prereg: Prereg | None = None) -> dict:
-    """The reduced study's JSON (seconds on a CPU)."""
+def reduced_study(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
+    """The reduced study's JSON (seconds on a CPU); ``sources`` as for :func:`run_env`."""
     prereg = prereg or load_prereg()
     r = REDUCED
-    return run(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg, grid=r["grid"], steps=r["steps"])
+    return run(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg, grid=r["grid"], steps=r["steps"],
+               sources=sources)
 
 
-def preregistered_study(backend, prereg: Prereg | None = None) -> dict:
+def preregistered_study(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
     """The study exactly as pre-registered (its environments, seeds, controllers, grid and steps)."""
     prereg = prereg or load_prereg()
-    return run(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
+    return run(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
