@@ -132,7 +132,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         start = time.perf_counter()
         evidence[name] = collect(kernels[name], entries[name])
         verdicts[name] = verdict_of(sources[name], name, backend, evidence[name], time.perf_counter() - start)
-    cross = evaluate(sources["original"], "fixed", backend, contract)
+    # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
+    cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
     progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
     noise = {n: experiments.noise_tolerance(kernels[n], entries[n], SIGMAS) for n in CONTROLLERS}
@@ -149,7 +150,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
     robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
-    peers = {n: evaluate(contract.source(n), n, backend, contract) for n in contract.peers()}
+    peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
+             for n in contract.peers()}
     peer_toy = peer_loop.collapse_fractions(backend, contract, {**{n: sources[n] for n in CONTROLLERS},
                                                                 **{n: contract.source(n) for n in contract.peers()}},
                                             seeds=closed_loop_seeds, grid=grid)
