@@ -72,11 +72,18 @@ def test_gate_answers_each_candidate(path, tmp_path):
 
 @pytest.mark.parametrize("path", REFACTORS, ids=[p.stem for p in REFACTORS])
 def test_refactor_computes_the_fixed_kernels_bits(contract, host, backend, path):
-    """Every catalogue scenario: the refactor on ``backend`` gives the fixed kernel's host bits, step by step."""
+    """Every catalogue scenario: the refactor on ``backend`` gives the fixed kernel's host bits, step by step.
+
+    An approximate intrinsic is exact on the host and approximate on the GPU (the gate notes it): there the
+    GPU's bits may differ by design: not compared there.
+    """
     entry = contract.controller("fixed")
+    source = load_kernel(path, SYMBOL)
+    if backend.name != "host" and source.approximate_intrinsics():
+        pytest.skip("an approximate intrinsic: the GPU's bits may differ by design (the gate prints the note)")
     scenarios = catalogue(entry)
     reference = run_scenarios(host.compile(load_kernel(entry.kernel, SYMBOL), contract.slots), scenarios)
-    got = run_scenarios(backend.compile(load_kernel(path, SYMBOL), contract.slots), scenarios)
+    got = run_scenarios(backend.compile(source, contract.slots), scenarios)
     for ref, run in zip(reference, got, strict=True):
         assert np.array_equal(bits(run.lam), bits(ref.lam)), f"{path.name}: {run.scenario.name} differs"
         assert run.stray == []

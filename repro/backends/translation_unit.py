@@ -30,8 +30,12 @@ struct rlq_dim3 { unsigned int x, y, z; };
 #define blockIdx (rlq_dim3{0u, 0u, 0u})
 #define blockDim (rlq_dim3{1u, 1u, 1u})
 #define gridDim (rlq_dim3{1u, 1u, 1u})
+// __ldg reads through the non-coherent read-only cache, valid only for data no thread writes during the
+// kernel. A launch per step keeps that promise; the harness, which writes KL and λ between the steps of
+// one kernel, does not (measured on the H200: stale KL, λ one step behind). A plain load keeps the value.
+#define __ldg(p) (*(p))
 """
-_DEVICE_RESTORE = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n"
+_DEVICE_RESTORE = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n#undef __ldg\n"
 
 # The device twin of host_grid.cuh: inside the controller, thread i of the real
 # launch plays the coordinates of row i of a table (set by rlq_set_coords).

@@ -1,4 +1,4 @@
-// Loops forever when KL is NaN (volatile: the compiler may not drop the loop).
+// Loops forever when KL is NaN (a volatile read of the ISV each turn: the compiler may not drop the loop).
 // gate-args: --timeout 0.5
 // expect-exit: 1
 // expect-row: execution
@@ -23,8 +23,9 @@ extern "C" __global__ void rl_q_distill_lambda_controller(
     const float kl_target = isv[RL_Q_DISTILL_KL_TARGET_INDEX];
     float lambda = isv[RL_Q_DISTILL_LAMBDA_INDEX];
 
-    volatile int spin = 1;
-    while (kl_observed != kl_observed && spin) {}
+    // A volatile read of the ISV each turn: neither g++ nor NVRTC may prove the loop finite and drop it.
+    const volatile float* kl_slot = isv + RL_Q_DISTILL_KL_EMA_INDEX;
+    while (*kl_slot != *kl_slot) {}
     if (kl_observed <= 0.0f || kl_target <= 0.0f || lambda <= 0.0f) return;
 
     const float upper = kl_target * KL_TOLERANCE;
