@@ -15,18 +15,18 @@ Exit 2 for a usage error or a file that cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 from analysis import bench_report
 from analysis.bench_verdict import judge, regressions, thresholds, wrong_results
-from repro import bench
+from repro import bench, cli
 from repro.backends import get_backend, unavailable_reason
 from repro.bench.result import frame, load_baseline, save_baseline
 from repro.contract import load
 from repro.errors import SuiteError
+from repro.outputs import check_writable
 from repro.paths import ROOT, shown
 
 
@@ -44,7 +44,7 @@ def _progress(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.bench_run", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m analysis.bench_run", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench", help="folder for JSON, table, PNG")
     parser.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as baseline")
     parser.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
@@ -53,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
     args = parser.parse_args(argv)
     try:
+        if args.slow_ns < 0:
+            raise SuiteError(f"--slow-ns must be a non-negative number of ns, not {args.slow_ns}")
+        if args.out.exists() and not args.out.is_dir():
+            raise SuiteError(f"--out {args.out}: not a folder")
+        check_writable(args.out / "bench.md", "--out")
+        if args.baseline is not None and not args.baseline.is_file() and not args.record:
+            raise SuiteError(f"--baseline {args.baseline}: no such file")
         contract = load()
         baseline = args.baseline or ROOT / "reports" / "bench" / "baselines" / f"{machine_tag()}.json"
         modes = tuple(m for m in bench.MODES if not args.mode or any(t in m.name for t in args.mode))
@@ -111,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -26,6 +26,7 @@ try:
     from analysis import render
     from analysis.memory_findings import memory_findings
     from analysis.verdict import Verdict, evaluate
+    from repro import cli
     from repro.backends import NAMES, get_backend
     from repro.contract import load
     from repro.errors import SuiteError
@@ -49,16 +50,8 @@ EXTRA_OPTIONS: list = []
 EXTRA_ROWS: list = []
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors as one line (exit 2), not usage + message."""
-
-    def error(self, message: str):
-        print(f"gate: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m analysis.gate", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
@@ -194,16 +187,5 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
             pass  # the error above already says why; an unwritable output path was that error
 
 
-def _run() -> int:
-    """``main()``, with stdout closed early by a reader (``| head``) ending it quietly."""
-    try:
-        return main()
-    except BrokenPipeError:
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 2  # the verdict was not delivered
-
-
 if __name__ == "__main__":
-    sys.exit(_run())
+    sys.exit(cli.run(main))

@@ -11,7 +11,6 @@ against the fixed contract), so a report can show what a change breaks.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import subprocess
@@ -26,7 +25,7 @@ import pandas as pd
 from analysis import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from analysis.properties import Finding, classify
 from analysis.verdict import Verdict, evaluate, verdict_of
-from repro import closed_loop, experiments, peer_loop, spec
+from repro import cli, closed_loop, experiments, peer_loop, spec
 from repro.backends import NAMES, Backend, get_backend
 from repro.campaign import Evidence, collect
 from repro.contract import Contract, load
@@ -386,7 +385,7 @@ def write(report: Report, out: Path, progress=print) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports", help="output folder (default: reports/)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--kernel", type=Path, help="candidate kernel to report in the fixed controller's place")
@@ -410,4 +409,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

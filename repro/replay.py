@@ -15,7 +15,6 @@ ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops i
 
 from __future__ import annotations
 
-import argparse
 import sys
 import traceback
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 try:
     import numpy as np
 
+    from repro import cli
     from repro.backends import NAMES, get_backend
     from repro.contract import load
     from repro.errors import SuiteError
@@ -74,14 +74,8 @@ def describe(frame) -> list[str]:
     return lines
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        print(f"replay: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m repro.replay", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m repro.replay", description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--target", type=float, help="KL target, when the file has no kl_target column")
     parser.add_argument("--controller", default="both", choices=("fixed", "original", "both", "none"),
@@ -113,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        raise  # stdout closed by its reader: _run() ends quietly
+        raise  # stdout closed by its reader: cli.run ends quietly
     except OSError as err:
         print(f"replay: error: cannot write: {err.strerror or err} ({err.filename})", file=sys.stderr)
         return 2
@@ -126,16 +120,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run() -> int:
-    """``main()``, with stdout closed early by a reader (``| head``) ending it quietly."""
-    try:
-        return main()
-    except BrokenPipeError:
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 2  # the verdict was not delivered
-
-
 if __name__ == "__main__":
-    sys.exit(_run())
+    sys.exit(cli.run(main))

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from repro import cli
 from repro.backends import NAMES, get_backend
 from repro.errors import SuiteError
 from repro.learning.study import PREREGISTERED, load_prereg, parse_seeds, run, table
@@ -36,7 +37,7 @@ def _writable(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.study", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m repro.study", description=__doc__.splitlines()[0])
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
     parser.add_argument("--seeds", help="A:B, seeds A..B-1 (default: pre-registered)")
@@ -51,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         prereg = load_prereg(args.prereg)
         if args.steps is not None and args.steps < prereg.learning.eval_every:
             raise SuiteError(f"--steps must be at least {prereg.learning.eval_every} (one evaluation)")
-        envs = [e for e in (args.env.split(",") if args.env else prereg.envs) if e]
-        names = [n for n in (args.controllers.split(",") if args.controllers else prereg.controllers) if n]
+        envs = [e for e in (args.env.split(",") if args.env is not None else prereg.envs) if e]
+        names = [n for n in (args.controllers.split(",") if args.controllers is not None else prereg.controllers) if n]
         if not envs or not names:
             raise SuiteError("--env and --controllers need at least one name each")
         seeds = parse_seeds(args.seeds or prereg.seeds)
@@ -80,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -93,3 +93,27 @@ def test_unreadable_kernel_file(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(SuiteError, match="cannot read kernel file"):
         load_kernel(binary, "x")
+
+
+@pytest.mark.parametrize("module, args", [
+    ("analysis.gate", ["--backend", "nosuch"]),
+    ("analysis.report", ["--backend", "nosuch"]),
+    ("analysis.bench_run", ["--slow-ns", "abc"]),
+    ("analysis.bench_run", ["--slow-ns", "-5"]),
+    ("analysis.bench_run", ["--out", "/proc/no/such/dir"]),
+    ("repro.replay", []),
+    ("repro.closed_loop", []),
+    ("repro.closed_loop", ["--controller", "fixed", "--seed", "-1"]),
+    ("repro.closed_loop", ["--controller", "fixed", "--steps", "abc"]),
+    ("repro.study", ["--backend", "nosuch"]),
+    ("repro.study", ["--env", ""]),
+])
+def test_every_command_line_refuses_bad_input_in_one_line(module, args):
+    """Usage errors as a stranger makes them: exit 2, one line on stderr, no traceback, no work done."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in done.stderr, done.stderr

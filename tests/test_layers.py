@@ -16,8 +16,12 @@ PACKAGES = ("repro", "analysis")
 def layer_table() -> dict[str, int]:
     """Module pattern → layer number, read from the design document's table."""
     text = (ROOT / "docs" / "DESIGN.md").read_text()
+    assert not re.search(r"^(<{7}|={7}|>{7})( |$)", text, re.M), "docs/DESIGN.md holds merge-conflict markers"
+    rows = re.findall(r"^\| (\d) \| [^|]+ \| (.+) \|$", text, re.M)
+    numbers = [n for n, _ in rows]
+    assert len(numbers) == len(set(numbers)), f"a layer listed twice in docs/DESIGN.md: {numbers}"
     table = {}
-    for number, modules in re.findall(r"^\| (\d) \| [^|]+ \| (.+) \|$", text, re.M):
+    for number, modules in rows:
         for pattern in re.findall(r"`([^`]+)`", modules):
             table[pattern] = int(number)
     return table

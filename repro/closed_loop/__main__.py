@@ -9,13 +9,13 @@ with ``--controller``'s documented seed λ). Exit 0 on a run, 2 on bad input.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from analysis import plots
+from repro import cli
 from repro.backends import NAMES, get_backend
 from repro.closed_loop.designs import group, one_run
 from repro.closed_loop.model import Toy
@@ -26,7 +26,7 @@ from repro.outputs import check_writable
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.closed_loop", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m repro.closed_loop", description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True, help="contract entry (its kernel and seed λ)")
     parser.add_argument("--kernel", type=Path, help="candidate .cu to run in place of the contract's kernel")
     parser.add_argument("--backend", default="auto", choices=NAMES)
@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1:
             raise SuiteError("--steps must be at least 1")
+        if args.seed < 0:
+            raise SuiteError(f"--seed must be a non-negative integer, not {args.seed}")
         for path in (args.json, args.plot):
             check_writable(path)
         contract = load()
@@ -60,4 +62,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))
