@@ -22,11 +22,12 @@ import time
 import traceback
 from pathlib import Path
 
-try:
+from repro import cli  # the standard library only
+
+with cli.dependencies("gate", __name__):
     from analysis import render
     from analysis.memory_findings import memory_findings
     from analysis.verdict import Verdict, evaluate
-    from repro import cli
     from repro.backends import NAMES, get_backend
     from repro.contract import load
     from repro.errors import SuiteError
@@ -35,12 +36,6 @@ try:
     from repro.outputs import check_writable, write_text
     from repro.paths import shown
     from repro.sanitize import sanitize
-except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
-    if __name__ != "__main__":
-        raise
-    print(f"gate: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
-          file=sys.stderr)
-    sys.exit(2)
 
 FORMATS = ("text", "json", "junit", "github")
 

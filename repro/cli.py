@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class Parser(argparse.ArgumentParser):
@@ -15,6 +16,19 @@ class Parser(argparse.ArgumentParser):
         name = self.prog.split()[-1].rsplit(".", 1)[-1]
         print(f"{name}: error: {message} (see --help)", file=sys.stderr)
         raise SystemExit(2)
+
+
+@contextmanager
+def dependencies(name: str, module: str) -> Iterator[None]:
+    """Around a command line's imports: run as ``__main__``, a missing package is one line and exit 2."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        if module != "__main__":
+            raise
+        print(f"{name}: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 def run(main: Callable[[], int]) -> int:

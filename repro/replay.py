@@ -19,10 +19,11 @@ import sys
 import traceback
 from pathlib import Path
 
-try:
+from repro import cli  # the standard library only
+
+with cli.dependencies("replay", __name__):
     import numpy as np
 
-    from repro import cli
     from repro.backends import NAMES, get_backend
     from repro.contract import load
     from repro.errors import SuiteError
@@ -30,12 +31,6 @@ try:
     from repro.outputs import check_writable
     from repro.runner import run_scenarios, to_frame
     from repro.scenarios import from_csv
-except ModuleNotFoundError as err:  # a missing dependency is one line from the command line too
-    if __name__ != "__main__":
-        raise
-    print(f"replay: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
-          file=sys.stderr)
-    sys.exit(2)
 
 
 def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",

@@ -139,6 +139,17 @@ def _include_texts() -> list[str]:
     return [HOST_GRID.read_text()] + [p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h"))]
 
 
+def cpu_model(default: str = "CPU") -> str:
+    """The processor's model name (``/proc/cpuinfo``), or ``default`` where it cannot be read."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return default
+
+
 class HostBackend(Backend):
     name = "host"
 
@@ -154,15 +165,7 @@ class HostBackend(Backend):
         self._loaded: dict[str, HostKernel] = {}
 
     def describe(self) -> str:
-        cpu = "CPU"
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        return f"{cpu} ({os.cpu_count()} cores), {self.compiler_version}"
+        return f"{cpu_model()} ({os.cpu_count()} cores), {self.compiler_version}"
 
     def compile(self, source: KernelSource, slots: Slots) -> HostKernel:
         key, lib = self._library(source, slots)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.backends.host import cpu_model
 from repro.errors import SuiteError
 
 FORMAT = "rlq-bench/1"
@@ -91,14 +92,7 @@ def frame(run: Run) -> pd.DataFrame:
 
 def machine_info(gpu: dict | None) -> dict:
     """The CPU, Python and (where measured) GPU the run timed; no paths, nothing machine-private."""
-    cpu = platform.processor() or "CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model(platform.processor() or "CPU")
     info = {"cpu": {"brand_raw": cpu}, "python_version": platform.python_version(), "system": platform.system()}
     if gpu:
         info["gpu"] = gpu
