@@ -244,6 +244,19 @@ def locate(text: str, d: Difference) -> int:
     return 0
 
 
+def stray_write_causes(f: Finding, text: str) -> list[Difference]:
+    """A failing isolation row's cause in the source: the slots written besides λ's, at the first line that
+    indexes one of them (``isv[600]``, ``isv[-1]``); used where no inference explains the row (it crashed)."""
+    written = f.detail.get("written") or []
+    if f.ok or f.causes or not written:
+        return []
+    lines = _code_lines(text)
+    line = next((i for slot in written for i, code in enumerate(lines, 1)
+                 if re.search(rf"\[\s*{slot}\s*\]", code)), 0)
+    listed = ", ".join(map(str, written))
+    return [Difference("slot", "writes", f.detail["lambda_slot"], listed, source_line=line)]
+
+
 def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding], text: str) -> list[Difference]:
     """The differences, each with the candidate's source line; failing rows get their causes."""
     from dataclasses import replace

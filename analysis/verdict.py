@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from analysis.diagnosis import applies, behaves_as, diagnose
+from analysis.diagnosis import applies, behaves_as, diagnose, stray_write_causes
 from analysis.findings import Difference
 from analysis.properties import Finding, judge
 from repro import coverage as cov
@@ -117,6 +117,9 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
         verdict.behaviour = evidence.behaviour
         verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
         verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
+    for f in verdict.findings:  # a stray write the inference did not explain: still point at its line
+        if f.key == "isolation":
+            f.causes = f.causes or stray_write_causes(f, source.text)
     verdict.seconds = time.perf_counter() - start
     return verdict
 

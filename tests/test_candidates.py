@@ -160,3 +160,18 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
     verdict = evaluate(load_kernel(path, SYMBOL), "fixed", get_backend("cupy"), contract, timeout=timeout,
                        require_coverage="--require-coverage" in args)
     assert spec["expect-row"] in {f.key for f in verdict.failed}, [(f.key, f.where) for f in verdict.failed]
+
+
+@pytest.mark.parametrize("name, literal", [("oob_after", "isv[600]"), ("oob_before", "isv[-1]")])
+def test_a_stray_write_is_annotated_at_its_line(name, literal):
+    """GitHub annotations put the isolation failure on the line that writes outside the ISV."""
+    import subprocess
+    import sys
+
+    path = Path(__file__).parent / "candidates" / f"{name}.cu"
+    expected = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if literal in line)
+    done = subprocess.run([sys.executable, "-m", "analysis.gate", str(path), "--backend", "host", "--format", "github"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "title=gate%3A isolation" in line)
+    assert f",line={expected}," in row, row
