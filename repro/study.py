@@ -21,19 +21,7 @@ from repro import cli
 from repro.backends import NAMES, get_backend
 from repro.errors import SuiteError
 from repro.learning.study import PREREGISTERED, load_prereg, parse_seeds, run, table
-
-
-def _writable(path: Path) -> None:
-    """Fail before the study runs when ``path`` cannot be written."""
-    existed = path.exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
-    except OSError as err:
-        raise SuiteError(f"cannot write {path}: {err.strerror or err}") from None
-    if not existed:
-        path.unlink()
+from repro.outputs import check_writable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SuiteError("--env and --controllers need at least one name each")
         seeds = parse_seeds(args.seeds or prereg.seeds)
         for path in (args.json, args.plot):
-            if path:
-                _writable(path)
+            check_writable(path)
         result = run(get_backend(args.backend), envs, names, seeds, prereg, steps=args.steps)
     except SuiteError as err:
         print(f"study: error: {err}", file=sys.stderr)
