@@ -29,6 +29,14 @@ FACTORS = {"floor": ("MIN_LAMBDA", "floor"), "asymmetric": ("LAMBDA_DECAY_RATE",
            "tolerance": ("KL_TOLERANCE", "tolerance"), "seed": (None, "seed_lambda")}
 
 
+def variant(original: KernelSource, before: Controller, after: Controller, fixes) -> tuple[KernelSource, float]:
+    """The original with the named fixes (keys of :data:`FACTORS`) applied: its source, #defines set to
+    ``after``'s documented values, and its seed λ (``after``'s with the seed fix, else ``before``'s)."""
+    defines = {FACTORS[f][0]: float(after.value(FACTORS[f][1])) for f in fixes if FACTORS[f][0]}
+    source = original.with_defines(**defines) if defines else original
+    return source, after.value("seed_lambda") if "seed" in fixes else before.value("seed_lambda")
+
+
 def group(backend: Backend, source: KernelSource, slots: Slots, seed_lambda: float) -> Group:
     """Compile ``source`` and measure the floor it settles at under aligned KL (λ; the label of the outcome)."""
     kernel = backend.compile(source, slots)
@@ -101,10 +109,8 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     labels, groups = [], []
     for combo in combos:
         on = dict(zip(FACTORS, combo, strict=True))
-        defines = {FACTORS[f][0]: float(after.value(FACTORS[f][1])) for f in FACTORS if on[f] and FACTORS[f][0]}
-        variant = original.with_defines(**defines) if defines else original
-        seed_lambda = after.value("seed_lambda") if on["seed"] else before.value("seed_lambda")
-        groups.append(group(backend, variant, slots, seed_lambda))
+        source, seed_lambda = variant(original, before, after, [f for f in FACTORS if on[f]])
+        groups.append(group(backend, source, slots, seed_lambda))
         labels.append(("fixed (all four)" if all(combo) else "+".join(f for f in FACTORS if on[f]) or "original", on))
     for name, g in (extra or {}).items():
         groups.append(g)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import itertools
 
-from repro.closed_loop import FACTORS
+from repro.closed_loop.designs import FACTORS, variant
 from repro.contract import Contract, load
 from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
 from repro.learning.agent import Group
 
 
@@ -27,8 +26,7 @@ def ablation_names() -> list[str]:
 
 
 def constant_source(contract: Contract):
-    entry = contract.controller("fixed")
-    return load_kernel(entry.kernel, entry.symbol).with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0,
+    return contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0,
                                                                   MIN_LAMBDA=0.0)
 
 
@@ -51,14 +49,11 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
         unknown = sorted(set(fixes) - set(FACTORS))
         if unknown or not fixes:
             raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}")
-        orig, fixed = contract.controller("original"), contract.controller("fixed")
-        defines = {FACTORS[f][0]: float(fixed.value(FACTORS[f][1])) for f in fixes if FACTORS[f][0]}
-        source = load_kernel(orig.kernel, orig.symbol)
-        source = source.with_defines(**defines) if defines else source
-        seed = fixed.value("seed_lambda") if "seed" in fixes else orig.value("seed_lambda")
+        source, seed = variant(contract.source("original"), contract.controller("original"),
+                               contract.controller("fixed"), fixes)
         return Group(name, backend.compile(source, contract.slots), seed)
     entry = contract.controller(name)
-    source = source or load_kernel(entry.kernel, entry.symbol)
+    source = source or contract.source(name)
     return Group(name, backend.compile(source, contract.slots), entry.value("seed_lambda"))
 
 
