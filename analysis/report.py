@@ -25,7 +25,7 @@ import pandas as pd
 from analysis import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from analysis.properties import Finding, classify
 from analysis.verdict import Verdict, evaluate, verdict_of
-from repro import cli, closed_loop, experiments, peer_loop, spec
+from repro import cli, closed_loop, experiments, spec
 from repro.backends import NAMES, Backend, get_backend
 from repro.campaign import Evidence, collect
 from repro.contract import Contract, load
@@ -147,13 +147,14 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     ablation = closed_loop.ablation(backend, sources["original"], contract.slots, entries["original"], entries["fixed"],
                                     seeds=closed_loop_seeds, grid=grid,
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
-    robustness = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
-    peer_toy = peer_loop.collapse_fractions(backend, contract, {**{n: sources[n] for n in CONTROLLERS},
-                                                                **{n: contract.source(n) for n in contract.peers()}},
-                                            seeds=closed_loop_seeds, grid=grid)
+    # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
+    subjects |= {n: closed_loop.group(backend, contract.source(n), contract.slots,
+                                      contract.controller(n).value("seed_lambda")) for n in contract.peers()}
+    peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
+    robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),

@@ -215,16 +215,18 @@ def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
 
 def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, host):
     """The toy gives every group the same noise: the fixed controller's collapse fraction is the same whether it
-    runs beside the original (closed_loop.robustness) or beside the peers (peer_loop)."""
-    from repro import closed_loop, peer_loop
+    runs beside the original or beside the peers."""
+    from repro import closed_loop
 
     grid = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
     toy = closed_loop.Toy(steps=300, warmup=100)
-    sources = {n: contract.source(n) for n in ("fixed", "ppo_paper")}
-    mine = peer_loop.collapse_fractions(host, contract, sources, toy=toy, seeds=3, grid=grid)
-    subjects = {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
-                for n in ("original", "fixed")}
-    theirs = closed_loop.robustness(host, subjects, toy=toy, seeds=3, grid=grid)
+
+    def subjects(names):
+        return {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
+                for n in names}
+
+    mine = closed_loop.robustness(host, subjects(("fixed", "ppo_paper")), toy=toy, seeds=3, grid=grid)
+    theirs = closed_loop.robustness(host, subjects(("original", "fixed")), toy=toy, seeds=3, grid=grid)
     assert set(mine.controller) == {"fixed", "ppo_paper"}
     assert ((mine.collapse_fraction >= 0) & (mine.collapse_fraction <= 1) & (mine.diverged_fraction <= 1)).all()
     fixed = mine[mine.controller == "fixed"].collapse_fraction.to_numpy()

@@ -80,16 +80,23 @@ def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None,
 
 def robustness(backend: Backend, subjects: dict[str, Group], toy: Toy | None = None, seeds: int = 20,
                grid: dict[str, tuple] = GRID, seed: int = 0) -> pd.DataFrame:
-    """Collapse fraction per controller and grid point, every controller on the same noise."""
+    """Per controller and grid point, every controller on the same noise: the collapse fraction (q_pi_agree
+    below the toy's threshold), the diverged fraction (λ reached +inf or the toy's state turned NaN, which
+    the collapse test cannot see: a rule with no ceiling can ramp without bound) and the median lowest λ."""
     toy = toy or Toy()
     points = grid_points(grid)
-    batches = simulate(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
+    with np.errstate(over="ignore", invalid="ignore"):  # λ → inf drives the toy's logits to NaN: counted below
+        batches = simulate(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
     rows = []
     for name, b in zip(subjects, batches, strict=True):
         collapsed = b.collapsed.reshape(-1, seeds)
+        lam_min = b.lambda_min.reshape(-1, seeds)
+        diverged = (np.isinf(b.lambda_max) | np.isnan(b.q_pi_agree_final)).reshape(-1, seeds)
         for i in range(collapsed.shape[0]):
             rows.append({"controller": name, **{k: float(v[i]) for k, v in points.items()},
-                         "collapse_fraction": float(collapsed[i].mean()), "seeds": seeds})
+                         "collapse_fraction": float(collapsed[i].mean()),
+                         "diverged_fraction": float(diverged[i].mean()),
+                         "median_lambda_min": float(np.median(lam_min[i])), "seeds": seeds})
     return pd.DataFrame(rows)
 
 
