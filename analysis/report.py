@@ -30,7 +30,7 @@ from repro.backends import NAMES, Backend, get_backend
 from repro.campaign import Evidence, collect
 from repro.contract import Contract, load
 from repro.errors import SuiteError
-from repro.kernel_source import KernelSource, load_kernel
+from repro.kernel_source import KernelSource
 from repro.learning import study as learning_study
 from repro.outputs import check_writable
 from repro.paths import ROOT
@@ -143,7 +143,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     subjects = {n: closed_loop.group(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
                 for n in CONTROLLERS}
     loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
-    candidate = sources["fixed"].sha256 != load_kernel(entries["fixed"].kernel, entries["fixed"].symbol).sha256
+    candidate = sources["fixed"].sha256 != contract.source("fixed").sha256
     ablation = closed_loop.ablation(backend, sources["original"], contract.slots, entries["original"], entries["fixed"],
                                     seeds=closed_loop_seeds, grid=grid,
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
@@ -395,9 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_writable(args.out / "summary.md")
         contract = load()
-        sources = {n: load_kernel(contract.controller(n).kernel, contract.controller(n).symbol) for n in CONTROLLERS}
+        sources = {n: contract.source(n) for n in CONTROLLERS}
         if args.kernel:
-            sources["fixed"] = load_kernel(args.kernel, contract.controller("fixed").symbol)
+            sources["fixed"] = contract.source("fixed", args.kernel)
         report = measure(get_backend(args.backend), sources, contract)
         write(report, args.out)
     except SuiteError as err:

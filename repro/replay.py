@@ -27,7 +27,6 @@ with cli.dependencies("replay", __name__):
     from repro.backends import NAMES, get_backend
     from repro.contract import load
     from repro.errors import SuiteError
-    from repro.kernel_source import load_kernel
     from repro.outputs import check_writable
     from repro.runner import run_scenarios, to_frame
     from repro.scenarios import from_csv
@@ -45,11 +44,9 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     contract = load()
     jobs = []
     for name in controllers:
-        entry = contract.controller(name)
-        jobs.append((name, entry, load_kernel(entry.kernel, entry.symbol)))
+        jobs.append((name, contract.controller(name), contract.source(name)))
     if kernel is not None:
-        entry = contract.controller(contract_name)
-        jobs.append(("candidate", entry, load_kernel(kernel, entry.symbol)))
+        jobs.append(("candidate", contract.controller(contract_name), contract.source(contract_name, kernel)))
     scenarios = {name: from_csv(path, target=target, lambda0=entry.value("seed_lambda"),
                                 allow_nonfinite=allow_nonfinite) for name, entry, _ in jobs}
     be = get_backend(backend)

@@ -14,7 +14,6 @@ from repro import spec
 from repro.contract import load
 from repro.errors import SuiteError
 from repro.isv import new_isv
-from repro.kernel_source import load_kernel
 from repro.scenarios import REF_TARGET, catalogue
 
 F32 = np.float32
@@ -23,15 +22,10 @@ PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl")
 _verdicts: dict = {}
 
 
-def source(contract, name):
-    entry = contract.controller(name)
-    return load_kernel(entry.kernel, entry.symbol)
-
-
 def verdict(contract, backend, kernel: str, against: str):
     key = (kernel, against, backend.name)
     if key not in _verdicts:
-        _verdicts[key] = evaluate(source(contract, kernel), against, backend, contract, static=False, coverage=False)
+        _verdicts[key] = evaluate(contract.source(kernel), against, backend, contract, static=False, coverage=False)
     return _verdicts[key]
 
 
@@ -128,7 +122,7 @@ def test_division_and_multiplication_by_the_reciprocal_differ_and_the_kernel_div
     kl = np.full((1, n), REF_TARGET / 100, F32)
     tg = np.full((1, n), REF_TARGET, F32)
     for name, expected in (("modular_rl", lam / F32(1.5)), ("tf_agents", lam * F32(1.0 / 1.5))):
-        k = host.compile(source(contract, name), contract.slots)
+        k = host.compile(contract.source(name), contract.slots)
         got, _ = k.run_looped(new_isv(contract.slots, lam), kl, tg)
         assert np.array_equal(bits(got[0]), bits(expected.astype(F32))), name
 
@@ -162,7 +156,7 @@ _kernels: dict = {}
 def peer_case(request, contract, backend):
     key = (request.param, backend.name)
     if key not in _kernels:
-        _kernels[key] = backend.compile(source(contract, request.param), contract.slots)
+        _kernels[key] = backend.compile(contract.source(request.param), contract.slots)
     return _kernels[key], spec.Rule.of(contract.controller(request.param))
 
 
@@ -246,7 +240,7 @@ PEER_MUTANTS = {
 @pytest.mark.parametrize("peer", sorted(PEER_MUTANTS))
 def test_peer_mutant_fails_its_contract(contract, host, peer):
     (old, new), expected = PEER_MUTANTS[peer]
-    mutant = source(contract, peer).with_edit(old, new, f"{peer} mutant")
+    mutant = contract.source(peer).with_edit(old, new, f"{peer} mutant")
     failed = {f.key: f for f in evaluate(mutant, peer, host, contract, static=False, coverage=False).failed}
     assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
     assert all(failed[k].where for k in expected)

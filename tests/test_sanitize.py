@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from analysis import gate
-from repro.kernel_source import load_kernel
 from repro.sanitize import PATHS, parse, sanitize, unavailable_reason
 
 
@@ -38,8 +37,7 @@ def sanitizer():
 
 def _oob(contract):
     """The fixed kernel plus one write just past the end of its ISV (slot isv_len)."""
-    entry = contract.controller("fixed")
-    src = load_kernel(entry.kernel, entry.symbol)
+    src = contract.source("fixed")
     stmt = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
     bad = f"{stmt}\n    isv[{contract.slots.isv_len}] = lambda;"
     cand = src.with_edit(stmt, bad, "oob write")
@@ -50,8 +48,7 @@ def _oob(contract):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["fixed", "original"])
 def test_in_repo_kernels_are_clean_on_every_launch_path(sanitizer, contract, name):
-    entry = contract.controller(name)
-    assert sanitize(load_kernel(entry.kernel, entry.symbol), contract.slots) == []
+    assert sanitize(contract.source(name), contract.slots) == []
 
 
 @pytest.mark.gpu

@@ -79,8 +79,7 @@ class Rig:
 
 def sources(contract: Contract, controller: KernelSource | None = None) -> dict[str, KernelSource]:
     """The fixed controller (or ``controller``, e.g. a deliberately slowed one) and the empty kernel."""
-    entry = contract.controller("fixed")
-    return {"controller": controller or load_kernel(entry.kernel, entry.symbol),
+    return {"controller": controller or contract.source("fixed"),
             "empty": load_kernel(KERNELS / "empty_kernel.cu", "rlq_empty_kernel")}
 
 

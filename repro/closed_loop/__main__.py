@@ -21,7 +21,6 @@ from repro.closed_loop.designs import group, one_run
 from repro.closed_loop.model import Toy
 from repro.contract import load
 from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
 from repro.outputs import check_writable
 
 
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             check_writable(path)
         contract = load()
         entry = contract.controller(args.controller)
-        source = load_kernel(args.kernel or entry.kernel, entry.symbol)
+        source = contract.source(args.controller, args.kernel)
         backend = get_backend(args.backend)
         subject = group(backend, source, contract.slots, entry.value("seed_lambda"))
         result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed)
