@@ -31,9 +31,13 @@ class Verdict:
     evidence: Evidence
     seconds: float
     notes: list[str] = field(default_factory=list)  # what was not checked and why; CPU/GPU caveats
-    behaviour: Behaviour | None = None  # what the candidate behaves as (measured)
     differences: list[Difference] = field(default_factory=list)  # how that differs from the contract
     behaves_as: list[tuple[str, str, str | None]] = field(default_factory=list)  # (quantity, measured, documented)
+
+    @property
+    def behaviour(self) -> Behaviour | None:
+        """What the candidate behaves as (measured; None where inference did not run)."""
+        return self.evidence.behaviour
 
     @property
     def ok(self) -> bool:
@@ -73,10 +77,9 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     and branch counts where g++ and gcov are (``require_coverage`` makes a gap a failure).
     """
     controller = contract.controller(contract_name)
-    be = backend
     start = time.perf_counter()
     notes = []
-    be.check_compiles(source, contract.slots)  # the backend's compiler speaks first on a broken source
+    backend.check_compiles(source, contract.slots)  # the backend's compiler speaks first on a broken source
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.unavailable_reason()
@@ -86,12 +89,12 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
             static_report = ptx.analyse(source)
     inference = applies(controller)  # the rule a band candidate behaves as, and why each failing row fails
     if timeout is None:
-        kernel = be.compile(source, contract.slots)
+        kernel = backend.compile(source, contract.slots)
         evidence = collect(kernel, controller)
         if inference:
             evidence = replace(evidence, behaviour=infer(kernel, controller))
     else:  # the candidate's code runs in child processes only
-        evidence = collect_isolated(be, source, contract.slots, controller, timeout, inference=inference)
+        evidence = collect_isolated(backend, source, contract.slots, controller, timeout, inference=inference)
     coverage_report = None
     if coverage or require_coverage:
         reason = cov.unavailable_reason() or unavailable_reason("host")
@@ -111,10 +114,9 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     if approx:
         listed = ", ".join(f"{name} (line {line})" for name, line in approx)
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
-    verdict = verdict_of(source, contract_name, be, evidence, 0.0, require_coverage)
+    verdict = verdict_of(source, contract_name, backend, evidence, 0.0, require_coverage)
     verdict.notes = notes
-    if evidence.behaviour is not None:
-        verdict.behaviour = evidence.behaviour
+    if verdict.behaviour is not None:
         verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
         verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
     for f in verdict.findings:  # a stray write the inference did not explain: still point at its line
