@@ -76,6 +76,32 @@ class CompiledKernel(ABC):
         """
 
 
+#: ``rlq_learn``'s array arguments after the ISV, in its parameter order (``kernels/learning_loop.cuh``), with dtypes.
+LEARN_INPUTS = {"seed": np.uint64, "beta": np.float64, "aux_reward": np.float64, "view": np.int64,
+                "cum": np.float64, "next_state": np.int64, "reward": np.float64, "terminated": np.uint8,
+                "initial_cum": np.float64, "par": np.float64, "dims": np.int64}
+#: Its outputs, ``[evaluations, runs]`` each, in parameter order.
+LEARN_OUTPUTS = {"lam": np.float32, "agree_mean": np.float64, "log10_agree_min": np.float64, "kl_ema": np.float64,
+                 "episode_return": np.float64}
+
+
+class Learner(ABC):
+    """A controller compiled into the learning study's loop (``kernels/learning_loop.cuh``)."""
+
+    @abstractmethod
+    def learn(self, isv: np.ndarray, inputs: dict[str, np.ndarray], n_evals: int, scratch: int) -> dict[str, np.ndarray]:
+        """Every step of every run (one ISV row each, ``[N, isv_len]`` seeded with λ) in one call.
+
+        ``inputs`` holds :data:`LEARN_INPUTS`; ``scratch`` is the doubles of state one run needs. Returns
+        :data:`LEARN_OUTPUTS` as NumPy ``[n_evals, N]`` arrays.
+        """
+
+
+def learn_arguments(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The inputs as contiguous arrays of the kernel's dtypes, in its parameter order."""
+    return [np.ascontiguousarray(inputs[k], dtype=dtype) for k, dtype in LEARN_INPUTS.items()]
+
+
 class Backend(ABC):
     """A way to execute kernel sources (``host``: C++ compiler + ctypes; ``cupy``: NVRTC)."""
 
@@ -85,6 +111,10 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, source: KernelSource, slots: Slots) -> CompiledKernel:
         """Compile (cached by content) or raise a one-line :class:`SuiteError`."""
+
+    @abstractmethod
+    def compile_learner(self, source: KernelSource, slots: Slots) -> Learner:
+        """The controller inside the learning study's loop (compiled and cached like :meth:`compile`)."""
 
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
         """Raise the one-line compile error, if any, without running candidate code in this process.

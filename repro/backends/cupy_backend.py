@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import HOST_INCLUDE, compile_error, device_grid_unit, harness_unit
+from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
+from repro.backends.translation_unit import HOST_INCLUDE, LEARNING_LOOP, compile_error, device_grid_unit, harness_unit
 from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
@@ -29,6 +29,9 @@ OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--p
 #: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.
 LINE_INFO = "--generate-line-info"
 THREADS = 256
+#: Threads per block of the learning loop: few, so that one controller's runs spread over many SMs (each
+#: thread runs a whole run's steps; the loop is latency-bound, not throughput-bound).
+LEARN_THREADS = 32
 
 _FEED_RECORD = r"""
 extern "C" __global__ void rlq_feed(float* isv, const float* kl, const float* target, long long t) {
@@ -139,6 +142,25 @@ class CupyKernel(CompiledKernel):
         self._private(_grid(n_runs), (THREADS,), (lambda0, kl, target, out, np.int64(n_runs), np.int64(n_chunks)))
 
 
+class CupyLearner(Learner):
+    """``rlq_learn`` as one thread per run."""
+
+    def __init__(self, cp, function):
+        self.cp, self._fn = cp, function
+
+    def learn(self, isv, inputs, n_evals, scratch):
+        cp = self.cp
+        isv_d = cp.asarray(np.ascontiguousarray(isv, dtype=np.float32))
+        args = [cp.asarray(a) for a in learn_arguments(inputs)]
+        n = isv_d.shape[0]
+        work = cp.empty(n * scratch, dtype=cp.float64)
+        outs = {k: cp.empty((n_evals, n), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
+        grid = (max(1, -(-n // LEARN_THREADS)),)
+        self._fn(grid, (LEARN_THREADS,), (isv_d, *args, work, np.int64(n), np.int64(1), *outs.values(),
+                                          np.int64(n), np.int64(0), np.int64(n)))
+        return {k: cp.asnumpy(v) for k, v in outs.items()}
+
+
 def _grid(n_runs: int) -> tuple[int]:
     return (max(1, (n_runs + THREADS - 1) // THREADS),)
 
@@ -188,7 +210,7 @@ class CupyBackend(Backend):
     def __init__(self):
         self.cp = _import_cupy()
         self.xp = self.cp
-        self._loaded: dict[tuple, CupyKernel] = {}
+        self._loaded: dict[tuple, CupyKernel | CupyLearner] = {}
 
     def describe(self) -> str:
         cp = self.cp
@@ -204,6 +226,15 @@ class CupyBackend(Backend):
         key = (source.text, source.symbol, slots, options, cupy_defaults)
         if key not in self._loaded:
             self._loaded[key] = CupyKernel(self.cp, source, slots, options, cupy_defaults)
+        return self._loaded[key]
+
+    def compile_learner(self, source: KernelSource, slots: Slots) -> CupyLearner:
+        check_symbol(source)
+        key = ("learner", source.text, source.symbol, slots)
+        if key not in self._loaded:
+            unit = harness_unit(source, slots, for_device=True, harness=LEARNING_LOOP)
+            module = _nvrtc_module(self.cp, unit, source.origin, OPTIONS)
+            self._loaded[key] = CupyLearner(self.cp, module.get_function("rlq_learn"))
         return self._loaded[key]
 
     def helper_module(self, code: str, origin: str):

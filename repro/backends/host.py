@@ -21,12 +21,13 @@ import mmap
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from repro.backends.base import Backend, CompiledKernel
-from repro.backends.translation_unit import HOST_GRID, HOST_INCLUDE, HOST_SHIM, compile_error, harness_unit
+from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
+from repro.backends.translation_unit import HOST_GRID, HOST_INCLUDE, HOST_SHIM, LEARNING_LOOP, compile_error, harness_unit
 from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
@@ -134,6 +135,28 @@ class HostKernel(CompiledKernel):
         self._private(_ptr_of(lambda0), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_chunks)
 
 
+class HostLearner(Learner):
+    """``rlq_learn`` through ctypes, on every core: ranges of runs from threads (ctypes releases the GIL)."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self._lib = lib  # keeps the library loaded
+        self._fn = lib.rlq_learn
+        self._fn.argtypes = [_ptr] * (2 + len(LEARN_INPUTS)) + [_c_long] * 2 + [_ptr] * len(LEARN_OUTPUTS) + [_c_long] * 3
+        self._fn.restype = None
+
+    def learn(self, isv, inputs, n_evals, scratch):
+        isv = np.ascontiguousarray(isv, dtype=np.float32)
+        args = learn_arguments(inputs)
+        n = isv.shape[0]
+        work = np.empty(n * scratch)
+        outs = {k: np.empty((n_evals, n), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
+        pointers = [_ptr_of(isv), *map(_ptr_of, args), _ptr_of(work), 1, scratch, *map(_ptr_of, outs.values()), n]
+        cuts = np.linspace(0, n, min(n, os.cpu_count() or 1) + 1).astype(int)
+        with ThreadPoolExecutor(len(cuts) - 1) as pool:
+            list(pool.map(lambda i: self._fn(*pointers, int(cuts[i]), int(cuts[i + 1])), range(len(cuts) - 1)))
+        return outs
+
+
 def _include_texts() -> list[str]:
     """What the include path contributes to a build (part of the cache key)."""
     return [HOST_GRID.read_text()] + [p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h"))]
@@ -162,7 +185,7 @@ class HostBackend(Backend):
         self.cxx = shutil.which(cxx)
         version = subprocess.run([self.cxx, "--version"], capture_output=True, text=True)
         self.compiler_version = version.stdout.splitlines()[0] if version.stdout else self.cxx
-        self._loaded: dict[str, HostKernel] = {}
+        self._loaded: dict[str, HostKernel | HostLearner] = {}
 
     def describe(self) -> str:
         return f"{cpu_model()} ({os.cpu_count()} cores), {self.compiler_version}"
@@ -173,13 +196,19 @@ class HostBackend(Backend):
             self._loaded[key] = HostKernel(ctypes.CDLL(str(lib)), source, slots)
         return self._loaded[key]
 
+    def compile_learner(self, source: KernelSource, slots: Slots) -> HostLearner:
+        key, lib = self._library(source, slots, LEARNING_LOOP)
+        if key not in self._loaded:
+            self._loaded[key] = HostLearner(ctypes.CDLL(str(lib)))
+        return self._loaded[key]
+
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
         """Build the library (or find it cached) without loading it: no candidate code runs in this process."""
         self._library(source, slots)
 
-    def _library(self, source: KernelSource, slots: Slots) -> tuple[str, Path]:
+    def _library(self, source: KernelSource, slots: Slots, harness: Path | None = None) -> tuple[str, Path]:
         check_symbol(source)
-        unit = harness_unit(source, slots, for_device=False)
+        unit = harness_unit(source, slots, for_device=False, **({"harness": harness} if harness else {}))
         key = hashlib.sha256(
             "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]

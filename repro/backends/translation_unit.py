@@ -16,6 +16,7 @@ from repro.kernel_source import KernelSource
 KERNELS = Path(__file__).resolve().parent.parent.parent / "kernels"
 HOST_SHIM = KERNELS / "host_shim.h"
 HARNESS = KERNELS / "looped_harness.cuh"
+LEARNING_LOOP = KERNELS / "learning_loop.cuh"
 HOST_GRID = KERNELS / "host_grid.cuh"
 #: Stand-ins for the CUDA headers a controller may include (cuda_runtime.h, cuda.h, math_constants.h),
 #: on the include path of both the host compiler and NVRTC.
@@ -97,18 +98,19 @@ def _origin(source: KernelSource) -> str:
     return source.origin.replace("\\", "/").replace('"', "'")
 
 
-def harness_unit(source: KernelSource, slots: Slots, for_device: bool) -> str:
-    """The controller source followed by ``looped_harness.cuh`` (and on the host ``host_grid.cuh``)."""
+def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: Path = HARNESS) -> str:
+    """The controller source followed by ``harness`` (``looped_harness.cuh``, and on the host ``host_grid.cuh``;
+    or ``learning_loop.cuh``, the learning study's loop, a unit of its own so that the gate never compiles it)."""
     prelude, body, after, grid = _prelude(source, slots), source.text, "", ""
     if for_device:
         body = device_body(body)
         prelude += _DEVICE_LAUNCH_AS_ONE_THREAD
         after = _DEVICE_RESTORE
-    else:
+    elif harness == HARNESS:
         grid = f'#line 1 "{HOST_GRID.name}"\n{HOST_GRID.read_text()}'
     return (
         f'{prelude}#line 1 "{_origin(source)}"\n{body}\n{after}'
-        f'#line 1 "{HARNESS.name}"\n{HARNESS.read_text()}{grid}'
+        f'#line 1 "{harness.name}"\n{harness.read_text()}{grid}'
     )
 
 

@@ -10,13 +10,17 @@ Per run (one ISV row each), per step:
 - Distillation: ``distill_lr``·λ·(p_Q − π) at the visited observation, p_Q = softmax(Q(s)/``q_temperature``)
   (the gradient of the cross-entropy toward Q's Boltzmann policy).
 - KL(p_Q ‖ π) at the visited state, as an EMA (rate ``kl_ema_rate``), goes into the KL slot, the target
-  into the target slot; the compiled controller kernel steps every run's ISV (one batched call per
-  controller group), and λ is read back for the next step.
+  into the target slot; the compiled controller kernel steps the run's ISV, and λ is read back for the
+  next step.
 
 Rewards are divided by the task's reward range (max − min over its table), so temperatures and the
 auxiliary reward are in the same units on every task. Agreement is evaluated every ``eval_every`` steps over
 every state visited so far: π's probability of Q's greedy action (ties: of the tied set), as the mean over
 those states and as the minimum (the latter also as a log10, which does not underflow).
+
+The loop runs compiled (``kernels/learning_loop.cuh``, the controller inside it): one call per controller
+runs all its steps, a thread per run on the GPU and ranges of runs on every core of the host.
+:mod:`repro.learning.reference` states the same loop with array operations; the tests hold the two together.
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.backends.base import CompiledKernel
+from repro.contract import Slots
+from repro.errors import SuiteError
 from repro.isv import new_isv
-from repro.learning import rng
-from repro.learning.env import BatchedEnv, Tables
+from repro.kernel_source import KernelSource
+from repro.learning.env import Tables
+
+#: Most actions the compiled loop holds per state (``RLQ_L_MAX_A``; toy-text tasks have at most 6).
+MAX_ACTIONS = 8
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,8 @@ class Group:
     """One controller's runs: its compiled kernel and the λ every run is seeded with."""
 
     name: str
-    kernel: CompiledKernel
+    source: KernelSource
+    slots: Slots
     seed_lambda: float
 
 
@@ -69,10 +78,20 @@ class Traces:
     episode_return: np.ndarray  # mean return of the episodes finished in the window (env units; NaN: none)
 
 
-def _softmax(xp, logits):
-    z = logits - logits.max(axis=-1, keepdims=True)
-    log_p = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
-    return xp.exp(log_p), log_p
+def per_run(grid: dict[str, np.ndarray], seeds: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
+    """Each run's seed and grid values (NumPy ``[N]``), runs ordered group-major, then grid point, then seed."""
+    K = len(seeds)
+    tile = lambda v, dtype: np.tile(np.repeat(np.asarray(v, dtype), K), n_groups)  # noqa: E731
+    return {"seed": np.tile(np.asarray(seeds, np.uint64), n_groups * len(grid["pi_view"])),
+            "beta": tile(grid["entropy_bonus"], np.float64), "aux_reward": tile(grid["aux_reward"], np.float64),
+            "view": tile(grid["pi_view"], np.int64)}
+
+
+def parameters(learning: Learning, tables: Tables) -> np.ndarray:
+    """The loop's ``par[]`` (the order of the enum in ``learning_loop.cuh``)."""
+    L = learning
+    return np.array([L.gamma, L.q_lr, L.q_temperature, L.actor_lr, L.critic_lr, L.distill_lr, L.kl_ema_rate,
+                     L.kl_target, tables.reward_range, np.log(10)], dtype=np.float64)
 
 
 def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
@@ -82,101 +101,21 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
     takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
     """
-    # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _simulate(backend, tables, groups, learning, seeds, grid)
-
-
-def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
-              grid: dict[str, np.ndarray]) -> Traces:
-    """The loop of :func:`simulate`."""
-    xp = backend.xp
-    L = learning
     S, A = tables.n_states, tables.n_actions
-    P, K, G = len(grid["pi_view"]), len(seeds), len(groups)
-    base = P * K
-    N = G * base
-    per_run = lambda v, dtype=np.float64: xp.asarray(np.tile(np.repeat(np.asarray(v, dtype), K), G))  # noqa: E731
-    beta, aux_r, view = per_run(grid["entropy_bonus"]), per_run(grid["aux_reward"]), per_run(grid["pi_view"], np.int64)
-    run_seed = xp.asarray(np.tile(np.asarray(seeds, np.uint64), G * P))
-    env = BatchedEnv(xp, tables)
-    scale = tables.reward_range
-    ar = xp.arange(N)
-    # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
-    aux_action = xp.stack([(rng.bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
-    obs_of = xp.arange(S)[None, :] // view[:, None]  # [N, S]
-    slots = groups[0].kernel.slots
-    isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
-    target32 = xp.float32(L.kl_target)
-    lam = isv[:, slots.lambda_].astype(xp.float64)
-    q = xp.zeros((N, S, A))
-    theta = xp.zeros((N, S, A))  # indexed by π's observation (≤ S of them)
-    v = xp.zeros((N, S))
-    ema = xp.zeros(N)
-    visited = xp.zeros((N, S), dtype=bool)
-    s = env.reset(rng.uniform(xp, run_seed, 0, rng.RESET))
-    t_ep = xp.zeros(N, dtype=xp.int64)
-    ep_ret, win_ret, win_done = xp.zeros(N), xp.zeros(N), xp.zeros(N)
-    eye = xp.eye(A)
-    n_eval = L.steps // L.eval_every
-    out = {k: np.empty((n_eval, N), dtype=np.float32 if k == "lam" else np.float64)
-           for k in ("lam", "agree_mean", "log10_agree_min", "kl_ema", "episode_return")}
-    to_np = xp.asnumpy if xp is not np else np.asarray
-    for t in range(L.steps):
-        visited[ar, s] = True
-        o = s // view
-        pi, log_pi = _softmax(xp, theta[ar, o])
-        u = rng.uniforms(xp, run_seed, [(t, rng.ACTION), (t, rng.ENV), (t + 1, rng.RESET)])
-        a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, :1]).sum(axis=1), A - 1)
-        s2, r, term = env.step(s, a, u[:, 1])
-        t_ep += 1
-        done = term | (t_ep >= tables.max_episode_steps)
-        rn = r / scale
-        cont = L.gamma * (~term)
-        q_sa = q[ar, s, a]
-        q[ar, s, a] = q_sa + L.q_lr * (rn + cont * q[ar, s2].max(axis=1) - q_sa)
-        o2 = s2 // view
-        r_pi = rn + aux_r * (a == aux_action[ar, s])
-        delta = r_pi + cont * v[ar, o2] - v[ar, o]
-        v[ar, o] += L.critic_lr * delta
-        p_q, log_p_q = _softmax(xp, q[ar, s] / L.q_temperature)
-        entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
-        grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
-                + L.distill_lr * lam[:, None] * (p_q - pi))
-        theta[ar, o] += grad
-        _, log_pi2 = _softmax(xp, theta[ar, o])
-        kl = (p_q * (log_p_q - log_pi2)).sum(axis=1)
-        ema = (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl
-        isv[:, slots.kl] = ema.astype(xp.float32)
-        isv[:, slots.target] = target32
-        for g, group in enumerate(groups):
-            group.kernel.batched_step(isv[g * base:(g + 1) * base])
-        lam = isv[:, slots.lambda_].astype(xp.float64)
-        ep_ret += r
-        win_ret += xp.where(done, ep_ret, 0.0)
-        win_done += done
-        ep_ret = xp.where(done, 0.0, ep_ret)
-        t_ep = xp.where(done, 0, t_ep)
-        s = xp.where(done, env.reset(u[:, 2]), s2)
-        if (t + 1) % L.eval_every == 0:
-            e = (t + 1) // L.eval_every - 1
-            mean, log_min = agreement(xp, q, theta, obs_of, visited)
-            for key, value in (("lam", isv[:, slots.lambda_]), ("agree_mean", mean), ("log10_agree_min", log_min),
-                               ("kl_ema", ema), ("episode_return", win_ret / xp.where(win_done > 0, win_done, xp.nan))):
-                out[key][e] = to_np(value)
-            win_ret[...], win_done[...] = 0.0, 0.0
-    return Traces(steps=np.arange(1, n_eval + 1) * L.eval_every, **out)
-
-
-def agreement(xp, q, theta, obs_of, visited):
-    """(mean, log10 min) over visited states of π's probability of Q's greedy action(s), per run."""
-    N = q.shape[0]
-    greedy = q == q.max(axis=2, keepdims=True)  # [N, S, A]: ties count together
-    _, log_pi = _softmax(xp, theta[xp.arange(N)[:, None], obs_of])  # π at each state's observation
-    masked = xp.where(greedy, log_pi, -xp.inf)
-    top = masked.max(axis=2, keepdims=True)
-    log_agree = (top + xp.log(xp.exp(masked - top).sum(axis=2, keepdims=True)))[..., 0]  # log Σ_greedy π
-    n_visited = visited.sum(axis=1)
-    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(n_visited, 1)
-    log_min = xp.where(visited, log_agree, xp.inf).min(axis=1) / np.log(10)
-    return mean, log_min
+    if A > MAX_ACTIONS:
+        raise SuiteError(f"{tables.name}: {A} actions; the learning loop holds at most {MAX_ACTIONS}")
+    L = learning
+    runs = per_run(grid, seeds, 1)
+    n = len(runs["seed"])
+    shared = {"cum": tables.cum, "next_state": tables.next_state, "reward": tables.reward,
+              "terminated": tables.terminated, "initial_cum": tables.initial_cum, "par": parameters(L, tables),
+              "dims": np.array([S, A, tables.cum.shape[2], tables.max_episode_steps, L.steps, L.eval_every])}
+    n_evals = L.steps // L.eval_every
+    parts = []
+    for g in groups:
+        learner = backend.compile_learner(g.source, g.slots)
+        parts.append(learner.learn(new_isv(g.slots, np.full(n, g.seed_lambda)), {**runs, **shared}, n_evals,
+                                   2 * S * A + 2 * S))
+    out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+    return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, lam=out["lam"], agree_mean=out["agree_mean"],
+                  log10_agree_min=out["log10_agree_min"], kl_ema=out["kl_ema"], episode_return=out["episode_return"])

@@ -1,4 +1,4 @@
-"""Controller names → compiled kernels with their seed λ, for the learning loop.
+"""Controller names → kernel sources with their seed λ, for the learning loop.
 
 Names:
 - a contract entry (``fixed``, ``original``, and any other entry ``kernels/contracts.toml`` holds, peers
@@ -31,7 +31,8 @@ def constant_source(contract: Contract):
 
 
 def group(backend, name: str, contract: Contract | None = None, source=None) -> Group:
-    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name).
+    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
+    does not compile on ``backend``).
 
     ``source`` runs that kernel source under a contract name (seeded with the entry's λ): a candidate.
     """
@@ -43,7 +44,7 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
             raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
         if not 0 < value <= 1:
             raise SuiteError(f"controller {name!r}: a constant λ must lie in (0, 1]")
-        return Group(name, backend.compile(constant_source(contract), contract.slots), value)
+        return _checked(backend, Group(name, constant_source(contract), contract.slots, value))
     if name.startswith("ablation:"):
         fixes = [f for f in name.split(":", 1)[1].split("+") if f]
         unknown = sorted(set(fixes) - set(FACTORS))
@@ -51,10 +52,15 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
             raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}")
         source, seed = variant(contract.source("original"), contract.controller("original"),
                                contract.controller("fixed"), fixes)
-        return Group(name, backend.compile(source, contract.slots), seed)
+        return _checked(backend, Group(name, source, contract.slots, seed))
     entry = contract.controller(name)
     source = source or contract.source(name)
-    return Group(name, backend.compile(source, contract.slots), entry.value("seed_lambda"))
+    return _checked(backend, Group(name, source, contract.slots, entry.value("seed_lambda")))
+
+
+def _checked(backend, group: Group) -> Group:
+    backend.compile_learner(group.source, group.slots)  # compile errors now, as one line, before any run starts
+    return group
 
 
 def expand(names: list[str]) -> list[str]:

@@ -110,7 +110,9 @@ def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarra
 
 
 def _quantiles(a: np.ndarray) -> dict[str, list]:
-    with np.errstate(invalid="ignore"):  # inf − inf inside the interpolation of a diverged λ: NaN, shown as null
+    # inf − inf inside the interpolation of a diverged λ, or an evaluation where every run is undefined: NaN, null
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
     clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
     return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}

@@ -1,0 +1,217 @@
+// learning_loop.cuh — the learning study's loop (repro/learning), every step of many runs in one call.
+//
+// The backend appends this file to the controller source, after defining RLQ_CONTROLLER and the slot
+// macros (as for looped_harness.cuh). The host compiles it with host_shim.h and calls rlq_learn on
+// ranges of runs from several threads; NVRTC compiles it as one thread per run. Either way each run
+// executes the statement of repro/learning/reference.py (the array-module loop, which the tests hold
+// this file to) and calls the controller as an ordinary function on its own ISV row once per step.
+//
+// Why compiled: per step the array form is ~100 small array operations plus one controller launch per
+// controller; on the GPU that is launch-bound (the pre-registered study took minutes), here it is one
+// launch per controller for the whole study.
+//
+// Units: rewards are divided by the reward scale (reward-range units); KL in nats; steps are
+// environment steps (= controller calls). Scratch per run: Q [S*A], θ [S*A], V [S], visited [S]
+// (doubles), at work[run * run_stride + k * elem_stride]: the host passes (1, W) so a run's scratch is
+// contiguous, the GPU (N, 1) so that neighbouring threads touch neighbouring words.
+
+#define RLQ_L_MAX_A 8  // largest action count (toy-text tasks have at most 6); checked by the caller
+
+// Parameters, in the order of par[] (repro/learning/agent.py packs them).
+enum { RLQ_L_GAMMA, RLQ_L_Q_LR, RLQ_L_Q_TEMPERATURE, RLQ_L_ACTOR_LR, RLQ_L_CRITIC_LR, RLQ_L_DISTILL_LR,
+       RLQ_L_EMA_RATE, RLQ_L_KL_TARGET, RLQ_L_REWARD_SCALE, RLQ_L_LN10 };
+// Integer dimensions, in the order of dims[].
+enum { RLQ_L_S, RLQ_L_A, RLQ_L_M, RLQ_L_MAX_EPISODE, RLQ_L_STEPS, RLQ_L_EVAL_EVERY };
+// Random streams (repro/learning/rng.py): one per use.
+enum { RLQ_L_ACTION, RLQ_L_ENV, RLQ_L_RESET, RLQ_L_AUX };
+
+// SplitMix64's finaliser; u(seed, step, stream) as repro/learning/rng.py draws it (integer math: exact).
+__device__ static inline unsigned long long rlq_l_mix(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+__device__ static inline unsigned long long rlq_l_bits(unsigned long long seed, long long step, int stream) {
+    const unsigned long long golden = 0x9E3779B97F4A7C15ULL;
+    return rlq_l_mix(rlq_l_mix(seed * golden + (unsigned long long)(stream + 1)) + (unsigned long long)step * golden);
+}
+__device__ static inline double rlq_l_uniform(unsigned long long seed, long long step, int stream) {
+    return (double)(rlq_l_bits(seed, step, stream) >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
+}
+
+// NumPy's max/min reductions propagate NaN (C's fmax/fmin would drop it): a diverged run stays visible.
+__device__ static inline double rlq_l_max(double m, double x) { return m != m ? m : (x != x || x > m) ? x : m; }
+__device__ static inline double rlq_l_min(double m, double x) { return m != m ? m : (x != x || x < m) ? x : m; }
+
+// First index whose cumulative probability exceeds u (0 when none does), as gymnasium's categorical_sample.
+__device__ static inline long long rlq_l_first_above(const double* cum, long long n, double u) {
+    for (long long i = 0; i < n; ++i)
+        if (cum[i] > u) return i;
+    return 0;
+}
+
+// p = softmax(x), log_p = log softmax(x), in the reference's order of operations.
+__device__ static inline void rlq_l_softmax(const double* x, int n, double* p, double* log_p) {
+    double m = x[0];
+    for (int a = 1; a < n; ++a) m = rlq_l_max(m, x[a]);
+    double z[RLQ_L_MAX_A];
+    double total = 0.0;
+    for (int a = 0; a < n; ++a) {
+        z[a] = x[a] - m;
+        total += exp(z[a]);
+    }
+    const double lse = log(total);
+    for (int a = 0; a < n; ++a) {
+        log_p[a] = z[a] - lse;
+        p[a] = exp(log_p[a]);
+    }
+}
+
+extern "C" __global__ void rlq_learn(
+    float* isv,                                      // [N][RLQ_ISV_LEN], each row seeded with its run's λ
+    const unsigned long long* seed,                  // [N]
+    const double* beta, const double* aux_reward,    // [N] entropy bonus; auxiliary reward (reward-range units)
+    const long long* view,                           // [N] π observes s / view
+    const double* cum, const long long* next_state,  // [S][A][M] transition table (cumulative probabilities)
+    const double* reward, const unsigned char* terminated,
+    const double* initial_cum,                       // [S]
+    const double* par, const long long* dims,        // parameters and dimensions (enums above)
+    double* work, long long elem_stride, long long run_stride,
+    float* out_lambda, double* out_agree_mean, double* out_log10_agree_min,  // [E][N], E = steps / eval_every
+    double* out_kl_ema, double* out_episode_return,
+    long long n_runs, long long first, long long last) {
+    const int S = (int)dims[RLQ_L_S], A = (int)dims[RLQ_L_A];
+    const long long M = dims[RLQ_L_M], max_episode = dims[RLQ_L_MAX_EPISODE];
+    const long long steps = dims[RLQ_L_STEPS], eval_every = dims[RLQ_L_EVAL_EVERY];
+    const double gamma = par[RLQ_L_GAMMA], q_lr = par[RLQ_L_Q_LR], temperature = par[RLQ_L_Q_TEMPERATURE];
+    const double actor_lr = par[RLQ_L_ACTOR_LR], critic_lr = par[RLQ_L_CRITIC_LR];
+    const double distill_lr = par[RLQ_L_DISTILL_LR], rate = par[RLQ_L_EMA_RATE], scale = par[RLQ_L_REWARD_SCALE];
+    const float target32 = (float)par[RLQ_L_KL_TARGET];
+    const double nan = __longlong_as_double(0x7FF8000000000000LL);
+    for (long long r = first + (long long)blockIdx.x * blockDim.x + threadIdx.x; r < last;
+         r += (long long)gridDim.x * blockDim.x) {
+        double* w = work + r * run_stride;
+        const long long es = elem_stride;
+#define RLQ_L_Q(s, a) w[((long long)(s) * A + (a)) * es]
+#define RLQ_L_THETA(o, a) w[((long long)S * A + (long long)(o) * A + (a)) * es]
+#define RLQ_L_V(o) w[((long long)2 * S * A + (o)) * es]
+#define RLQ_L_VISITED(s) w[((long long)2 * S * A + S + (s)) * es]
+        for (long long k = 0; k < (long long)2 * S * A + 2 * S; ++k) w[k * es] = 0.0;
+        float* v = isv + r * RLQ_ISV_LEN;
+        const unsigned long long sd = seed[r];
+        const long long pv = view[r];
+        const double b = beta[r], aux = aux_reward[r];
+        double lam = (double)v[RLQ_LAMBDA_SLOT];
+        double ema = 0.0, ep_ret = 0.0, win_ret = 0.0, win_done = 0.0;
+        long long t_ep = 0;
+        long long s = rlq_l_first_above(initial_cum, S, rlq_l_uniform(sd, 0, RLQ_L_RESET));
+        double x[RLQ_L_MAX_A], pi[RLQ_L_MAX_A], log_pi[RLQ_L_MAX_A], p_q[RLQ_L_MAX_A], log_p_q[RLQ_L_MAX_A];
+        for (long long t = 0; t < steps; ++t) {
+            RLQ_L_VISITED(s) = 1.0;
+            const long long o = s / pv;
+            for (int a = 0; a < A; ++a) x[a] = RLQ_L_THETA(o, a);
+            rlq_l_softmax(x, A, pi, log_pi);
+            const double u_action = rlq_l_uniform(sd, t, RLQ_L_ACTION);
+            const double u_env = rlq_l_uniform(sd, t, RLQ_L_ENV);
+            const double u_reset = rlq_l_uniform(sd, t + 1, RLQ_L_RESET);
+            // the action: how many cumulative probabilities lie at or below u (the last action at most)
+            int act = 0;
+            double c = 0.0;
+            for (int a = 0; a < A; ++a) {
+                c = a == 0 ? pi[0] : c + pi[a];
+                act += c <= u_action;
+            }
+            act = act < A - 1 ? act : A - 1;
+            const long long cell = (s * A + act) * M;
+            const long long i = rlq_l_first_above(cum + cell, M, u_env);
+            const long long s2 = next_state[cell + i];
+            const double rew = reward[cell + i];
+            const bool term = terminated[cell + i] != 0;
+            t_ep += 1;
+            const bool done = term || t_ep >= max_episode;
+            const double rn = rew / scale;
+            const double cont = gamma * (term ? 0.0 : 1.0);
+            // Q-learning (the max reads Q before this update, as the reference does)
+            const double q_sa = RLQ_L_Q(s, act);
+            double best = RLQ_L_Q(s2, 0);
+            for (int a = 1; a < A; ++a) best = rlq_l_max(best, RLQ_L_Q(s2, a));
+            RLQ_L_Q(s, act) = q_sa + q_lr * (rn + cont * best - q_sa);
+            // the actor's critic, on π's observations, with the auxiliary reward for the fixed action
+            const long long o2 = s2 / pv;
+            const bool aux_hit = (long long)(rlq_l_bits(sd, s, RLQ_L_AUX) % (unsigned long long)A) == act;
+            const double r_pi = rn + aux * (aux_hit ? 1.0 : 0.0);
+            const double delta = r_pi + cont * RLQ_L_V(o2) - RLQ_L_V(o);
+            RLQ_L_V(o) = RLQ_L_V(o) + critic_lr * delta;
+            // Q's Boltzmann policy at s, the actor's step, the distillation toward it
+            for (int a = 0; a < A; ++a) x[a] = RLQ_L_Q(s, a) / temperature;
+            rlq_l_softmax(x, A, p_q, log_p_q);
+            double plogp = 0.0;
+            for (int a = 0; a < A; ++a) plogp += pi[a] * log_pi[a];
+            const double entropy = -plogp;
+            const double push = actor_lr * delta, pull = distill_lr * lam;
+            for (int a = 0; a < A; ++a) {
+                const double grad = push * ((a == act ? 1.0 : 0.0) - pi[a]) - b * pi[a] * (log_pi[a] + entropy)
+                                    + pull * (p_q[a] - pi[a]);
+                RLQ_L_THETA(o, a) = RLQ_L_THETA(o, a) + grad;
+            }
+            // KL(p_Q ‖ π) after the step, its EMA into the KL slot; the controller moves λ
+            for (int a = 0; a < A; ++a) x[a] = RLQ_L_THETA(o, a);
+            rlq_l_softmax(x, A, pi, log_pi);
+            double kl = 0.0;
+            for (int a = 0; a < A; ++a) kl += p_q[a] * (log_p_q[a] - log_pi[a]);
+            ema = (1.0 - rate) * ema + rate * kl;
+            v[RLQ_KL_SLOT] = (float)ema;
+            v[RLQ_TARGET_SLOT] = target32;
+            RLQ_CONTROLLER(v);
+            lam = (double)v[RLQ_LAMBDA_SLOT];
+            // episodes
+            ep_ret += rew;
+            win_ret += done ? ep_ret : 0.0;
+            win_done += done ? 1.0 : 0.0;
+            if (done) {
+                ep_ret = 0.0;
+                t_ep = 0;
+                s = rlq_l_first_above(initial_cum, S, u_reset);
+            } else {
+                s = s2;
+            }
+            if ((t + 1) % eval_every == 0) {
+                // agreement over the states visited so far: log Σ over Q's greedy actions of π(a | s's observation)
+                double total = 0.0, log_min = __longlong_as_double(0x7FF0000000000000LL);  // +inf
+                long long n_visited = 0;
+                for (int st = 0; st < S; ++st) {
+                    if (RLQ_L_VISITED(st) == 0.0) continue;
+                    const long long ob = st / pv;
+                    for (int a = 0; a < A; ++a) x[a] = RLQ_L_THETA(ob, a);
+                    rlq_l_softmax(x, A, pi, log_pi);
+                    double qmax = RLQ_L_Q(st, 0);
+                    for (int a = 1; a < A; ++a) qmax = rlq_l_max(qmax, RLQ_L_Q(st, a));
+                    double top = -__longlong_as_double(0x7FF0000000000000LL);
+                    for (int a = 0; a < A; ++a) {
+                        x[a] = RLQ_L_Q(st, a) == qmax ? log_pi[a] : -__longlong_as_double(0x7FF0000000000000LL);
+                        top = rlq_l_max(top, x[a]);
+                    }
+                    double mass = 0.0;
+                    for (int a = 0; a < A; ++a) mass += exp(x[a] - top);
+                    const double log_agree = top + log(mass);
+                    total += exp(log_agree);
+                    log_min = rlq_l_min(log_min, log_agree);
+                    n_visited += 1;
+                }
+                const long long e = (t + 1) / eval_every - 1;
+                const long long at = e * n_runs + r;
+                out_lambda[at] = v[RLQ_LAMBDA_SLOT];
+                out_agree_mean[at] = total / (double)(n_visited > 1 ? n_visited : 1);
+                out_log10_agree_min[at] = log_min / par[RLQ_L_LN10];
+                out_kl_ema[at] = ema;
+                out_episode_return[at] = win_ret / (win_done > 0.0 ? win_done : nan);
+                win_ret = 0.0;
+                win_done = 0.0;
+            }
+        }
+#undef RLQ_L_Q
+#undef RLQ_L_THETA
+#undef RLQ_L_V
+#undef RLQ_L_VISITED
+    }
+}
