@@ -39,6 +39,78 @@ __device__ static inline double rlq_l_uniform(unsigned long long seed, long long
     return (double)(rlq_l_bits(seed, step, stream) >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
 }
 
+// exp and log from +, −, ×, ÷ and exact bit operations only, so that the host and the GPU compute the
+// same bits (each library's own exp/log differ in the last bit now and then, and over a study's 10⁹ steps a
+// last bit decides a few sampled actions, and a few runs in 10^4 of the pre-registered study ended with another
+// verdict on the GPU than on the CPU).
+// Both stay within a few ulp of the true value (tests/test_study.py measures it against NumPy).
+#define RLQ_L_INF __longlong_as_double(0x7FF0000000000000LL)
+#define RLQ_L_NAN __longlong_as_double(0x7FF8000000000000LL)
+__device__ static inline double rlq_l_pow2(int k) {  // 2^k for -1022 <= k <= 1023
+    return __longlong_as_double((long long)(k + 1023) << 52);
+}
+__device__ static inline double rlq_l_exp(double x) {
+    if (x != x) return x;
+    if (x > 709.8) return RLQ_L_INF;
+    if (x < -746.0) return 0.0;
+    // x = k ln2 + r, |r| <= ln2 / 2 (Cody–Waite: k × the high part of ln2 is exact)
+    const double k = floor(x * 0x1.71547652b82fep+0 + 0.5);
+    const double r = (x - k * 0x1.62e42fee00000p-1) - k * 0x1.a39ef35793c76p-33;
+    // Taylor to r^13 (the remainder is below 2^-60 on this interval), Horner
+    double p = 0x1.6124613a86d09p-33;
+    p = p * r + 0x1.1eed8eff8d898p-29;
+    p = p * r + 0x1.ae64567f544e4p-26;
+    p = p * r + 0x1.27e4fb7789f5cp-22;
+    p = p * r + 0x1.71de3a556c734p-19;
+    p = p * r + 0x1.a01a01a01a01ap-16;
+    p = p * r + 0x1.a01a01a01a01ap-13;
+    p = p * r + 0x1.6c16c16c16c17p-10;
+    p = p * r + 0x1.1111111111111p-7;
+    p = p * r + 0x1.5555555555555p-5;
+    p = p * r + 0x1.5555555555555p-3;
+    p = p * r + 0x1.0000000000000p-1;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    const int ki = (int)k;
+    if (ki > 1023) return p * 2.0 * rlq_l_pow2(ki - 1);
+    if (ki < -1021) return p * rlq_l_pow2(ki + 1000) * rlq_l_pow2(-1000);  // one rounding, into the subnormals
+    return p * rlq_l_pow2(ki);
+}
+__device__ static inline double rlq_l_log(double x) {
+    if (x != x) return x;
+    if (x < 0.0) return RLQ_L_NAN;
+    if (x == 0.0) return -RLQ_L_INF;
+    if (x == RLQ_L_INF) return x;
+    int e = 0;
+    if (x < 0x1p-1022) {  // subnormal: make it normal first
+        x *= 0x1p54;
+        e = -54;
+    }
+    const long long bits = __double_as_longlong(x);
+    e += (int)((bits >> 52) & 0x7FF) - 1023;
+    double m = __longlong_as_double((bits & 0x000FFFFFFFFFFFFFLL) | 0x3FF0000000000000LL);  // [1, 2)
+    if (m > 0x1.6a09e667f3bcdp+0) {  // above √2: halve, so that |f| <= 0.172
+        m *= 0.5;
+        e += 1;
+    }
+    // log m = 2 atanh f, f = (m − 1)/(m + 1): the odd series to f^23 (the remainder is below 2^-58)
+    const double f = (m - 1.0) / (m + 1.0), f2 = f * f;
+    double s = 0x1.642c8590b2164p-4;
+    s = s * f2 + 0x1.8618618618618p-4;
+    s = s * f2 + 0x1.af286bca1af28p-4;
+    s = s * f2 + 0x1.e1e1e1e1e1e1ep-4;
+    s = s * f2 + 0x1.1111111111111p-3;
+    s = s * f2 + 0x1.3b13b13b13b14p-3;
+    s = s * f2 + 0x1.745d1745d1746p-3;
+    s = s * f2 + 0x1.c71c71c71c71cp-3;
+    s = s * f2 + 0x1.2492492492492p-2;
+    s = s * f2 + 0x1.999999999999ap-2;
+    s = s * f2 + 0x1.5555555555555p-1;
+    const double log_m = 2.0 * f + f * (f2 * s);
+    const double ed = (double)e;
+    return ed * 0x1.62e42fee00000p-1 + (ed * 0x1.a39ef35793c76p-33 + log_m);
+}
+
 // NumPy's max/min reductions propagate NaN (C's fmax/fmin would drop it): a diverged run stays visible.
 __device__ static inline double rlq_l_max(double m, double x) { return m != m ? m : (x != x || x > m) ? x : m; }
 __device__ static inline double rlq_l_min(double m, double x) { return m != m ? m : (x != x || x < m) ? x : m; }
@@ -58,12 +130,12 @@ __device__ static inline void rlq_l_softmax(const double* x, int n, double* p, d
     double total = 0.0;
     for (int a = 0; a < n; ++a) {
         z[a] = x[a] - m;
-        total += exp(z[a]);
+        total += rlq_l_exp(z[a]);
     }
-    const double lse = log(total);
+    const double lse = rlq_l_log(total);
     for (int a = 0; a < n; ++a) {
         log_p[a] = z[a] - lse;
-        p[a] = exp(log_p[a]);
+        p[a] = rlq_l_exp(log_p[a]);
     }
 }
 
@@ -87,7 +159,6 @@ extern "C" __global__ void rlq_learn(
     const double actor_lr = par[RLQ_L_ACTOR_LR], critic_lr = par[RLQ_L_CRITIC_LR];
     const double distill_lr = par[RLQ_L_DISTILL_LR], rate = par[RLQ_L_EMA_RATE], scale = par[RLQ_L_REWARD_SCALE];
     const float target32 = (float)par[RLQ_L_KL_TARGET];
-    const double nan = __longlong_as_double(0x7FF8000000000000LL);
     for (long long r = first + (long long)blockIdx.x * blockDim.x + threadIdx.x; r < last;
          r += (long long)gridDim.x * blockDim.x) {
         double* w = work + r * run_stride;
@@ -177,7 +248,7 @@ extern "C" __global__ void rlq_learn(
             }
             if ((t + 1) % eval_every == 0) {
                 // agreement over the states visited so far: log Σ over Q's greedy actions of π(a | s's observation)
-                double total = 0.0, log_min = __longlong_as_double(0x7FF0000000000000LL);  // +inf
+                double total = 0.0, log_min = RLQ_L_INF;
                 long long n_visited = 0;
                 for (int st = 0; st < S; ++st) {
                     if (RLQ_L_VISITED(st) == 0.0) continue;
@@ -186,15 +257,15 @@ extern "C" __global__ void rlq_learn(
                     rlq_l_softmax(x, A, pi, log_pi);
                     double qmax = RLQ_L_Q(st, 0);
                     for (int a = 1; a < A; ++a) qmax = rlq_l_max(qmax, RLQ_L_Q(st, a));
-                    double top = -__longlong_as_double(0x7FF0000000000000LL);
+                    double top = -RLQ_L_INF;
                     for (int a = 0; a < A; ++a) {
-                        x[a] = RLQ_L_Q(st, a) == qmax ? log_pi[a] : -__longlong_as_double(0x7FF0000000000000LL);
+                        x[a] = RLQ_L_Q(st, a) == qmax ? log_pi[a] : -RLQ_L_INF;
                         top = rlq_l_max(top, x[a]);
                     }
                     double mass = 0.0;
-                    for (int a = 0; a < A; ++a) mass += exp(x[a] - top);
-                    const double log_agree = top + log(mass);
-                    total += exp(log_agree);
+                    for (int a = 0; a < A; ++a) mass += rlq_l_exp(x[a] - top);
+                    const double log_agree = top + rlq_l_log(mass);
+                    total += rlq_l_exp(log_agree);
                     log_min = rlq_l_min(log_min, log_agree);
                     n_visited += 1;
                 }
@@ -204,7 +275,7 @@ extern "C" __global__ void rlq_learn(
                 out_agree_mean[at] = total / (double)(n_visited > 1 ? n_visited : 1);
                 out_log10_agree_min[at] = log_min / par[RLQ_L_LN10];
                 out_kl_ema[at] = ema;
-                out_episode_return[at] = win_ret / (win_done > 0.0 ? win_done : nan);
+                out_episode_return[at] = win_ret / (win_done > 0.0 ? win_done : RLQ_L_NAN);
                 win_ret = 0.0;
                 win_done = 0.0;
             }
@@ -213,5 +284,13 @@ extern "C" __global__ void rlq_learn(
 #undef RLQ_L_THETA
 #undef RLQ_L_V
 #undef RLQ_L_VISITED
+    }
+}
+
+// The loop's exp and log on n values (the tests measure their error and compare the backends' bits).
+extern "C" __global__ void rlq_learn_elementary(const double* x, double* exp_x, double* log_x, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        exp_x[i] = rlq_l_exp(x[i]);
+        log_x[i] = rlq_l_log(x[i]);
     }
 }

@@ -96,6 +96,10 @@ class Learner(ABC):
         :data:`LEARN_OUTPUTS` as NumPy ``[n_evals, N]`` arrays.
         """
 
+    @abstractmethod
+    def elementary(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The loop's own ``(exp(x), log(x))`` (float64, NumPy), to measure their error and compare backends."""
+
 
 def learn_arguments(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The inputs as contiguous arrays of the kernel's dtypes, in its parameter order."""

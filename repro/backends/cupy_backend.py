@@ -145,8 +145,15 @@ class CupyKernel(CompiledKernel):
 class CupyLearner(Learner):
     """``rlq_learn`` as one thread per run."""
 
-    def __init__(self, cp, function):
-        self.cp, self._fn = cp, function
+    def __init__(self, cp, module):
+        self.cp, self._fn, self._elementary = cp, module.get_function("rlq_learn"), module.get_function("rlq_learn_elementary")
+
+    def elementary(self, x):
+        cp = self.cp
+        x_d = cp.asarray(np.ascontiguousarray(x, dtype=np.float64))
+        exp_x, log_x = cp.empty_like(x_d), cp.empty_like(x_d)
+        self._elementary(_grid(x_d.size), (THREADS,), (x_d, exp_x, log_x, np.int64(x_d.size)))
+        return cp.asnumpy(exp_x), cp.asnumpy(log_x)
 
     def learn(self, isv, inputs, n_evals, scratch):
         cp = self.cp
@@ -234,7 +241,7 @@ class CupyBackend(Backend):
         if key not in self._loaded:
             unit = harness_unit(source, slots, for_device=True, harness=LEARNING_LOOP)
             module = _nvrtc_module(self.cp, unit, source.origin, OPTIONS)
-            self._loaded[key] = CupyLearner(self.cp, module.get_function("rlq_learn"))
+            self._loaded[key] = CupyLearner(self.cp, module)
         return self._loaded[key]
 
     def helper_module(self, code: str, origin: str):

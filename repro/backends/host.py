@@ -143,6 +143,14 @@ class HostLearner(Learner):
         self._fn = lib.rlq_learn
         self._fn.argtypes = [_ptr] * (2 + len(LEARN_INPUTS)) + [_c_long] * 2 + [_ptr] * len(LEARN_OUTPUTS) + [_c_long] * 3
         self._fn.restype = None
+        self._elementary = lib.rlq_learn_elementary
+        self._elementary.argtypes, self._elementary.restype = [_ptr] * 3 + [_c_long], None
+
+    def elementary(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        exp_x, log_x = np.empty_like(x), np.empty_like(x)
+        self._elementary(_ptr_of(x), _ptr_of(exp_x), _ptr_of(log_x), x.size)
+        return exp_x, log_x
 
     def learn(self, isv, inputs, n_evals, scratch):
         isv = np.ascontiguousarray(isv, dtype=np.float32)
