@@ -1,18 +1,24 @@
 """The learning-loop study: Q-learning and an actor on gymnasium toy-text tasks, the controller kernel driving λ.
 
     python -m repro.study [--env NAME[,NAME…]] [--controllers fixed,original[,…]] [--seeds A:B]
-                          [--backend auto|host|cupy] [--json PATH] [--plot PATH] [--steps N]
+                          [--backend auto|host|cupy] [--json PATH] [--plot PATH] [--grid-plot PATH]
+                          [--markdown PATH] [--steps N]
 
 Defaults come from the pre-registered file (studies/preregistered.toml): its environments, seeds, controllers
 (``contract`` = every contract entry, ``const:X`` = λ held at X, ``ablation`` = the 14 ablation variants,
 ``ablation:floor+seed`` = one of them) and grid. ``--steps`` shortens the runs (the JSON then says it is not
-the pre-registered study). Prints one line per environment × controller; exit 2 on bad input.
+the pre-registered study). Prints one line per environment × controller (progress on stderr); ``--markdown``
+writes the report's section on the study with the figures drawn here linked; exit 2 on bad input.
+
+The committed CPU result is ``python -m repro.study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
+and ``--markdown`` under ``studies/results/preregistered_host*``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--json", type=Path, help="write the study's JSON here")
     parser.add_argument("--plot", type=Path, help="draw collapse fractions and agreement over steps into this PNG")
+    parser.add_argument("--grid-plot", type=Path, help="draw the per-grid-point collapse heatmap into this PNG")
+    parser.add_argument("--markdown", type=Path, help="write the study's section (tables, brackets) as markdown here")
     parser.add_argument("--steps", type=int, help="override the pre-registered steps per run (not the pre-registered study)")
     parser.add_argument("--prereg", type=Path, default=PREREGISTERED, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -45,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         if not envs or not names:
             raise SuiteError("--env and --controllers need at least one name each")
         seeds = parse_seeds(args.seeds or prereg.seeds)
-        for path in (args.json, args.plot):
+        for path in (args.json, args.plot, args.grid_plot, args.markdown):
             check_writable(path)
-        result = run(get_backend(args.backend), envs, names, seeds, prereg, steps=args.steps)
+        result = run(get_backend(args.backend), envs, names, seeds, prereg, steps=args.steps,
+                     progress=lambda line: print(f"study: {line}", file=sys.stderr, flush=True))
     except SuiteError as err:
         print(f"study: error: {err}", file=sys.stderr)
         return 2
@@ -58,13 +67,31 @@ def main(argv: list[str] | None = None) -> int:
               f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
-    if args.plot:
+    figures = {path: draw for path, draw in ((args.plot, "overview"), (args.grid_plot, "grid_heatmap")) if path}
+    if figures:
         from analysis import plots, study_plots
 
-        plots.save(study_plots.overview(result), args.plot)
+        for path, draw in figures.items():
+            plots.save(getattr(study_plots, draw)(result), path)
+    if args.markdown:
+        args.markdown.write_text(markdown(result, args, list(figures)))
     print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
           f"blocks in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def markdown(result: dict, args, figures: list[Path]) -> str:
+    """The study's section under a title naming the backend, the files beside it linked by relative path."""
+    from analysis import study_section
+
+    here = args.markdown.resolve().parent
+    rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
+    lines = [f"# The learning-loop study (backend `{result['backend']}`)", "",
+             "Written by `python -m repro.study` (see its `--help`)"
+             + (f" with its JSON in [`{rel(args.json)}`]({rel(args.json)})" if args.json else "") + ".", "",
+             *study_section.section(result, figures=False)]
+    lines += [f"![{p.stem}]({rel(p)})" for p in figures]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -214,9 +214,14 @@ def test_elementary_functions(backend, host):
 
 
 def test_cli_writes_json_and_plot(tmp_path, capsys):
-    out, plot = tmp_path / "s.json", tmp_path / "s.png"
-    assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original", "--seeds", "0:2", "--steps", "400",
-                     "--backend", "host", "--json", str(out), "--plot", str(plot)]) == 0
+    out, plot, grid, md = tmp_path / "s.json", tmp_path / "s.png", tmp_path / "figs" / "g.png", tmp_path / "s.md"
+    assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0.001,const:1", "--seeds", "0:2",
+                     "--steps", "400", "--backend", "host", "--json", str(out), "--plot", str(plot),
+                     "--grid-plot", str(grid), "--markdown", str(md)]) == 0
+    assert "FrozenLake-v1: 4 controllers × " in capsys.readouterr().err  # progress, per environment
+    text = md.read_text()
+    assert "](s.json)" in text and "](s.png)" in text and "](figs/g.png)" in text and str(tmp_path) not in text
+    assert grid.read_bytes()[:4] == b"\x89PNG" and "| FrozenLake-v1 | const:1 |" in text
     data = json.loads(out.read_text())
     entry = data["envs"]["FrozenLake-v1"]["controllers"]["original"]
     for key in ("collapse_fraction", "ci_low", "ci_high", "verdicts"):

@@ -8,6 +8,7 @@ benchmark and the closed loop keep their state where the kernel runs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
@@ -89,11 +90,13 @@ class Learner(ABC):
     """A controller compiled into the learning study's loop (``kernels/learning_loop.cuh``)."""
 
     @abstractmethod
-    def learn(self, isv: np.ndarray, inputs: dict[str, np.ndarray], n_evals: int, scratch: int) -> dict[str, np.ndarray]:
-        """Every step of every run (one ISV row each, ``[N, isv_len]`` seeded with λ) in one call.
+    def start(self, isv: np.ndarray, inputs: dict[str, np.ndarray], n_evals: int,
+              scratch: int) -> Callable[[], dict[str, np.ndarray]]:
+        """Begin every step of every run (one ISV row each, ``[N, isv_len]`` seeded with λ); call the result to wait.
 
-        ``inputs`` holds :data:`LEARN_INPUTS`; ``scratch`` is the doubles of state one run needs. Returns
-        :data:`LEARN_OUTPUTS` as NumPy ``[n_evals, N]`` arrays.
+        ``inputs`` holds :data:`LEARN_INPUTS`; ``scratch`` is the doubles of state one run needs. The returned
+        function gives :data:`LEARN_OUTPUTS` as NumPy ``[n_evals, N]`` arrays. (On the GPU each start runs on a
+        stream of its own, so that several controllers' runs share the device; the host runs it at once.)
         """
 
     @abstractmethod

@@ -155,17 +155,26 @@ class CupyLearner(Learner):
         self._elementary(_grid(x_d.size), (THREADS,), (x_d, exp_x, log_x, np.int64(x_d.size)))
         return cp.asnumpy(exp_x), cp.asnumpy(log_x)
 
-    def learn(self, isv, inputs, n_evals, scratch):
+    def start(self, isv, inputs, n_evals, scratch):
         cp = self.cp
-        isv_d = cp.asarray(np.ascontiguousarray(isv, dtype=np.float32))
-        args = [cp.asarray(a) for a in learn_arguments(inputs)]
-        n = isv_d.shape[0]
-        work = cp.empty(n * scratch, dtype=cp.float64)
-        outs = {k: cp.empty((n_evals, n), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
-        grid = (max(1, -(-n // LEARN_THREADS)),)
-        self._fn(grid, (LEARN_THREADS,), (isv_d, *args, work, np.int64(n), np.int64(1), *outs.values(),
-                                          np.int64(n), np.int64(0), np.int64(n)))
-        return {k: cp.asnumpy(v) for k, v in outs.items()}
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            isv_d = cp.asarray(np.ascontiguousarray(isv, dtype=np.float32))
+            args = [cp.asarray(a) for a in learn_arguments(inputs)]
+            n = isv_d.shape[0]
+            work = cp.empty(n * scratch, dtype=cp.float64)
+            outs = {k: cp.empty((n_evals, n), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
+            grid = (max(1, -(-n // LEARN_THREADS)),)
+            self._fn(grid, (LEARN_THREADS,), (isv_d, *args, work, np.int64(n), np.int64(1), *outs.values(),
+                                              np.int64(n), np.int64(0), np.int64(n)))
+
+        def finish():
+            with stream:
+                result = {k: cp.asnumpy(v, stream=stream) for k, v in outs.items()}
+            stream.synchronize()
+            return result
+
+        return finish
 
 
 def _grid(n_runs: int) -> tuple[int]:

@@ -152,7 +152,7 @@ class HostLearner(Learner):
         self._elementary(_ptr_of(x), _ptr_of(exp_x), _ptr_of(log_x), x.size)
         return exp_x, log_x
 
-    def learn(self, isv, inputs, n_evals, scratch):
+    def start(self, isv, inputs, n_evals, scratch):
         isv = np.ascontiguousarray(isv, dtype=np.float32)
         args = learn_arguments(inputs)
         n = isv.shape[0]
@@ -162,7 +162,7 @@ class HostLearner(Learner):
         cuts = np.linspace(0, n, min(n, os.cpu_count() or 1) + 1).astype(int)
         with ThreadPoolExecutor(len(cuts) - 1) as pool:
             list(pool.map(lambda i: self._fn(*pointers, int(cuts[i]), int(cuts[i + 1])), range(len(cuts) - 1)))
-        return outs
+        return lambda: outs
 
 
 def _include_texts() -> list[str]:

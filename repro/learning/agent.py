@@ -111,11 +111,10 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
               "terminated": tables.terminated, "initial_cum": tables.initial_cum, "par": parameters(L, tables),
               "dims": np.array([S, A, tables.cum.shape[2], tables.max_episode_steps, L.steps, L.eval_every])}
     n_evals = L.steps // L.eval_every
-    parts = []
-    for g in groups:
-        learner = backend.compile_learner(g.source, g.slots)
-        parts.append(learner.learn(new_isv(g.slots, np.full(n, g.seed_lambda)), {**runs, **shared}, n_evals,
-                                   2 * S * A + 2 * S))
+    pending = [backend.compile_learner(g.source, g.slots).start(new_isv(g.slots, np.full(n, g.seed_lambda)),
+                                                                {**runs, **shared}, n_evals, 2 * S * A + 2 * S)
+               for g in groups]  # on the GPU every controller's runs are in flight at once
+    parts = [finish() for finish in pending]
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
     return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, lam=out["lam"], agree_mean=out["agree_mean"],
                   log10_agree_min=out["log10_agree_min"], kl_ema=out["kl_ema"], episode_return=out["episode_return"])

@@ -8,6 +8,7 @@ number of steps, seeds, grid points and controllers, never a learning parameter.
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -205,8 +206,11 @@ def merge(results: list[dict]) -> dict:
 
 
 def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
-        steps: int | None = None, sources: dict | None = None) -> dict:
-    """The whole study's JSON (deterministic: no timings, no absolute paths)."""
+        steps: int | None = None, sources: dict | None = None, progress=None) -> dict:
+    """The whole study's JSON (deterministic: no timings, no absolute paths).
+
+    ``progress`` (a callable taking one line) hears when each environment is done, with its wall time (s).
+    """
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
     names = controller_names(names)
@@ -217,7 +221,14 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
               "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
               "run_order": "per controller: grid point-major, then seed",
               "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
-              "envs": {e: run_env(backend, e, names, seeds, prereg, grid, sources) for e in envs}}
+              "envs": {}}
+    n_runs = len(seeds) * len(grid_points(grid or prereg.grid)["pi_view"])
+    for env in envs:
+        start = time.perf_counter()
+        result["envs"][env] = run_env(backend, env, names, seeds, prereg, grid, sources)
+        if progress:
+            progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps "
+                     f"in {time.perf_counter() - start:.1f} s")
     return result
 
 
