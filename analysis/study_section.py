@@ -107,7 +107,7 @@ def section(result: dict, figures: bool = True) -> list[str]:
     kind = ("the pre-registered study" if result["as_preregistered"]
             else "a reduced run of the pre-registered parameters (fewer steps, seeds, grid points and controllers)")
     lines = ["## The learning loop: Q-learning and an actor on gymnasium tasks (issue 13)", "",
-             "The closed loop above is the toy. Here the loop learns: tabular Q-learning and a softmax actor "
+             "The closed loop of the report is the toy. Here the loop learns: tabular Q-learning and a softmax actor "
              "(one-step actor-critic with a learned baseline, entropy bonus and an auxiliary reward as declared "
              "conflicts, π possibly seeing less state than Q) on gymnasium's toy-text tasks, coupled by λ × the "
              "distillation gradient toward Q's Boltzmann policy; the KL EMA goes into the KL slot and the compiled "
