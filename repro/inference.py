@@ -17,7 +17,7 @@ import numpy as np
 from repro.backends.base import CompiledKernel
 from repro.contract import Controller
 from repro.isv import new_isv, stray_writes
-from repro.probes import onsets
+from repro.probes import onsets, settled
 from repro.scenarios import FAR, PROBE_TARGETS, REF_TARGET
 
 F32 = np.float32
@@ -153,13 +153,6 @@ class _Layout:
         return self.run(np.full(np.size(kl), lambda0, dtype=F32), kl, target, 1)[0]
 
 
-def _settled(lam: np.ndarray) -> np.ndarray:
-    """Per run: the final λ where the last two steps agree bit for bit and it is finite and positive, else NaN."""
-    last, prev = lam[-1], lam[-2]
-    ok = _same(last, prev) & np.isfinite(last) & (last > 0)
-    return np.where(ok, last, F32(np.nan))
-
-
 def _factor(before: np.ndarray, after: np.ndarray) -> tuple[float | None, bool]:
     """The per-step factor: the float32 r with fl(λ·r) = next λ for every pair, else the median ratio."""
     if before.size == 0:
@@ -219,7 +212,8 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     tgt = F32(REF_TARGET)
     low = lay.run(grid, tgt / F32(FAR), tgt, SETTLE_STEPS)
     high = lay.run(grid, tgt * F32(FAR), tgt, SETTLE_STEPS // 10)
-    floors, ceilings = _settled(low), _settled(high)
+    # a rate moves λ every step, so two equal steps mean a clamp; a λ of 0, inf or NaN bounds nothing
+    floors, ceilings = (np.where(np.isfinite(x) & (x > 0), x, F32(np.nan)) for x in (settled(low, 2), settled(high, 2)))
     floor = float(np.nanmin(floors)) if np.isfinite(floors).any() else None
     ceiling = float(np.nanmax(ceilings)) if np.isfinite(ceilings).any() else None
     lo = F32(floor) if floor is not None else F32(0)

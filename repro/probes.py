@@ -95,6 +95,13 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
     return ThreadProbe(GRID_COORDS, GRID_DIMS, changed)
 
 
+def settled(lam: np.ndarray, window: int) -> np.ndarray:
+    """Per run (columns of a step-major ``[T, R]`` λ trace): the final λ where the last ``window`` steps hold the
+    same bits (where a kernel settled), else NaN."""
+    tail = lam[-window:].view(np.uint32)
+    return np.where((tail == tail[-1]).all(axis=0), lam[-1], F32(np.nan))
+
+
 def settled_floor(kernel: CompiledKernel, lambda0: float, kl_over_target: float, steps: int = 20000) -> float | None:
     """The λ a kernel settles at under ``steps`` steps of sustained KL = ``kl_over_target``·target.
 
@@ -105,5 +112,5 @@ def settled_floor(kernel: CompiledKernel, lambda0: float, kl_over_target: float,
     target = np.float32(1.0)
     kl = np.full((steps, 1), np.float32(kl_over_target) * target, dtype=F32)
     lam, _ = kernel.run_looped(new_isv(kernel.slots, lambda0, 1), kl, np.full_like(kl, target))
-    tail = lam[-(steps // 10):, 0].view(np.uint32)
-    return float(lam[-1, 0]) if bool((tail == tail[-1]).all()) else None
+    value = settled(lam, steps // 10)[0]
+    return None if np.isnan(value) else float(value)
