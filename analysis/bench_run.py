@@ -45,13 +45,16 @@ def _progress(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m analysis.bench_run", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench", help="folder for JSON, table, PNG")
+    parser.add_argument("--out", type=Path, help="folder for JSON, table, PNG (default: with --record the committed "
+                        "reports/bench, else reports/bench/last-run, which git ignores)")
     parser.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as baseline")
     parser.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
     parser.add_argument("--baseline", type=Path, help="baseline file (default: reports/bench/baselines/<machine>.json)")
     parser.add_argument("--slow-ns", type=int, default=0, help="slow the controller by a busy wait of about NS ns")
     parser.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
     args = parser.parse_args(argv)
+    # a judging run never overwrites the committed table (made by --record on the baseline's machine)
+    args.out = args.out or ROOT / "reports" / "bench" / ("" if args.record else "last-run")
     try:
         if args.slow_ns < 0:
             raise SuiteError(f"--slow-ns must be a non-negative number of ns, not {args.slow_ns}")
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         gated, bad = sum(c.gated for c in checks), sum(c.regressed for c in checks)
         print(f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds")
+    print(f"bench: table and figure in {shown(args.out)}")
     for line in lines:
         print(line)
     print(f"wrote {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")

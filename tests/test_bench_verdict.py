@@ -86,3 +86,14 @@ def test_more_runs_widen_the_spread_to_largest_over_smallest():
     assert device.spread == pytest.approx(0.86 / 0.80 - 1)
     assert device.threshold == pytest.approx(SPREAD_FACTOR * device.spread)
     assert device.base == pytest.approx((0.80 + 0.81 + 0.86) / 3)
+
+
+def test_a_judging_run_leaves_the_committed_table_alone(capsys):
+    """Without --out, a run writes reports/bench/last-run, never the committed reports/bench."""
+    from repro.paths import ROOT
+
+    committed = {p: p.read_bytes() for p in (ROOT / "reports" / "bench").glob("*") if p.is_file()}
+    assert bench_run.main(["--mode", "host ctypes"]) in (0, 1)  # judged only where this machine has a baseline
+    assert "table and figure in reports/bench/last-run" in capsys.readouterr().out
+    assert (ROOT / "reports" / "bench" / "last-run" / "bench.md").is_file()
+    assert {p: p.read_bytes() for p in committed} == committed
