@@ -194,6 +194,32 @@ def test_backends_agree_bit_for_bit(backend, host, prereg):
     assert json.dumps(ours) == json.dumps(ref)
 
 
+def test_committed_gpu_study_matches_the_cpu_one():
+    """The committed pre-registered study from the H200 and from the CPU: every verdict, trace quantile and
+    fraction the same; only the backend's name and scipy's interval bounds (its version differs) may differ."""
+    from repro.paths import ROOT
+
+    results = ROOT / "studies" / "results"
+    gpu, cpu = (json.loads((results / f"preregistered_{b}.json").read_text()) for b in ("cupy", "host"))
+    assert (gpu.pop("backend"), cpu.pop("backend")) == ("cupy", "host") and gpu["as_preregistered"]
+
+    def compare(a, b, key=""):
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), key
+            for k in a:
+                compare(a[k], b[k], k)
+        elif isinstance(a, list):
+            assert len(a) == len(b), key
+            for x, y in zip(a, b, strict=True):
+                compare(x, y, key)
+        elif "ci_" in key:
+            assert np.isclose(a, b, rtol=1e-9, atol=1e-12), (key, a, b)
+        else:
+            assert a == b, (key, a, b)
+
+    compare(gpu, cpu)
+
+
 def test_elementary_functions(backend, host):
     """The loop's exp and log: within 1 ulp of NumPy's over the range the loop meets (and the same special values),
     and the same bits on every backend."""
