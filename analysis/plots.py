@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 
 from repro import spec  # noqa: E402
 from repro.contract import Controller  # noqa: E402
+from repro.errors import SuiteError  # noqa: E402
 
 COLORS = {"original": "#d62728", "fixed": "#1f77b4"}
 LABELS = {"original": "original (reconstructed)", "fixed": "fixed (96abc364b5)"}
@@ -227,8 +228,13 @@ def bad_input(outcomes: pd.DataFrame):
 
 
 def save(fig, path) -> None:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
+    """Write ``fig`` as PNG and close it; an OS error (a full disk) becomes one line."""
+    try:
+        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    except OSError as err:
+        raise SuiteError(f"cannot write {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
 
 
 def closed_loop(results: dict[str, dict]):

@@ -22,12 +22,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from repro import cli
 from repro.backends import NAMES, get_backend
 from repro.errors import SuiteError
-from repro.learning.study import PREREGISTERED, load_prereg, parse_seeds, run, table
-from repro.outputs import check_writable
+from repro.learning.study import MAX_STEPS, PREREGISTERED, load_prereg, parse_seeds, run, table
+from repro.outputs import check_writable, write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,38 +47,51 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         prereg = load_prereg(args.prereg)
-        if args.steps is not None and args.steps < prereg.learning.eval_every:
-            raise SuiteError(f"--steps must be at least {prereg.learning.eval_every} (one evaluation)")
-        envs = [e for e in (args.env.split(",") if args.env is not None else prereg.envs) if e]
-        names = [n for n in (args.controllers.split(",") if args.controllers is not None else prereg.controllers) if n]
+        L, warmup = prereg.learning, prereg.collapse.warmup
+        if args.steps is not None and not (warmup < args.steps <= MAX_STEPS and args.steps % L.eval_every == 0):
+            raise SuiteError(f"--steps must be a multiple of {L.eval_every} (the evaluation interval) above the "
+                             f"warm-up of {warmup} steps (else no evaluation is judged), at most {MAX_STEPS}")
+        envs = _names(args.env, prereg.envs)
+        names = _names(args.controllers, prereg.controllers)
         if not envs or not names:
             raise SuiteError("--env and --controllers need at least one name each")
         seeds = parse_seeds(args.seeds or prereg.seeds)
-        for path in (args.json, args.plot, args.grid_plot, args.markdown):
+        outputs = [p for p in (args.json, args.plot, args.grid_plot, args.markdown) if p]
+        if len({p.resolve() for p in outputs}) < len(outputs):
+            raise SuiteError("--json, --plot, --grid-plot and --markdown must name different files")
+        for flag, path in (("--plot", args.plot), ("--grid-plot", args.grid_plot)):
+            if path and path.suffix.lower() != ".png":
+                raise SuiteError(f"{flag} {path}: the figure is a PNG; give a path ending in .png")
+        for path in outputs:
             check_writable(path)
         result = run(get_backend(args.backend), envs, names, seeds, prereg, steps=args.steps,
                      progress=lambda line: print(f"study: {line}", file=sys.stderr, flush=True))
+        frame = table(result)
+        for r in frame.itertuples():
+            print(f"{r.env:16s} {r.controller:28s} collapse {r.collapse_fraction:6.1%} [{r.ci_low:.3f}, {r.ci_high:.3f}]  "
+                  f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  "
+                  f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
+        if args.json:
+            write_text(args.json, json.dumps(result, indent=1))
+        figures = {path: draw for path, draw in ((args.plot, "overview"), (args.grid_plot, "grid_heatmap")) if path}
+        if figures:
+            from analysis import plots, study_plots
+
+            for path, draw in figures.items():
+                plots.save(getattr(study_plots, draw)(result), path)
+        if args.markdown:
+            write_text(args.markdown, markdown(result, args, list(figures)))
     except SuiteError as err:
         print(f"study: error: {err}", file=sys.stderr)
         return 2
-    frame = table(result)
-    for r in frame.itertuples():
-        print(f"{r.env:16s} {r.controller:28s} collapse {r.collapse_fraction:6.1%} [{r.ci_low:.3f}, {r.ci_high:.3f}]  "
-              f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  "
-              f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    figures = {path: draw for path, draw in ((args.plot, "overview"), (args.grid_plot, "grid_heatmap")) if path}
-    if figures:
-        from analysis import plots, study_plots
-
-        for path, draw in figures.items():
-            plots.save(getattr(study_plots, draw)(result), path)
-    if args.markdown:
-        args.markdown.write_text(markdown(result, args, list(figures)))
     print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
           f"blocks in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _names(text: str | None, default) -> list[str]:
+    """Comma-separated names, stripped, empty ones and repeats dropped (order kept); ``default`` when not given."""
+    return list(dict.fromkeys(n.strip() for n in (text.split(",") if text is not None else default) if n.strip()))
 
 
 def markdown(result: dict, args, figures: list[Path]) -> str:
@@ -86,11 +100,12 @@ def markdown(result: dict, args, figures: list[Path]) -> str:
 
     here = args.markdown.resolve().parent
     rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
+    link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
     lines = [f"# The learning-loop study (backend `{result['backend']}`)", "",
              "Written by `python -m repro.study` (see its `--help`)"
-             + (f" with its JSON in [`{rel(args.json)}`]({rel(args.json)})" if args.json else "") + ".", "",
+             + (f" with its JSON in [`{rel(args.json)}`]({link(args.json)})" if args.json else "") + ".", "",
              *study_section.section(result, figures=False)]
-    lines += [f"![{p.stem}]({rel(p)})" for p in figures]
+    lines += [f"![{p.stem}]({link(p)})" for p in figures]
     return "\n".join(lines) + "\n"
 
 

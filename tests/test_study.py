@@ -5,6 +5,7 @@ pre-registered one is marked slow)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,7 +99,8 @@ def _bits(a):
 def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     """The compiled loop (kernels/learning_loop.cuh) against the array statement, run by run: the same
     trajectories (returns and λ bit for bit: same actions, same outcomes, same controller inputs) and
-    agreement/KL within rounding (exp and log may differ in the last bit between libraries)."""
+    agreement/KL within rounding: the reference uses NumPy's exp and log, the loop its own (both within 2 ulp),
+    and NumPy sums the agreement over 8 or more states pairwise where the loop sums them in order."""
     from dataclasses import replace
 
     _, tables = make(env, prereg.learning.default_max_episode_steps)
@@ -221,11 +223,12 @@ def test_committed_gpu_study_matches_the_cpu_one():
 
 
 def test_elementary_functions(backend, host):
-    """The loop's exp and log: within 1 ulp of NumPy's over the range the loop meets (and the same special values),
-    and the same bits on every backend."""
+    """The loop's exp and log: within 2 ulp of NumPy's (and the same special values), and the same bits on every
+    backend. The inputs have full random mantissas (``u·2^e``), over the range the loop meets: logits' differences
+    for exp, sums of A probabilities in [1, A] for log, and beyond."""
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.uniform(-50, 50, 20000), rng.uniform(-746, 710, 20000), rng.uniform(-1e-3, 1e-3, 5000),
-                        np.exp(rng.uniform(-700, 700, 5000)),
+                        np.exp(rng.uniform(-700, 700, 5000)), 1 + rng.random(40000) * 5,
                         [0.0, -0.0, 1.0, -1.0, 709.78, 709.79, -745.1, -745.14, np.inf, -np.inf, np.nan, 5e-324, 1e-310]])
     learner = backend.compile_learner(load().source("fixed"), load().slots)
     got = learner.elementary(x)
@@ -234,7 +237,7 @@ def test_elementary_functions(backend, host):
     for g, w in zip(got, want, strict=True):
         normal = np.isfinite(w) & (w != 0)
         assert np.array_equal(g[~normal], w[~normal], equal_nan=True)
-        assert (np.abs(g[normal] - w[normal]) <= np.spacing(np.abs(w[normal]))).all()
+        assert (np.abs(g[normal] - w[normal]) <= 2 * np.spacing(np.abs(w[normal]))).all()
     for g, h in zip(got, host.compile_learner(load().source("fixed"), load().slots).elementary(x), strict=True):
         assert np.array_equal(g.view(np.uint64), h.view(np.uint64))
 
@@ -242,7 +245,7 @@ def test_elementary_functions(backend, host):
 def test_cli_writes_json_and_plot(tmp_path, capsys):
     out, plot, grid, md = tmp_path / "s.json", tmp_path / "s.png", tmp_path / "figs" / "g.png", tmp_path / "s.md"
     assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0.001,const:1", "--seeds", "0:2",
-                     "--steps", "400", "--backend", "host", "--json", str(out), "--plot", str(plot),
+                     "--steps", "5200", "--backend", "host", "--json", str(out), "--plot", str(plot),
                      "--grid-plot", str(grid), "--markdown", str(md)]) == 0
     assert "FrozenLake-v1: 4 controllers × " in capsys.readouterr().err  # progress, per environment
     text = md.read_text()
@@ -263,17 +266,45 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     (["--seeds", "x"], "--seeds"),
     (["--controllers", "fixed,nope"], "unknown contract 'nope'"),
     (["--json", "{tmp}/file.txt/out.json"], "cannot write"),
+    # every environment is checked before the first one runs: no work is lost to a typo in the last name
+    (["--env", "FrozenLake-v1,Nope-v0", "--json", "{tmp}/s.json"], "'Nope-v0'"),
+    (["--env", "Taxi-v3"], "unknown or unusable gymnasium environment"),  # one line despite its deprecation warning
+    (["--steps", "5000"], "above the warm-up"),  # nothing after the warm-up: nothing would be judged
+    (["--steps", "5300"], "a multiple of"),
+    (["--steps", "20000000000"], "at most"),
+    (["--seeds", "0:100000000000"], "at most"),
+    (["--seeds", "18446744073709551615:18446744073709551617"], "2^64"),
+    (["--controllers", "const:1e-50"], "normal float32"),
+    (["--controllers", "ablation:floor+floor"], "each at most once"),
+    (["--plot", "{tmp}/figure.txt"], "ending in .png"),
+    (["--json", "{tmp}/same", "--markdown", "{tmp}/same"], "different files"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "file.txt").write_text("a file, so no folder can be made under it")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    defaults = {"--env": "FrozenLake-v1", "--controllers": "fixed", "--seeds": "0:1", "--steps": "200", "--backend": "host"}
+    defaults = {"--env": "FrozenLake-v1", "--controllers": "fixed", "--seeds": "0:1", "--steps": "5200", "--backend": "host"}
     for flag, value in defaults.items():
         if flag not in argv:
             argv += [flag, value]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("study: error:") and message in err
+    assert err.count("\n") == 1 and err.startswith("study: error:") and message in err, err
+    assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_cli_a_failing_write_after_the_run_is_one_error_line(capsys):
+    """The disk fills after the work is done: progress lines, then one error line, exit 2, no traceback."""
+    argv = ["--env", "FrozenLake-v1", "--controllers", "fixed", "--seeds", "0:1", "--steps", "5200", "--backend", "host"]
+    assert cli.main([*argv, "--markdown", "/dev/full"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == "study: error: cannot write /dev/full: No space left on device"
+    assert all(ln.startswith("study: FrozenLake-v1: ") for ln in lines[:-1])
+
+
+def test_controller_names_are_spelled_one_way():
+    assert controllers.expand(["const:1.0", "const:1", "ablation:seed+floor", "ablation:floor+seed", "fixed"]) == [
+        "const:1", "ablation:floor+seed", "fixed"]
 
 
 @pytest.mark.slow

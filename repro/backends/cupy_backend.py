@@ -168,10 +168,13 @@ class CupyLearner(Learner):
             self._fn(grid, (LEARN_THREADS,), (isv_d, *args, work, np.int64(n), np.int64(1), *outs.values(),
                                               np.int64(n), np.int64(0), np.int64(n)))
 
+        in_use = [isv_d, *args, work]  # held until the kernel is done, not left to the pool while it runs
+
         def finish():
             with stream:
                 result = {k: cp.asnumpy(v, stream=stream) for k, v in outs.items()}
             stream.synchronize()
+            in_use.clear()
             return result
 
         return finish

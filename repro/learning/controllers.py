@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from repro.closed_loop.designs import FACTORS, variant
 from repro.contract import Contract, load
 from repro.errors import SuiteError
@@ -42,14 +44,15 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
             value = float(name.split(":", 1)[1])
         except ValueError:
             raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
-        if not 0 < value <= 1:
-            raise SuiteError(f"controller {name!r}: a constant λ must lie in (0, 1]")
+        if not np.finfo(np.float32).tiny <= value <= 1:  # λ lives in a float32 slot: no 0, no subnormal
+            raise SuiteError(f"controller {name!r}: a constant λ must lie in (0, 1] and be a normal float32 "
+                             f"(at least {np.finfo(np.float32).tiny:.3g})")
         return _checked(backend, Group(name, constant_source(contract), contract.slots, value))
     if name.startswith("ablation:"):
-        fixes = [f for f in name.split(":", 1)[1].split("+") if f]
-        unknown = sorted(set(fixes) - set(FACTORS))
-        if unknown or not fixes:
-            raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}")
+        fixes = name.split(":", 1)[1].split("+")
+        if set(fixes) - set(FACTORS) or len(set(fixes)) < len(fixes):
+            raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}, each at most once, "
+                             "joined by +")
         source, seed = variant(contract.source("original"), contract.controller("original"),
                                contract.controller("fixed"), fixes)
         return _checked(backend, Group(name, source, contract.slots, seed))
@@ -63,9 +66,25 @@ def _checked(backend, group: Group) -> Group:
     return group
 
 
+def canonical(name: str) -> str:
+    """One spelling per controller: ``const:1.0`` → ``const:1``, ``ablation:seed+floor`` → ``ablation:floor+seed``
+    (a name that does not parse is left for :func:`group` to refuse)."""
+    kind, _, rest = name.partition(":")
+    if kind == "const":
+        try:
+            return f"const:{float(rest):g}"
+        except ValueError:
+            return name
+    if kind == "ablation":
+        fixes = rest.split("+")
+        if set(fixes) <= set(FACTORS) and len(set(fixes)) == len(fixes):
+            return "ablation:" + "+".join(f for f in FACTORS if f in fixes)
+    return name
+
+
 def expand(names: list[str]) -> list[str]:
-    """Names with ``ablation`` expanded to every variant, duplicates dropped (order kept)."""
+    """Names with ``ablation`` expanded to every variant, spelled canonically, duplicates dropped (order kept)."""
     out = []
     for n in names:
-        out += ablation_names() if n == "ablation" else [n]
+        out += ablation_names() if n == "ablation" else [canonical(n)]
     return list(dict.fromkeys(out))

@@ -9,6 +9,7 @@ environment registers none); a finished episode restarts from the initial-state 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,9 @@ def make(name: str, default_max_steps: int):
     except ImportError:
         raise SuiteError("the learning study needs gymnasium (pip install --group study)") from None
     try:
-        env = gymnasium.make(name)
+        with warnings.catch_warnings():  # an old version's DeprecationWarning would add lines to a one-line error
+            warnings.simplefilter("ignore")
+            env = gymnasium.make(name)
     except Exception as err:  # gymnasium raises several types for unknown or broken ids
         raise SuiteError(f"unknown or unusable gymnasium environment {name!r}: {str(err).splitlines()[0]}") from None
     raw = env.unwrapped

@@ -25,6 +25,10 @@ from repro.paths import ROOT
 
 PREREGISTERED = ROOT / "studies" / "preregistered.toml"
 GRID_AXES = ("entropy_bonus", "aux_reward", "pi_view")
+#: Most steps per run and seeds a study takes (the traces of a bigger one would not fit in memory anyway).
+MAX_STEPS, MAX_SEEDS = 10_000_000, 1_000_000
+#: Most memory the traces of one environment may take (bytes): 36 bytes per evaluation and run.
+MAX_TRACE_BYTES = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,15 @@ def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
 
 
 def parse_seeds(text: str) -> np.ndarray:
-    """``A:B`` → seeds A..B−1 (0 ≤ A < B)."""
+    """``A:B`` → seeds A..B−1 (0 ≤ A < B < 2^64, at most :data:`MAX_SEEDS` of them)."""
     try:
         a, b = (int(x) for x in text.split(":"))
     except ValueError:
         raise SuiteError(f"--seeds {text!r}: expected A:B with integers A < B") from None
-    if not 0 <= a < b:
-        raise SuiteError(f"--seeds {text!r}: expected 0 ≤ A < B")
+    if not 0 <= a < b <= 1 << 64:
+        raise SuiteError(f"--seeds {text!r}: expected 0 ≤ A < B ≤ 2^64")
+    if b - a > MAX_SEEDS:
+        raise SuiteError(f"--seeds {text!r}: {b - a} seeds; a study takes at most {MAX_SEEDS}")
     return np.arange(a, b, dtype=np.uint64)
 
 
@@ -214,6 +220,13 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
     names = controller_names(names)
+    for env in envs:  # every name checked before the first run starts
+        make(env, prereg.learning.default_max_episode_steps)
+    n_runs = len(seeds) * len(grid_points(grid or prereg.grid)["pi_view"])
+    need = 36 * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names)
+    if need > MAX_TRACE_BYTES:
+        raise SuiteError(f"the traces of one environment would take {need / 2**30:.1f} GiB (at most "
+                         f"{MAX_TRACE_BYTES / 2**30:.0f}): fewer steps, seeds or controllers")
     result = {"preregistration": prereg.path, "backend": backend.name,
               "parameters": {"learning": asdict(prereg.learning), "grid": {k: list(v) for k, v in (grid or prereg.grid).items()},
                              "collapse": asdict(prereg.collapse)},
@@ -222,7 +235,6 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
               "run_order": "per controller: grid point-major, then seed",
               "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
               "envs": {}}
-    n_runs = len(seeds) * len(grid_points(grid or prereg.grid)["pi_view"])
     for env in envs:
         start = time.perf_counter()
         result["envs"][env] = run_env(backend, env, names, seeds, prereg, grid, sources)
