@@ -49,6 +49,12 @@ __device__ static inline double rlq_l_uniform(unsigned long long seed, long long
 __device__ static inline double rlq_l_pow2(int k) {  // 2^k for -1022 <= k <= 1023
     return __longlong_as_double((long long)(k + 1023) << 52);
 }
+// c[0]·x^(n−1) + … + c[n−1], by Horner's rule (no fused multiply-add: both builds forbid contraction).
+__device__ static inline double rlq_l_horner(const double* c, int n, double x) {
+    double p = c[0];
+    for (int i = 1; i < n; ++i) p = p * x + c[i];
+    return p;
+}
 __device__ static inline double rlq_l_exp(double x) {
     if (x != x) return x;
     if (x > 709.8) return RLQ_L_INF;
@@ -57,20 +63,11 @@ __device__ static inline double rlq_l_exp(double x) {
     const double k = floor(x * 0x1.71547652b82fep+0 + 0.5);
     const double r = (x - k * 0x1.62e42fee00000p-1) - k * 0x1.a39ef35793c76p-33;
     // Taylor to r^13 (the remainder is below 2^-57 on this interval, a small part of an ulp), Horner
-    double p = 0x1.6124613a86d09p-33;
-    p = p * r + 0x1.1eed8eff8d898p-29;
-    p = p * r + 0x1.ae64567f544e4p-26;
-    p = p * r + 0x1.27e4fb7789f5cp-22;
-    p = p * r + 0x1.71de3a556c734p-19;
-    p = p * r + 0x1.a01a01a01a01ap-16;
-    p = p * r + 0x1.a01a01a01a01ap-13;
-    p = p * r + 0x1.6c16c16c16c17p-10;
-    p = p * r + 0x1.1111111111111p-7;
-    p = p * r + 0x1.5555555555555p-5;
-    p = p * r + 0x1.5555555555555p-3;
-    p = p * r + 0x1.0000000000000p-1;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    const double taylor[] = {0x1.6124613a86d09p-33, 0x1.1eed8eff8d898p-29, 0x1.ae64567f544e4p-26,  // 1/13! … 1/11!
+                             0x1.27e4fb7789f5cp-22, 0x1.71de3a556c734p-19, 0x1.a01a01a01a01ap-16,
+                             0x1.a01a01a01a01ap-13, 0x1.6c16c16c16c17p-10, 0x1.1111111111111p-7,
+                             0x1.5555555555555p-5, 0x1.5555555555555p-3, 0x1.0000000000000p-1, 1.0, 1.0};  // … 1/0!
+    const double p = rlq_l_horner(taylor, 14, r);
     const int ki = (int)k;
     if (ki > 1023) return p * 2.0 * rlq_l_pow2(ki - 1);
     if (ki < -1021) return p * rlq_l_pow2(ki + 1000) * rlq_l_pow2(-1000);  // one rounding, into the subnormals
@@ -95,17 +92,11 @@ __device__ static inline double rlq_l_log(double x) {
     }
     // log m = 2 atanh f, f = (m − 1)/(m + 1): the odd series to f^23 (the remainder is below 2^-58 of the result)
     const double f = (m - 1.0) / (m + 1.0), f2 = f * f;
-    double s = 0x1.642c8590b2164p-4;
-    s = s * f2 + 0x1.8618618618618p-4;
-    s = s * f2 + 0x1.af286bca1af28p-4;
-    s = s * f2 + 0x1.e1e1e1e1e1e1ep-4;
-    s = s * f2 + 0x1.1111111111111p-3;
-    s = s * f2 + 0x1.3b13b13b13b14p-3;
-    s = s * f2 + 0x1.745d1745d1746p-3;
-    s = s * f2 + 0x1.c71c71c71c71cp-3;
-    s = s * f2 + 0x1.2492492492492p-2;
-    s = s * f2 + 0x1.999999999999ap-2;
-    s = s * f2 + 0x1.5555555555555p-1;
+    const double odd[] = {0x1.642c8590b2164p-4, 0x1.8618618618618p-4, 0x1.af286bca1af28p-4,  // 2/23, 2/21, 2/19
+                          0x1.e1e1e1e1e1e1ep-4, 0x1.1111111111111p-3, 0x1.3b13b13b13b14p-3,
+                          0x1.745d1745d1746p-3, 0x1.c71c71c71c71cp-3, 0x1.2492492492492p-2,
+                          0x1.999999999999ap-2, 0x1.5555555555555p-1};  // … 2/5, 2/3
+    const double s = rlq_l_horner(odd, 11, f2);
     const double log_m = 2.0 * f + f * (f2 * s);
     const double ed = (double)e;
     return ed * 0x1.62e42fee00000p-1 + (ed * 0x1.a39ef35793c76p-33 + log_m);
