@@ -27,7 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
-from repro.backends.translation_unit import HOST_GRID, HOST_INCLUDE, HOST_SHIM, LEARNING_LOOP, compile_error, harness_unit
+from repro.backends.translation_unit import (
+    HARNESS,
+    HOST_GRID,
+    HOST_INCLUDE,
+    HOST_SHIM,
+    LEARNING_LOOP,
+    compile_error,
+    harness_unit,
+)
 from repro.contract import Slots
 from repro.errors import BackendUnavailable
 from repro.kernel_source import KernelSource, check_symbol
@@ -214,9 +222,9 @@ class HostBackend(Backend):
         """Build the library (or find it cached) without loading it: no candidate code runs in this process."""
         self._library(source, slots)
 
-    def _library(self, source: KernelSource, slots: Slots, harness: Path | None = None) -> tuple[str, Path]:
+    def _library(self, source: KernelSource, slots: Slots, harness: Path = HARNESS) -> tuple[str, Path]:
         check_symbol(source)
-        unit = harness_unit(source, slots, for_device=False, **({"harness": harness} if harness else {}))
+        unit = harness_unit(source, slots, for_device=False, harness=harness)
         key = hashlib.sha256(
             "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]

@@ -58,7 +58,7 @@ class Learning:
 
 @dataclass(frozen=True)
 class Group:
-    """One controller's runs: its compiled kernel and the λ every run is seeded with."""
+    """One controller's runs: its kernel source, the contract's slots and the λ every run is seeded with."""
 
     name: str
     source: KernelSource
@@ -116,5 +116,4 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
                for g in groups]  # on the GPU every controller's runs are in flight at once
     parts = [finish() for finish in pending]
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
-    return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, lam=out["lam"], agree_mean=out["agree_mean"],
-                  log10_agree_min=out["log10_agree_min"], kl_ema=out["kl_ema"], episode_return=out["episode_return"])
+    return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, **out)  # the outputs are named as its fields

@@ -49,8 +49,8 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
                              f"(at least {np.finfo(np.float32).tiny:.3g})")
         return _checked(backend, Group(name, constant_source(contract), contract.slots, value))
     if name.startswith("ablation:"):
-        fixes = name.split(":", 1)[1].split("+")
-        if set(fixes) - set(FACTORS) or len(set(fixes)) < len(fixes):
+        fixes = _fixes(name.split(":", 1)[1])
+        if fixes is None:
             raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}, each at most once, "
                              "joined by +")
         source, seed = variant(contract.source("original"), contract.controller("original"),
@@ -66,6 +66,12 @@ def _checked(backend, group: Group) -> Group:
     return group
 
 
+def _fixes(text: str) -> list[str] | None:
+    """``floor+seed`` → its fixes (each from :data:`FACTORS`, at most once); None when it is not such a list."""
+    fixes = text.split("+")
+    return fixes if set(fixes) <= set(FACTORS) and len(set(fixes)) == len(fixes) else None
+
+
 def canonical(name: str) -> str:
     """One spelling per controller: ``const:1.0`` → ``const:1``, ``ablation:seed+floor`` → ``ablation:floor+seed``
     (a name that does not parse is left for :func:`group` to refuse)."""
@@ -75,10 +81,8 @@ def canonical(name: str) -> str:
             return f"const:{float(rest):g}"
         except ValueError:
             return name
-    if kind == "ablation":
-        fixes = rest.split("+")
-        if set(fixes) <= set(FACTORS) and len(set(fixes)) == len(fixes):
-            return "ablation:" + "+".join(f for f in FACTORS if f in fixes)
+    if kind == "ablation" and (fixes := _fixes(rest)) is not None:
+        return "ablation:" + "+".join(f for f in FACTORS if f in fixes)
     return name
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from repro.backends.base import LEARN_OUTPUTS
 from repro.isv import new_isv
 from repro.learning import rng
 from repro.learning.agent import Group, Learning, Traces, per_run
@@ -64,8 +65,7 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
     ep_ret, win_ret, win_done = xp.zeros(N), xp.zeros(N), xp.zeros(N)
     eye = xp.eye(A)
     n_eval = L.steps // L.eval_every
-    out = {k: np.empty((n_eval, N), dtype=np.float32 if k == "lam" else np.float64)
-           for k in ("lam", "agree_mean", "log10_agree_min", "kl_ema", "episode_return")}
+    out = {k: np.empty((n_eval, N), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
     to_np = xp.asnumpy if xp is not np else np.asarray
     for t in range(L.steps):
         visited[ar, s] = True

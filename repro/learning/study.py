@@ -16,18 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.backends.base import LEARN_OUTPUTS
 from repro.contract import load
 from repro.errors import SuiteError
 from repro.learning import controllers as ctl
 from repro.learning.agent import Learning, Traces, simulate
-from repro.learning.env import make
+from repro.learning.env import Tables, make
 from repro.paths import ROOT
 
 PREREGISTERED = ROOT / "studies" / "preregistered.toml"
 GRID_AXES = ("entropy_bonus", "aux_reward", "pi_view")
 #: Most steps per run and seeds a study takes (the traces of a bigger one would not fit in memory anyway).
 MAX_STEPS, MAX_SEEDS = 10_000_000, 1_000_000
-#: Most memory the traces of one environment may take (bytes): 36 bytes per evaluation and run.
+#: Most memory the traces of one environment may take (bytes).
 MAX_TRACE_BYTES = 8 << 30
 
 
@@ -125,13 +126,12 @@ def _quantiles(a: np.ndarray) -> dict[str, list]:
     return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}
 
 
-def run_env(backend, env: str, names: list[str], seeds: np.ndarray, prereg: Prereg,
+def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg: Prereg,
             grid: dict[str, tuple] | None = None, sources: dict | None = None) -> dict:
-    """One environment, every controller: the JSON's block for ``env``.
+    """One environment (its :class:`Tables`), every controller: the JSON's block for it.
 
     ``sources`` puts a kernel source in a contract name's place (a candidate under "fixed").
     """
-    _, tables = make(env, prereg.learning.default_max_episode_steps)
     contract = load()
     groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     points = grid_points(grid or prereg.grid)
@@ -220,10 +220,11 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
     names = controller_names(names)
-    for env in envs:  # every name checked before the first run starts
-        make(env, prereg.learning.default_max_episode_steps)
+    # every environment made (and its name checked) before the first run starts
+    tables = {env: make(env, prereg.learning.default_max_episode_steps)[1] for env in envs}
     n_runs = len(seeds) * len(grid_points(grid or prereg.grid)["pi_view"])
-    need = 36 * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names)
+    per_evaluation_and_run = sum(np.dtype(d).itemsize for d in LEARN_OUTPUTS.values())
+    need = per_evaluation_and_run * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names)
     if need > MAX_TRACE_BYTES:
         raise SuiteError(f"the traces of one environment would take {need / 2**30:.1f} GiB (at most "
                          f"{MAX_TRACE_BYTES / 2**30:.0f}): fewer steps, seeds or controllers")
@@ -237,7 +238,7 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
               "envs": {}}
     for env in envs:
         start = time.perf_counter()
-        result["envs"][env] = run_env(backend, env, names, seeds, prereg, grid, sources)
+        result["envs"][env] = run_env(backend, tables[env], names, seeds, prereg, grid, sources)
         if progress:
             progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps "
                      f"in {time.perf_counter() - start:.1f} s")
