@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from repro.backends import get_backend, unavailable_reason
-from repro.contract import load
-from repro.kernel_source import load_kernel
+from repro.core.contract import load
+from repro.core.kernel_source import load_kernel
 
 BACKENDS = ("host", "cupy")
 
@@ -55,7 +55,7 @@ def pytest_generate_tests(metafunc):
         candidate = metafunc.config.getoption("--kernel")
         names = ["candidate"] if candidate else ["fixed", "original"]
         if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
-            from analysis.properties import applicable
+            from analysis.judge.properties import applicable
 
             contract = load()
             judged = {n: metafunc.config.getoption("--contract") if n == "candidate" else n for n in names}

@@ -47,8 +47,8 @@ def pytest_configure(config):
     path = config.getoption("--kernel", default=None)
     if path is None:
         return
-    from repro.contract import load
-    from repro.errors import SuiteError
+    from repro.core.contract import load
+    from repro.core.errors import SuiteError
 
     try:
         load().source(config.getoption("--contract"), path)

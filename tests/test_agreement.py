@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.properties import bits
-from repro import spec
-from repro.contract import load
-from repro.isv import new_isv
-from repro.runner import run_scenarios
-from repro.scenarios import catalogue
+from analysis.judge.properties import bits
+from repro.core import spec
+from repro.core.contract import load
+from repro.core.isv import new_isv
+from repro.runners.runner import run_scenarios
+from repro.runners.scenarios import catalogue
 
 CONTROLLERS = ("fixed", "original")
 SCENARIOS = [s.name for s in catalogue(load().controller("fixed"))]
@@ -118,7 +118,7 @@ def test_cupy_rawmodule_flushes_subnormals(contract):
     as the spec model does; the RawModule build leaves λ unchanged.
     """
     from repro.backends import get_backend
-    from repro.scenarios import case
+    from repro.runners.scenarios import case
 
     cupy_be = get_backend("cupy")
     src = contract.source("fixed")

@@ -8,15 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import gate
-from repro.contract import Slots, load
-from repro.errors import SuiteError
-from repro.kernel_source import load_kernel
-from repro.paths import ROOT
+from analysis.cli import gate
+from repro.core.contract import Slots, load
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import load_kernel
+from repro.core.paths import ROOT
 
 
 def run_gate(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.gate", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "analysis", "gate", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 def test_missing_file_exits_2_with_one_line():
@@ -47,7 +47,7 @@ def test_usage_errors_exit_2(args):
 
 
 def test_unavailable_backend_is_a_clear_error(monkeypatch, capsys):
-    from repro.errors import BackendUnavailable
+    from repro.core.errors import BackendUnavailable
 
     def unavailable(name="auto"):
         raise BackendUnavailable("cupy backend: no CUDA device")
@@ -64,8 +64,8 @@ def test_unknown_define_is_rejected(contract):
 
 def test_define_override_is_visible_in_behaviour(contract, host):
     """The variant mechanism changes the compiled kernel: a floor of 0.2 is where λ settles."""
-    from repro.runner import run_scenarios
-    from repro.scenarios import catalogue
+    from repro.runners.runner import run_scenarios
+    from repro.runners.scenarios import catalogue
 
     variant = contract.source("fixed").with_defines(MIN_LAMBDA=0.2)
     aligned = next(s for s in catalogue(contract.controller("fixed")) if s.name == "decay_from_ceiling")
@@ -96,24 +96,25 @@ def test_unreadable_kernel_file(tmp_path):
 
 
 @pytest.mark.parametrize("module, args", [
-    ("analysis.gate", ["--backend", "nosuch"]),
-    ("analysis.report", ["--backend", "nosuch"]),
-    ("analysis.bench_run", ["--slow-ns", "abc"]),
-    ("analysis.bench_run", ["--slow-ns", "-5"]),
-    ("analysis.bench_run", ["--out", "/proc/no/such/dir"]),
-    ("repro.replay", []),
-    ("repro.closed_loop", []),
-    ("repro.closed_loop", ["--controller", "fixed", "--seed", "-1"]),
-    ("repro.closed_loop", ["--controller", "fixed", "--steps", "abc"]),
-    ("repro.study", ["--backend", "nosuch"]),
-    ("repro.study", ["--env", ""]),
+    ("gate", ["--backend", "nosuch"]),
+    ("report", ["--backend", "nosuch"]),
+    ("bench", ["--slow-ns", "abc"]),
+    ("bench", ["--slow-ns", "-5"]),
+    ("bench", ["--out", "/proc/no/such/dir"]),
+    ("replay", []),
+    ("toy", []),
+    ("toy", ["--controller", "fixed", "--seed", "-1"]),
+    ("toy", ["--controller", "fixed", "--steps", "abc"]),
+    ("study", ["--backend", "nosuch"]),
+    ("study", ["--env", ""]),
 ])
 def test_every_command_line_refuses_bad_input_in_one_line(module, args):
     """Usage errors as a stranger makes them: exit 2, one line on stderr, no traceback, no work done."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "analysis", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in done.stderr, done.stderr

@@ -2,7 +2,7 @@
 
 Each mode × kernel must produce its timings (one finite value per round) and
 time a path that computes the spec model's bits; timing itself is
-``python -m analysis.bench_run``'s job. GPU modes carry the ``gpu`` marker;
+``python -m analysis bench``'s job. GPU modes carry the ``gpu`` marker;
 the native launchers skip with the reason where a C compiler, the CUDA driver
 or cuda.bindings is missing.
 """
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.bench_verdict import judge
+from analysis.judge.bench_verdict import judge
 from repro import bench
 from repro.bench import native
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import bench_report
+from analysis.present import bench_report
 from repro import bench
+from repro.core.errors import SuiteError
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,17 @@ def test_repeat_column_is_the_change_between_the_two_runs(two_runs):
     assert f"{change:+.1%}" in row
 
 
-def test_cli_writes_table_modes_and_png(two_runs, tmp_path):
-    assert bench_report.main([str(two_runs[0]), "--repeat", str(two_runs[1]), "--out", str(tmp_path)]) == 0
+def test_write_makes_table_modes_and_png(two_runs, tmp_path):
+    df, machine = bench_report.load(two_runs[0])
+    bench_report.write(tmp_path, "two runs", df, machine, bench_report.load(two_runs[1])[0])
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "bench.md").read_text()
     assert "## Modes" in text and "| host ctypes call | one ctypes call" in text
 
 
-def test_cli_missing_or_foreign_file_exits_2(tmp_path):
-    assert bench_report.main([str(tmp_path / "none.json")]) == 2
+def test_a_missing_or_foreign_file_is_one_suite_error(tmp_path):
+    with pytest.raises(SuiteError):
+        bench_report.load(tmp_path / "none.json")
     (tmp_path / "x.json").write_text('{"benchmarks": []}')
-    assert bench_report.main([str(tmp_path / "x.json")]) == 2
+    with pytest.raises(SuiteError):
+        bench_report.load(tmp_path / "x.json")

@@ -1,4 +1,4 @@
-"""The benchmark gate's rule (analysis/bench_verdict.py) on hand-made runs, and the CLI's exit codes on a real one."""
+"""The benchmark gate's rule (analysis/judge/bench_verdict.py) on hand-made runs, and the CLI's exit codes on a real one."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from analysis import bench_run
-from analysis.bench_verdict import REPEATABILITY, SPREAD_FACTOR, UNGATED_ABOVE, judge, regressions, thresholds
+from analysis.cli import bench as bench_run
+from analysis.judge.bench_verdict import REPEATABILITY, SPREAD_FACTOR, UNGATED_ABOVE, judge, regressions, thresholds
 
 
 def _run(device_us: float, host_controller: float, host_empty: float) -> pd.DataFrame:
@@ -90,7 +90,7 @@ def test_more_runs_widen_the_spread_to_largest_over_smallest():
 
 def test_a_judging_run_leaves_the_committed_table_alone(capsys):
     """Without --out, a run writes reports/bench/last-run, never the committed reports/bench."""
-    from repro.paths import ROOT
+    from repro.core.paths import ROOT
 
     committed = {p: p.read_bytes() for p in (ROOT / "reports" / "bench").glob("*") if p.is_file()}
     assert bench_run.main(["--mode", "host ctypes"]) in (0, 1)  # judged only where this machine has a baseline

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.properties import bits
-from repro import ptx
-from repro.contract import ROOT
-from repro.kernel_source import load_kernel
-from repro.runner import run_scenarios
-from repro.scenarios import catalogue
+from analysis.judge.properties import bits
+from repro.backends import ptx
+from repro.core.contract import ROOT
+from repro.core.kernel_source import load_kernel
+from repro.runners.runner import run_scenarios
+from repro.runners.scenarios import catalogue
 
 CANDIDATES = sorted((Path(__file__).parent / "candidates").glob("*.cu"))
 SYMBOL = "rl_q_distill_lambda_controller"
@@ -55,7 +55,7 @@ def test_gate_answers_each_candidate(path, tmp_path):
     if spec.get("needs") == "nvrtc" and ptx.unavailable_reason():
         pytest.skip(ptx.unavailable_reason())
     out_json = tmp_path / "verdict.json"
-    cmd = [sys.executable, "-m", "analysis.gate", str(path.relative_to(ROOT)), "--backend", "host",
+    cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     shown = done.stdout + done.stderr
@@ -109,7 +109,7 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
     Measured as CPU time of this process and its children (the workers, the compiler), which other
     test workers on the machine do not inflate; best of three (the first may compile).
     """
-    from analysis.verdict import evaluate
+    from analysis.judge.verdict import evaluate
 
     def cpu_seconds():
         t = os.times()
@@ -125,9 +125,9 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
 
 def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
-    from analysis import render
-    from analysis.verdict import evaluate
-    from repro import coverage
+    from analysis.judge.verdict import evaluate
+    from analysis.present import render
+    from repro.runners import coverage
 
     if coverage.unavailable_reason():
         pytest.skip(coverage.unavailable_reason())
@@ -151,7 +151,7 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
 
     The limit is at least 5 s there: a GPU worker also compiles the thread probe's unit on first use.
     """
-    from analysis.verdict import evaluate
+    from analysis.judge.verdict import evaluate
     from repro.backends import get_backend
 
     spec = header(path)
@@ -170,7 +170,7 @@ def test_a_stray_write_is_annotated_at_its_line(name, literal):
 
     path = Path(__file__).parent / "candidates" / f"{name}.cu"
     expected = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if literal in line)
-    done = subprocess.run([sys.executable, "-m", "analysis.gate", str(path), "--backend", "host", "--format", "github"],
+    done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(path), "--backend", "host", "--format", "github"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     row = next(line for line in done.stdout.splitlines() if "title=gate%3A isolation" in line)

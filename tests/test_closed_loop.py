@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from repro import closed_loop
-from repro.closed_loop import COLLAPSE, Toy, simulate
-from repro.closed_loop.__main__ import main
+from analysis.cli.toy import main
+from repro import toy as closed_loop
+from repro.toy import COLLAPSE, Toy, simulate
 
 SMALL_GRID = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.errors import SuiteError
-from repro.kernel_source import KernelSource, check_symbol
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import KernelSource, check_symbol
 
 F32 = np.float32
 
@@ -48,7 +48,7 @@ extern "C" __global__ void probe(float* v) {
 
 
 def _probe(backend, contract, inputs):
-    from repro.isv import new_isv
+    from repro.core.isv import new_isv
 
     kernel = backend.compile(KernelSource(_PROBE, "probe", "probe.cu"), contract.slots)
     isv = new_isv(contract.slots, 0.1)[0]
@@ -92,8 +92,8 @@ def test_intrinsics_agree_bit_for_bit_with_nvrtc(contract, host):
 
 def test_single_thread_probe(contract, backend):
     """Played as other threads of a grid, the fixed kernel leaves the ISV alone; without its guard it does not."""
-    from repro.probes import GRID_COORDS, single_thread
-    from repro.scenarios import REF_TARGET
+    from repro.runners.probes import GRID_COORDS, single_thread
+    from repro.runners.scenarios import REF_TARGET
 
     entry = contract.controller("fixed")
     fixed = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
@@ -107,7 +107,7 @@ def test_single_thread_probe(contract, backend):
 
 def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
     """The gate's own experiments run every line and both arcs of every branch of the fixed kernel."""
-    from repro import coverage
+    from repro.runners import coverage
 
     if coverage.unavailable_reason():
         pytest.skip(coverage.unavailable_reason())
@@ -120,8 +120,8 @@ def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
 
 
 def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
-    from repro.runner import run_scenarios
-    from repro.scenarios import catalogue
+    from repro.runners.runner import run_scenarios
+    from repro.runners.scenarios import catalogue
 
     entry = contract.controller("fixed")
     src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
@@ -133,7 +133,7 @@ def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
 
 def test_static_rules_see_local_memory_and_atomics(contract):
     """PTX of the fixed kernel: no atomics, no local memory; a volatile local and an atomic show up."""
-    from repro import ptx
+    from repro.backends import ptx
 
     if ptx.unavailable_reason():
         pytest.skip(ptx.unavailable_reason())
@@ -148,8 +148,8 @@ def test_static_rules_see_local_memory_and_atomics(contract):
 
 
 def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host, monkeypatch):
-    from analysis.verdict import evaluate
-    from repro import ptx
+    from analysis.judge.verdict import evaluate
+    from repro.backends import ptx
 
     monkeypatch.setattr(ptx, "unavailable_reason", lambda: "static checks: NVRTC not available (test)")
     entry = contract.controller("fixed")
@@ -161,7 +161,7 @@ def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
 def test_timeout_must_be_positive(value, capsys):
-    from analysis import gate
+    from analysis.cli import gate
 
     assert gate.main(["--backend", "host", "--timeout", value]) == 2
     assert "--timeout must be a positive number" in capsys.readouterr().err
@@ -171,12 +171,12 @@ def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
     """Host code run at load time (no NVRTC to refuse it) kills a worker, never the gate."""
     from pathlib import Path
 
-    from analysis.verdict import evaluate
+    from analysis.judge.verdict import evaluate
 
     path = Path(__file__).parent / "candidates" / "load_time_crash.cu"
     src = KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path))
     verdict = evaluate(src, "fixed", host, contract, timeout=5, static=False, coverage=False)
-    from analysis import render
+    from analysis.present import render
 
     row = next(f for f in verdict.failed if f.key == "execution")
     assert "crash (SIGABRT while loading the kernel)" in render.where(row.where)
@@ -185,8 +185,8 @@ def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
 
 def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host):
     """The cupy backend's workers are spawned (CUDA does not survive a fork): the same path, tried on the host."""
-    from repro.campaign import run_group
-    from repro.isolation import Worker
+    from repro.runners.campaign import run_group
+    from repro.runners.isolation import Worker
 
     entry = contract.controller("fixed")
     src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))

@@ -14,17 +14,20 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from analysis import gate, render
-from analysis.verdict import evaluate
-from repro.contract import ROOT
-from repro.kernel_source import KernelSource
+from analysis.cli import gate
+from analysis.judge.verdict import evaluate
+from analysis.present import render
+from repro.core.contract import ROOT
+from repro.core.kernel_source import KernelSource
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
 CONTRACT = "kernels/contracts.toml"
 
 
-def run(module: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it."""
+    prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
+    return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -55,7 +58,7 @@ def floor_candidate(tmp_path_factory) -> Path:
 def floor_gate(tmp_path_factory, floor_candidate):
     """The gate run once on the floor candidate with every output: (process, stdout by format, folder)."""
     folder = tmp_path_factory.mktemp("gate-out")
-    done = run("analysis.gate", floor_candidate, "--backend", "host", "--format", "text,junit", "--format", "github",
+    done = run("gate", floor_candidate, "--backend", "host", "--format", "text,junit", "--format", "github",
                "--junit", folder / "gate.xml", "--json", folder / "deep" / "verdict.json")
     text, rest = done.stdout.split("<?xml", 1)
     xml, github = rest.split("</testsuites>", 1)
@@ -66,7 +69,7 @@ def test_exit_codes_and_json_for_all_three_outcomes(tmp_path, floor_gate):
     assert floor_gate[0].returncode == 1
     for args, code in (([], 0), ([tmp_path / "missing.cu"], 2)):
         out = tmp_path / f"v{code}" / "verdict.json"
-        done = run("analysis.gate", *args, "--backend", "host", "--json", out)
+        done = run("gate", *args, "--backend", "host", "--json", out)
         assert done.returncode == code, done.stderr
         assert "Traceback" not in done.stderr
     for out, code in ((tmp_path / "v0" / "verdict.json", 0), (floor_gate[2] / "deep" / "verdict.json", 1),
@@ -90,7 +93,7 @@ def test_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys, monke
 
 
 def test_usage_error_is_one_line(capsys):
-    done = run("analysis.gate", "--format", "yaml")
+    done = run("gate", "--format", "yaml")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "gate: error: unknown --format yaml (choose from text, json, junit, github)"]
     for args in (["--no-such-flag"], ["--format", ",,"], ["a.cu", "b.cu"], ["--backend", "tpu"]):
@@ -102,9 +105,10 @@ def test_usage_error_is_one_line(capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
 
 
-@pytest.mark.parametrize("module,missing", [("analysis.gate", "pandas"), ("repro.replay", "numpy")])
+@pytest.mark.parametrize("module,missing", [("gate", "pandas"), ("replay", "numpy")])
 def test_a_missing_dependency_is_one_line(module, missing):
-    code = f"import sys, runpy; sys.modules[{missing!r}] = None; runpy.run_module({module!r}, run_name='__main__')"
+    code = (f"import sys, runpy; sys.modules[{missing!r}] = None; sys.argv[1:] = [{module!r}]; "
+            "runpy.run_module('analysis', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code, "x"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"missing dependency {missing!r}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -223,7 +227,7 @@ def test_pytest_kernel_takes_any_path(tmp_path, floor_candidate, form):
 def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candidate):
     trace = tmp_path / "t.csv"
     trace.write_text("kl,kl_target\n" + "0.0001,0.02\n" * 400)
-    done = run("repro.replay", trace, "--backend", "host", "--kernel", floor_candidate)
+    done = run("replay", trace, "--backend", "host", "--kernel", floor_candidate)
     assert done.returncode == 0, done.stderr
     lines = {ln.split()[0]: ln for ln in done.stdout.splitlines()}
     assert "→ 0.1 " in lines["candidate"] and "→ 0.05 " in lines["fixed"] and "original" in lines
@@ -244,7 +248,7 @@ def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candi
     ("kl\n0.1\n", ["--target", "x"], "invalid float value"),
 ])
 def test_replay_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, text, args, message):
-    from repro import replay
+    from analysis.cli import replay
 
     def no_work(*a, **k):
         raise AssertionError("a kernel was compiled before the input was checked")
@@ -284,9 +288,9 @@ def test_ci_recipe_parses_and_its_commands_pass():
         assert argv[:3] == ["python", "-m", "analysis.gate"]
         argv = [a for a in argv[3:] if not a.startswith("gate-results/")]
         argv = [a for a in argv if a not in ("--junit", "--json")]
-        done = run("analysis.gate", *argv)
+        done = run("gate", *argv)
         assert done.returncode == 0, (command, done.stderr)
-    assert any(s.get("run", "").startswith("python -m analysis.report") for s in steps)
+    assert any(s.get("run", "").startswith("python -m analysis report") for s in steps)
 
 
 def test_pytest_kernel_that_cannot_be_judged_is_one_usage_error(tmp_path):
@@ -296,12 +300,12 @@ def test_pytest_kernel_that_cannot_be_judged_is_one_usage_error(tmp_path):
     assert "Traceback" not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("module", ["analysis.gate", "repro.replay"])
+@pytest.mark.parametrize("module", ["gate", "replay"])
 def test_a_reader_closing_stdout_early_gets_no_traceback(tmp_path, module):
     trace = tmp_path / "t.csv"
     trace.write_text("kl\n0.1\n")
-    args = ["--backend", "host"] + ([str(trace), "--target", "0.02"] if module == "repro.replay" else [])
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.PIPE,
+    args = ["--backend", "host"] + ([str(trace), "--target", "0.02"] if module == "replay" else [])
+    proc = subprocess.Popen([sys.executable, "-m", "analysis", module, *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # as `| head -0` would, before anything is printed
     err = proc.stderr.read()

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
-from repro.paths import ROOT
+from repro.core.paths import ROOT
 
 
 def test_ieee_flags():
@@ -27,8 +27,8 @@ def test_cache_is_keyed_by_content(contract, tmp_path, monkeypatch):
 
 def test_concurrent_compiles_share_one_library(tmp_path):
     script = (
-        "from repro.backends.host import HostBackend; from repro.contract import load; "
-        "from repro.kernel_source import load_kernel; c = load(); e = c.controller('fixed'); "
+        "from repro.backends.host import HostBackend; from repro.core.contract import load; "
+        "from repro.core.kernel_source import load_kernel; c = load(); e = c.controller('fixed'); "
         "k = HostBackend().compile(load_kernel(e.kernel, e.symbol).with_defines(MIN_LAMBDA=0.0625), c.slots); "
         "print(k.source.sha256)"
     )

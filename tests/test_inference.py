@@ -1,4 +1,4 @@
-"""What a kernel behaves as, measured (repro.inference), and where the diagnosis points (analysis.diagnosis).
+"""What a kernel behaves as, measured (repro.runners.inference), and where the diagnosis points (analysis.judge.diagnosis).
 
 The in-repo controllers must be measured as their contracts document; single changes to the
 fixed kernel must be measured as exactly that change, and located on the source line that makes it.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.diagnosis import differences, locate
-from repro.inference import infer
+from analysis.judge.diagnosis import differences, locate
+from repro.runners.inference import infer
 
 F32 = np.float32
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.properties import bits
-from repro import spec
-from repro.isv import new_isv
+from analysis.judge.properties import bits
+from repro.core import spec
+from repro.core.isv import new_isv
 
 F32 = np.float32
 any_f32 = st.floats(width=32, allow_nan=True, allow_infinity=True)

@@ -44,7 +44,7 @@ def as_f32(value) -> np.float32:
 
 @pytest.mark.parametrize("before, kl, after, why", STEPS, ids=[s[3] for s in STEPS])
 def test_one_launch_of_the_fixed_kernel(contract, backend, before, kl, after, why):
-    from repro.isv import new_isv
+    from repro.core.isv import new_isv
 
     kernel = backend.compile(contract.source("fixed"), contract.slots)
     lam, _ = kernel.run_per_step(new_isv(contract.slots, as_f32(before))[0], np.array([as_f32(kl)]),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import gate
-from analysis.verdict import evaluate
+from analysis.cli import gate
+from analysis.judge.verdict import evaluate
 
 G = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
 

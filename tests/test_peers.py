@@ -7,14 +7,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis import gate
-from analysis.properties import applicable, bits
-from analysis.verdict import evaluate
-from repro import spec
-from repro.contract import load
-from repro.errors import SuiteError
-from repro.isv import new_isv
-from repro.scenarios import REF_TARGET, catalogue
+from analysis.cli import gate
+from analysis.judge.properties import applicable, bits
+from analysis.judge.verdict import evaluate
+from repro.core import spec
+from repro.core.contract import load
+from repro.core.errors import SuiteError
+from repro.core.isv import new_isv
+from repro.runners.scenarios import REF_TARGET, catalogue
 
 F32 = np.float32
 #: The rules issue 11 names (the contract may list more).
@@ -180,7 +180,7 @@ def all_verdicts(contract, host):
 
 
 def test_comparison_table_reads_measurements(contract, all_verdicts):
-    from analysis.peers_section import table
+    from analysis.present.peers_section import table
 
     tab = table(all_verdicts).set_index("controller")
     assert list(tab.index) == list(all_verdicts)
@@ -199,7 +199,7 @@ def test_comparison_table_reads_measurements(contract, all_verdicts):
 
 
 def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
-    from analysis.peers_section import aligned_traces
+    from analysis.present.peers_section import aligned_traces
 
     traces = aligned_traces(all_verdicts)
     for name, rows in traces.groupby("controller"):
@@ -210,7 +210,7 @@ def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
 def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, host):
     """The toy gives every group the same noise: the fixed controller's collapse fraction is the same whether it
     runs beside the original or beside the peers."""
-    from repro import closed_loop
+    from repro import toy as closed_loop
 
     grid = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
     toy = closed_loop.Toy(steps=300, warmup=100)

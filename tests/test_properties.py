@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import render
-from analysis.verdict import evaluate
+from analysis.judge.verdict import evaluate
+from analysis.present import render
 
 _findings: dict = {}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import report
+from analysis.cli import report
 
 MIN_DPI = 150
 MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
@@ -133,7 +133,7 @@ def test_a_candidate_travels_to_every_section(contract, host, tmp_path):
 
 def test_generated_files_carry_no_absolute_path_of_this_machine(made):
     """Provenance: kernels are named relative to the repository in every text file the report writes."""
-    from repro.paths import ROOT
+    from repro.core.paths import ROOT
 
     out, _ = made
     texts = [p for p in out.rglob("*") if p.suffix in (".md", ".json", ".csv")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import gate
-from repro.sanitize import PATHS, parse, sanitize, unavailable_reason
+from analysis.cli import gate
+from repro.runners.sanitize import PATHS, parse, sanitize, unavailable_reason
 
 
 def test_parse_reads_kind_kernel_and_line_of_each_report():

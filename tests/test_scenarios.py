@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.properties import bits
-from repro.errors import SuiteError
-from repro.scenarios import REGIMES, case, catalogue, from_csv
-from repro.spec import band_edges
+from analysis.judge.properties import bits
+from repro.core.errors import SuiteError
+from repro.core.spec import band_edges
+from repro.runners.scenarios import REGIMES, case, catalogue, from_csv
 
 F32 = np.float32
 
@@ -95,7 +95,7 @@ def test_missing_trace_file(tmp_path):
 
 
 def test_replay_cli(tmp_path, capsys):
-    from repro import replay
+    from analysis.cli import replay
 
     trace = tmp_path / "run.csv"
     trace.write_text("kl\n" + "\n".join(["0.0002"] * 40 + ["2.0"] * 5) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro import spec
+from repro.core import spec
 
 F32 = np.float32
 

@@ -13,13 +13,13 @@ import pytest
 gymnasium = pytest.importorskip("gymnasium", reason="the learning study needs gymnasium (pip install --group study)")
 pytest.importorskip("scipy", reason="the study's intervals need scipy (pip install --group study)")
 
-from repro import study as cli  # noqa: E402
-from repro.contract import load  # noqa: E402
-from repro.errors import SuiteError  # noqa: E402
-from repro.isv import new_isv  # noqa: E402
+from analysis.cli import study as cli  # noqa: E402
+from repro.core.contract import load  # noqa: E402
+from repro.core.errors import SuiteError  # noqa: E402
+from repro.core.isv import new_isv  # noqa: E402
 from repro.learning import agent, controllers, reference, rng  # noqa: E402
 from repro.learning.env import BatchedEnv, make  # noqa: E402
-from repro.learning.study import exact_interval, load_prereg, merge, parse_seeds, reduced_study, run, table  # noqa: E402
+from repro.learning.prereg import exact_interval, load_prereg, merge, parse_seeds, reduced_study, run, table  # noqa: E402
 
 ENVS = ("FrozenLake-v1", "CliffWalking-v1", "Taxi-v4")
 TINY_GRID = {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}
@@ -199,7 +199,7 @@ def test_backends_agree_bit_for_bit(backend, host, prereg):
 def test_committed_gpu_study_matches_the_cpu_one():
     """The committed pre-registered study from the H200 and from the CPU: every verdict, trace quantile and
     fraction the same; only the backend's name and scipy's interval bounds (its version differs) may differ."""
-    from repro.paths import ROOT
+    from repro.core.paths import ROOT
 
     results = ROOT / "studies" / "results"
     gpu, cpu = (json.loads((results / f"preregistered_{b}.json").read_text()) for b in ("cupy", "host"))
@@ -315,7 +315,7 @@ def test_full_preregistered_study(host, prereg):
 
 
 def test_section_rows_read_the_study(reduced):
-    from analysis import study_section
+    from analysis.present import study_section
 
     text = "\n".join(study_section.section(reduced))
     for env, block in reduced["envs"].items():

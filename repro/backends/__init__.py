@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.errors import BackendUnavailable, SuiteError
+from repro.core.errors import BackendUnavailable, SuiteError
 
 NAMES = ("auto", "host", "cupy")
 _cache: dict[str, Backend] = {}

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from repro.contract import Slots
-from repro.errors import SuiteError
-from repro.kernel_source import KernelSource
+from repro.core.contract import Slots
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import KernelSource
 
 
 class CompiledKernel(ABC):
@@ -41,7 +41,7 @@ class CompiledKernel(ABC):
 
         Per step ``t``: write ``kl[t]`` and ``target[t]`` into their slots, launch,
         read λ. Returns ``(λ after each step [T], the final ISV)``. With ``pad``,
-        ``isv0`` is a window (:func:`repro.isv.new_window`): the kernel gets the
+        ``isv0`` is a window (:func:`repro.core.isv.new_window`): the kernel gets the
         address ``pad`` floats in, and the whole window comes back.
         """
 

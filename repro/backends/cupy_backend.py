@@ -21,9 +21,9 @@ import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
 from repro.backends.translation_unit import HOST_INCLUDE, LEARNING_LOOP, compile_error, device_grid_unit, harness_unit
-from repro.contract import Slots
-from repro.errors import BackendUnavailable
-from repro.kernel_source import KernelSource, check_symbol
+from repro.core.contract import Slots
+from repro.core.errors import BackendUnavailable
+from repro.core.kernel_source import KernelSource, check_symbol
 
 OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", f"-I{HOST_INCLUDE}")
 #: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.

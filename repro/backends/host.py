@@ -9,7 +9,7 @@ workers share the cache safely (a file lock, then an atomic rename).
 The kernel's ISV lives in :class:`Guarded` memory, so a stray write outside
 it faults (or, within a window's canaries, is seen with its offset) instead of
 corrupting this process; the gate runs candidates in child processes
-(:mod:`repro.isolation`), where such a fault becomes a row.
+(:mod:`repro.runners.isolation`), where such a fault becomes a row.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from repro.backends.translation_unit import (
     compile_error,
     harness_unit,
 )
-from repro.contract import Slots
-from repro.errors import BackendUnavailable
-from repro.kernel_source import KernelSource, check_symbol
-from repro.paths import ROOT
+from repro.core.contract import Slots
+from repro.core.errors import BackendUnavailable
+from repro.core.kernel_source import KernelSource, check_symbol
+from repro.core.paths import ROOT
 
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
 _c_long = ctypes.c_longlong
@@ -99,7 +99,7 @@ class HostKernel(CompiledKernel):
         self._as_threads.argtypes, self._as_threads.restype = [_ptr, _ptr, _c_long, _ptr], None
 
     def dump_coverage(self) -> None:
-        """A ``--coverage`` build (repro.coverage): write the gcov counters now."""
+        """A ``--coverage`` build (repro.runners.coverage): write the gcov counters now."""
         self._lib.rlq_gcov_dump()
 
     def run_per_step(self, isv0, kl, target, pad=0):

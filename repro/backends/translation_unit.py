@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from repro.contract import Slots
-from repro.errors import SuiteError
-from repro.kernel_source import KernelSource
+from repro.core.contract import Slots
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import KernelSource
+from repro.core.paths import ROOT
 
-KERNELS = Path(__file__).resolve().parent.parent.parent / "kernels"
+KERNELS = ROOT / "kernels"
 HOST_SHIM = KERNELS / "host_shim.h"
 HARNESS = KERNELS / "looped_harness.cuh"
 LEARNING_LOOP = KERNELS / "learning_loop.cuh"

@@ -1,7 +1,7 @@
 """The launch-overhead benchmark: what the controller costs per training step, each mode beside an empty kernel.
 
 ``measure(contract, ...)`` runs the modes of :mod:`repro.bench.modes` that this
-machine can run and returns a :class:`Run`; ``analysis.bench_run`` gates it
+machine can run and returns a :class:`Run`; ``analysis.cli.bench`` gates it
 against a saved baseline and ``tests/test_bench.py`` runs each mode once.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from repro.backends import get_backend
 from repro.bench.modes import MODES, WHICH, Mode, Rig, run_mode, sources, unavailable
 from repro.bench.result import Run, Sample, frame, load_run, machine_info
-from repro.contract import Contract
-from repro.errors import BackendUnavailable
-from repro.kernel_source import KernelSource
+from repro.core.contract import Contract
+from repro.core.errors import BackendUnavailable
+from repro.core.kernel_source import KernelSource
 
 #: Defines the slowed controller's spin; NVRTC defines __CUDA_ARCH__, the host build does not.
 _SPIN = r"""#ifdef __CUDA_ARCH__

@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from repro import spec
 from repro.backends import Backend
 from repro.backends.base import chunked, unchunked
 from repro.backends.translation_unit import KERNELS
 from repro.bench.result import Sample
-from repro.contract import Contract
-from repro.errors import BackendUnavailable, SuiteError
-from repro.isv import new_isv
-from repro.kernel_source import KernelSource, load_kernel
-from repro.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, wall_time_us
+from repro.bench.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, wall_time_us
+from repro.core import spec
+from repro.core.contract import Contract
+from repro.core.errors import BackendUnavailable, SuiteError
+from repro.core.isv import new_isv
+from repro.core.kernel_source import KernelSource, load_kernel
 
 F32 = np.float32
 WHICH = ("controller", "empty")

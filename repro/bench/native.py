@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends.host import cache_dir
-from repro.errors import BackendUnavailable, SuiteError
+from repro.core.errors import BackendUnavailable, SuiteError
 
 SOURCE = Path(__file__).with_name("launch_loop.c")
 FLAGS = ("-std=c11", "-O2", "-Wall")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from repro.backends.host import cpu_model
-from repro.errors import SuiteError
+from repro.core.errors import SuiteError
 
 FORMAT = "rlq-bench/1"
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.contract import Slots
-from repro.errors import SuiteError
-from repro.isv import new_isv
-from repro.kernel_source import KernelSource
+from repro.core.contract import Slots
+from repro.core.errors import SuiteError
+from repro.core.isv import new_isv
+from repro.core.kernel_source import KernelSource
 from repro.learning.env import Tables
 
 #: Most actions the compiled loop holds per state (``RLQ_L_MAX_A``; toy-text tasks have at most 6).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.errors import SuiteError
+from repro.core.errors import SuiteError
 
 
 @dataclass(frozen=True)

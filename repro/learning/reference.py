@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS
-from repro.isv import new_isv
+from repro.core.isv import new_isv
 from repro.learning import rng
 from repro.learning.agent import Group, Learning, Traces, per_run
 from repro.learning.env import BatchedEnv, Tables

@@ -1,0 +1,184 @@
+"""The gate: measure a candidate kernel and compare every documented property with the contract.
+
+    python -m analysis gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy]
+                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--sanitize]
+                            [--timeout S] [--require-coverage] [--debug]
+
+Exit 0 when every property holds, 1 when any is violated, 2 for anything that
+prevents a verdict (a usage error, a missing file, a kernel that does not
+compile or lacks the symbol, an output path that cannot be written, an
+internal error: one line; ``--debug`` shows the traceback). ``--json`` and
+``--junit`` files are written for all three outcomes; their folders are checked
+before any work. The candidate runs in child processes, each experiment group
+under ``--timeout S``: a crash or a hang is a failing ``execution`` row naming
+the scenario (exit 1), never a dead gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from analysis.cli import policy
+from analysis.judge.memory_findings import memory_findings
+from analysis.judge.verdict import Verdict, evaluate
+from analysis.present import render
+from repro.backends import NAMES, get_backend
+from repro.core.contract import load
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import load_kernel
+from repro.core.outputs import check_writable, write_text
+from repro.core.paths import shown
+from repro.runners.isolation import DEFAULT_TIMEOUT
+from repro.runners.sanitize import sanitize
+
+FORMATS = ("text", "json", "junit", "github")
+
+#: Hooks for other parts of the suite: functions ``(parser)`` adding options, and functions
+#: ``(args, verdict) -> list[Finding]`` adding rows (judged like the others; a failing one exits 1).
+EXTRA_OPTIONS: list = []
+EXTRA_ROWS: list = []
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = policy.Parser(prog="python -m analysis gate", description=__doc__.splitlines()[0])
+    parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
+    parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
+    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--format", action="append", metavar="FMT",
+                        help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
+    parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"wall-clock limit per experiment group, run in a child process (default {DEFAULT_TIMEOUT:g} s)")
+    parser.add_argument("--require-coverage", action="store_true",
+                        help="fail when a line or branch of the candidate was never executed (host gcov)")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    for add in EXTRA_OPTIONS:
+        add(parser)
+    return parser
+
+
+def _formats(values: list[str] | None) -> list[str]:
+    chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
+    if not chosen:
+        raise SuiteError(f"--format needs one of {', '.join(FORMATS)}")
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown:
+        raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(chosen))
+
+
+def _text(verdict: Verdict, args, contract_file: str) -> str:
+    out = [f"kernel   {shown(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
+           f"contract {args.contract}  ({contract_file})",
+           f"backend  {verdict.backend}: {verdict.device}", ""]
+    if verdict.behaves_as:
+        out += [render.behaves_as(verdict.behaves_as), ""]
+    out += [render.table(verdict.findings, contract_file), ""]
+    out += [f"note: {note}" for note in verdict.notes]
+    n, bad = len(verdict.findings), verdict.failed
+    if bad:
+        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
+                   f"in {verdict.seconds:.2f} s")
+    else:
+        out.append(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
+    return "\n".join(out)
+
+
+def _error_dict(args, error: str) -> dict:
+    return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
+            "exit_code": 2, "error": error, "properties": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    start = time.perf_counter()
+    contract_file = "kernels/contracts.toml"
+    kernel_file = shown(args.kernel) if args.kernel else "kernels"
+    try:
+        formats = _formats(args.format)
+        if not args.timeout > 0:
+            raise SuiteError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+        for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
+            if path is not None:
+                check_writable(path, flag)
+        contract = load()
+        contract_file = shown(contract.path)
+        controller = contract.controller(args.contract)
+        path = Path(args.kernel) if args.kernel else controller.kernel
+        kernel_file = shown(path)
+        verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
+                           timeout=args.timeout, require_coverage=args.require_coverage)
+        if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/runners/sanitize.py)
+            verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
+        for extra in EXTRA_ROWS:
+            verdict.findings.extend(extra(args, verdict))
+    except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2
+        if args.debug and not isinstance(err, SuiteError):
+            traceback.print_exc()
+        if isinstance(err, SuiteError):
+            error = str(err)
+        elif isinstance(err, KeyboardInterrupt):
+            error = "interrupted"
+        else:
+            error = f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
+        print(f"gate: error: {error}", file=sys.stderr)
+        _outputs_for_error(args, error, kernel_file, contract_file, time.perf_counter() - start)
+        return 2
+    code = 0 if verdict.ok else 1
+    data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
+    for row, f in zip(data["properties"], verdict.findings, strict=True):
+        row["message"] = render.message(f, contract_file)  # the row as the table and JUnit say it
+    suite = f"gate.{args.contract}"
+    printed = {
+        "text": lambda: _text(verdict, args, contract_file),
+        "json": lambda: render.to_json(data),
+        "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
+        "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),
+    }
+    try:
+        for fmt in formats:
+            text = printed[fmt]()
+            if text:
+                print(text)
+        if args.json:
+            write_text(args.json, render.to_json(data) + "\n")
+        if args.junit:
+            write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
+    except SuiteError as err:
+        print(f"gate: error: {err}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, seconds: float) -> None:
+    """The exit-2 outcome in every requested form: stdout formats, --json and --junit files."""
+    try:
+        formats = _formats(args.format)
+    except SuiteError:
+        formats = []
+    suite = f"gate.{args.contract}"
+    if "json" in formats:
+        print(render.to_json(_error_dict(args, error)))
+    if "junit" in formats:
+        print(render.junit([], contract_file, suite, seconds, error=error).rstrip())
+    if "github" in formats:
+        print("\n".join(render.github([], kernel_file, contract_file, error=error)))
+    for path, text in ((args.json, lambda: render.to_json(_error_dict(args, error)) + "\n"),
+                       (args.junit, lambda: render.junit([], contract_file, suite, seconds, error=error))):
+        if path is None:
+            continue
+        try:
+            check_writable(path, "")
+            write_text(path, text())
+        except SuiteError:
+            pass  # the error above already says why; an unwritable output path was that error
+
+
+if __name__ == "__main__":
+    sys.exit(policy.run(main))

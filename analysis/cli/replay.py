@@ -1,0 +1,114 @@
+"""Replay a recorded KL trace through the controllers: what λ would have done.
+
+    python -m analysis replay TRACE.csv [--target KL] [--controller fixed|original|both]
+                           [--kernel PATH [--contract NAME]] [--allow-nonfinite]
+                           [--backend auto|host|cupy] [--csv OUT.csv] [--plot OUT.png] [--debug]
+
+TRACE.csv has a header naming a ``kl`` column and, optionally, a ``kl_target``
+column; without one, ``--target`` gives the target (not both). NaN/inf values
+are refused with their line unless ``--allow-nonfinite`` feeds them as recorded.
+Each controller starts from its contract's seed λ; ``--kernel`` replays a
+candidate beside them, started from the seed λ of ``--contract`` (default fixed).
+Prints per controller: λ at the start and the end, its range, and how many steps
+ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops it.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from analysis.cli import policy
+from repro.backends import NAMES, get_backend
+from repro.core.contract import load
+from repro.core.errors import SuiteError
+from repro.core.outputs import check_writable
+from repro.runners.runner import run_scenarios, to_frame
+from repro.runners.scenarios import from_csv
+
+
+def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",
+           kernel: Path | None = None, contract_name: str = "fixed", allow_nonfinite: bool = False):
+    """Tidy trajectories of the trace under each controller (see :func:`repro.runners.runner.to_frame`).
+
+    ``kernel``: a candidate replayed as ``candidate`` beside ``controllers``, from ``contract_name``'s seed λ.
+    Every input is checked (trace, kernel sources) before the first kernel runs.
+    """
+    import pandas as pd
+
+    contract = load()
+    jobs = []
+    for name in controllers:
+        jobs.append((name, contract.controller(name), contract.source(name)))
+    if kernel is not None:
+        jobs.append(("candidate", contract.controller(contract_name), contract.source(contract_name, kernel)))
+    scenarios = {name: from_csv(path, target=target, lambda0=entry.value("seed_lambda"),
+                                allow_nonfinite=allow_nonfinite) for name, entry, _ in jobs}
+    be = get_backend(backend)
+    compiled = {name: be.compile(source, contract.slots) for name, _, source in jobs}
+    frames = [to_frame(run_scenarios(compiled[name], [scenarios[name]]), name, be.name) for name, _, _ in jobs]
+    return pd.concat(frames, ignore_index=True)
+
+
+def describe(frame) -> list[str]:
+    """One line per controller: λ start → end, range, and the steps that ramped, decayed, held."""
+    lines = []
+    for name, part in frame.groupby("controller", sort=False):
+        lam = np.concatenate([[part.lambda0.iloc[0]], part["lambda"].to_numpy()]).astype(np.float32)
+        up, down = int((lam[1:] > lam[:-1]).sum()), int((lam[1:] < lam[:-1]).sum())
+        lines.append(f"{name:9s} λ {lam[0]:.4g} → {lam[-1]:.4g} (min {np.nanmin(lam):.4g}, max {np.nanmax(lam):.4g}) "
+                     f"over {len(part)} steps: {up} up, {down} down, {len(part) - up - down} unchanged")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = policy.Parser(prog="python -m analysis replay", description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--target", type=float, help="KL target, when the file has no kl_target column")
+    parser.add_argument("--controller", default="both", choices=("fixed", "original", "both", "none"),
+                        help="in-repo controllers to replay (none: only --kernel)")
+    parser.add_argument("--kernel", type=Path, help="a candidate kernel replayed beside the controllers")
+    parser.add_argument("--contract", default="fixed", help="contract entry whose seed λ starts the candidate")
+    parser.add_argument("--allow-nonfinite", action="store_true", help="feed NaN/inf values as recorded")
+    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--csv", type=Path, help="write the tidy trajectories here")
+    parser.add_argument("--plot", type=Path, help="draw KL and λ over steps into this PNG")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    args = parser.parse_args(argv)
+    names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
+    try:
+        if not names and args.kernel is None:
+            raise SuiteError("nothing to replay: --controller none needs --kernel")
+        for path, flag in ((args.csv, "--csv"), (args.plot, "--plot")):
+            if path is not None:
+                check_writable(path, flag)
+        frame = replay(args.trace, args.target, names, args.backend, args.kernel, args.contract, args.allow_nonfinite)
+        print("\n".join(describe(frame)))
+        if args.csv:
+            frame.to_csv(args.csv, index=False)
+        if args.plot:
+            from analysis.present import plots
+
+            plots.save(plots.replay(frame), args.plot)
+    except SuiteError as err:
+        print(f"replay: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise  # stdout closed by its reader: policy.run ends quietly
+    except OSError as err:
+        print(f"replay: error: cannot write: {err.strerror or err} ({err.filename})", file=sys.stderr)
+        return 2
+    except Exception as err:  # every failure is one line, exit 2 (--debug: the traceback)
+        if args.debug:
+            traceback.print_exc()
+        print(f"replay: error: internal error: {type(err).__name__}: {err} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(policy.run(main))

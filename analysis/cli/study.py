@@ -1,0 +1,113 @@
+"""The learning-loop study: Q-learning and an actor on gymnasium toy-text tasks, the controller kernel driving λ.
+
+    python -m analysis study [--env NAME[,NAME…]] [--controllers fixed,original[,…]] [--seeds A:B]
+                          [--backend auto|host|cupy] [--json PATH] [--plot PATH] [--grid-plot PATH]
+                          [--markdown PATH] [--steps N]
+
+Defaults come from the pre-registered file (studies/preregistered.toml): its environments, seeds, controllers
+(``contract`` = every contract entry, ``const:X`` = λ held at X, ``ablation`` = the 14 ablation variants,
+``ablation:floor+seed`` = one of them) and grid. ``--steps`` shortens the runs (the JSON then says it is not
+the pre-registered study). Prints one line per environment × controller (progress on stderr); ``--markdown``
+writes the report's section on the study with the figures drawn here linked; exit 2 on bad input.
+
+The committed CPU result is ``python -m analysis study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
+and ``--markdown`` under ``studies/results/preregistered_host*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from analysis.cli import policy
+from repro.backends import NAMES, get_backend
+from repro.core.errors import SuiteError
+from repro.core.outputs import check_writable, write_text
+from repro.learning.prereg import MAX_STEPS, PREREGISTERED, load_prereg, parse_seeds, run, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = policy.Parser(prog="python -m analysis study", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
+    parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
+    parser.add_argument("--seeds", help="A:B, seeds A..B-1 (default: pre-registered)")
+    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--json", type=Path, help="write the study's JSON here")
+    parser.add_argument("--plot", type=Path, help="draw collapse fractions and agreement over steps into this PNG")
+    parser.add_argument("--grid-plot", type=Path, help="draw the per-grid-point collapse heatmap into this PNG")
+    parser.add_argument("--markdown", type=Path, help="write the study's section (tables, brackets) as markdown here")
+    parser.add_argument("--steps", type=int, help="override the pre-registered steps per run (not the pre-registered study)")
+    parser.add_argument("--prereg", type=Path, default=PREREGISTERED, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        prereg = load_prereg(args.prereg)
+        L, warmup = prereg.learning, prereg.collapse.warmup
+        if args.steps is not None and not (warmup < args.steps <= MAX_STEPS and args.steps % L.eval_every == 0):
+            raise SuiteError(f"--steps must be a multiple of {L.eval_every} (the evaluation interval) above the "
+                             f"warm-up of {warmup} steps (else no evaluation is judged), at most {MAX_STEPS}")
+        envs = _names(args.env, prereg.envs)
+        names = _names(args.controllers, prereg.controllers)
+        if not envs or not names:
+            raise SuiteError("--env and --controllers need at least one name each")
+        seeds = parse_seeds(args.seeds or prereg.seeds)
+        outputs = [p for p in (args.json, args.plot, args.grid_plot, args.markdown) if p]
+        if len({p.resolve() for p in outputs}) < len(outputs):
+            raise SuiteError("--json, --plot, --grid-plot and --markdown must name different files")
+        for flag, path in (("--plot", args.plot), ("--grid-plot", args.grid_plot)):
+            if path and path.suffix.lower() != ".png":
+                raise SuiteError(f"{flag} {path}: the figure is a PNG; give a path ending in .png")
+        for path in outputs:
+            check_writable(path)
+        result = run(get_backend(args.backend), envs, names, seeds, prereg, steps=args.steps,
+                     progress=lambda line: print(f"study: {line}", file=sys.stderr, flush=True))
+        frame = table(result)
+        for r in frame.itertuples():
+            print(f"{r.env:16s} {r.controller:28s} collapse {r.collapse_fraction:6.1%} [{r.ci_low:.3f}, {r.ci_high:.3f}]  "
+                  f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  "
+                  f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
+        if args.json:
+            write_text(args.json, json.dumps(result, indent=1))
+        figures = {path: draw for path, draw in ((args.plot, "overview"), (args.grid_plot, "grid_heatmap")) if path}
+        if figures:
+            from analysis.present import plots, study_plots
+
+            for path, draw in figures.items():
+                plots.save(getattr(study_plots, draw)(result), path)
+        if args.markdown:
+            write_text(args.markdown, markdown(result, args, list(figures)))
+    except SuiteError as err:
+        print(f"study: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
+          f"blocks in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _names(text: str | None, default) -> list[str]:
+    """Comma-separated names, stripped, empty ones and repeats dropped (order kept); ``default`` when not given."""
+    return list(dict.fromkeys(n.strip() for n in (text.split(",") if text is not None else default) if n.strip()))
+
+
+def markdown(result: dict, args, figures: list[Path]) -> str:
+    """The study's section under a title naming the backend, the files beside it linked by relative path."""
+    from analysis.present import study_section
+
+    here = args.markdown.resolve().parent
+    rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
+    link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
+    lines = [f"# The learning-loop study (backend `{result['backend']}`)", "",
+             "Written by `python -m analysis study` (see its `--help`)"
+             + (f" with its JSON in [`{rel(args.json)}`]({link(args.json)})" if args.json else "") + ".", "",
+             *study_section.section(result, figures=False)]
+    lines += [f"![{p.stem}]({link(p)})" for p in figures]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(policy.run(main))

@@ -1,0 +1,266 @@
+"""Why a candidate fails: its measured behaviour (``repro.runners.inference``) set against its contract.
+
+Pure functions. :func:`differences` lists each way the behaviour differs from the
+documented rule (a constant, an edge's inclusiveness, a slot, NaN/inf semantics,
+a guard); :func:`explain` attaches to each failing row only the differences that
+row depends on, so a raised floor is blamed on the floor line alone; :func:`locate`
+finds the candidate's source line holding the differing constant or comparison.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from analysis.judge.findings import Difference, Finding
+from analysis.judge.properties import outcomes, same
+from repro.core import spec
+from repro.core.contract import Contract, Controller
+from repro.runners.inference import Behaviour
+
+F32 = np.float32
+
+#: The quantity each row measures first; a row is blamed on these when they differ, else on DEPENDS.
+PRIMARY = {
+    "floor": {"floor"}, "ceiling": {"ceiling"}, "ramp": {"ramp"}, "decay": {"decay"},
+    "steps_to_double": {"ramp"}, "steps_to_halve": {"decay"}, "steps_to_floor": {"decay", "floor"},
+    "nonfinite": {"nonfinite"},
+    "dead_zone": {"upper", "lower"},
+    "ramp_onset": {"upper"},
+    "decay_onset": {"lower"},
+}
+#: The rule quantities each row's measurement depends on (``slot`` differences explain every row).
+DEPENDS = {
+    "floor": {"floor"},
+    "ceiling": {"ceiling"},
+    "ramp": {"ramp", "floor", "ceiling"},
+    "decay": {"decay", "floor", "ceiling"},
+    "steps_to_double": {"ramp", "ceiling"},
+    "steps_to_halve": {"decay", "floor"},
+    "steps_to_floor": {"decay", "floor"},
+    "dead_zone": {"upper", "lower"},
+    "ramp_onset": {"upper", "ceiling"},  # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
+    "decay_onset": {"lower", "floor"},
+    "guards": {"guard"},
+    "nonfinite": {"nonfinite", "floor", "ceiling", "ramp", "decay"},
+    "isolation": {"writes"},
+    "spec_agreement": {"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"},
+    "launch_modes": set(),
+}
+_ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
+
+
+def _bits_equal(a: float, b: float) -> bool:
+    return bool(F32(a).view(np.uint32) == F32(b).view(np.uint32))
+
+
+def applies(ctrl: Controller) -> bool:
+    """Whether the inference's vocabulary (floor, ceiling, λ·ramp, λ·decay, edges target·tol and target/tol)
+    describes the entry's documented rule: the in-repo band controllers, not every peer."""
+    keys = ("floor", "ceiling", "ramp", "decay", "tolerance")
+    if not ctrl.is_band or ctrl.has("upper_edge") or ctrl.has("lower_edge") or not all(ctrl.has(k) for k in keys):
+        return False
+    return not any(ctrl[k].none for k in keys) and all((ctrl[k].op or "mul") == "mul" for k in ("ramp", "decay")) \
+        and not ctrl["floor"].every_step
+
+
+def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding]) -> list[Difference]:
+    """Every measured difference from ``ctrl``'s documented rule, slots first."""
+    s = contract.slots
+    out = []
+    for role, slot, doc_slot in (("kl", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
+        key = _ROLE_KEYS[role]
+        if slot != doc_slot:
+            # A moved input is a contract edit (the slot line); an input no slot acts as is not.
+            line = 0 if slot is None else contract.slot_lines.get(key, 0)
+            out.append(Difference("slot", role, doc_slot, slot, "slot", key, line,
+                                  note="no slot acts as it" if slot is None else ""))
+    extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
+    if extra:
+        out.append(Difference("slot", "reads", None, ",".join(map(str, extra)), "slot", "", 0,
+                              note="λ depends on these slots too"))
+    if b.writes:
+        out.append(Difference("slot", "writes", s.lambda_, ",".join(map(str, b.writes)), "slot", "lambda",
+                              0, note="the contract lets a controller write λ's slot only"))
+    for name in ("floor", "ceiling", "ramp", "decay"):
+        measured, doc = getattr(b, name), ctrl[name]
+        if measured is None:
+            if b.kl_slot is not None and b.target_slot is not None:
+                out.append(Difference("constant", name, doc.value, None, _unit(name), name, doc.line,
+                                      note="never settles" if name in ("floor", "ceiling") else "not measurable"))
+            continue
+        same = _bits_equal(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
+        exact = getattr(b, f"{name}_exact", True)
+        if not same:
+            out.append(Difference("constant", name, doc.value, measured, _unit(name), name, doc.line,
+                                  note="" if exact else "approximate: no float32 factor reproduces every step"))
+    tol = ctrl["tolerance"]
+    for name, edge in (("upper", b.upper), ("lower", b.lower)):
+        if edge is None:
+            if b.kl_slot is not None and b.target_slot is not None:
+                out.append(Difference("edge", name, tol.value, None, "×target", "tolerance", tol.line,
+                                      note="no factor of the target reproduces the onsets"))
+            continue
+        if not _bits_equal(edge.factor, tol.value):
+            out.append(Difference("constant", name, tol.value, edge.factor, "×target", "tolerance", tol.line,
+                                  note="inclusive" if edge.inclusive else ""))
+        elif edge.inclusive:
+            # The edge value belongs to the band in the contract (strict comparisons): not a contract edit.
+            out.append(Difference("edge", name, "strict", "inclusive", "", "", 0,
+                                  note="the documented rule compares strictly (> / <)"))
+    if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
+        return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
+    out += _nonfinite(findings, b)
+    guards = next((f for f in findings if f.key == "guards"), None)
+    if guards is not None and not guards.ok:
+        out.append(Difference("guard", "guard", "unchanged", ",".join(guards.detail.get("broken", [])[:3]), "", "",
+                              0, note="λ moves where the guard must leave it"))
+    return out
+
+
+def _unit(name: str) -> str:
+    return "λ" if name in ("floor", "ceiling") else "×/step"
+
+
+_CLAMP = {"max": ("ceiling", "fminf"), "min": ("floor", "fmaxf")}
+
+
+def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
+    """NaN/inf semantics that differ from the pinned table, each said in words.
+
+    A case whose λ is the pinned outcome under the measured constants (a decay by the
+    candidate's own factor) differs by a constant, not by its NaN/inf semantics.
+    """
+    row = next((f for f in findings if f.key == "nonfinite"), None)
+    if row is None or row.ok or row.where is None:
+        return []
+    measured = None
+    if None not in (b.floor, b.ceiling, b.ramp, b.decay, b.upper):
+        measured = spec.Rule(F32(b.floor), F32(b.ceiling), F32(b.upper.factor), F32(b.ramp), F32(b.decay))
+    out = []
+    for case, seen, pinned in row.where.cases:
+        if case not in row.detail["lambda1"]:  # not measured: the case crashed or hung (the execution row says so)
+            continue
+        lam0, lam1 = row.detail["lambda0"][case], row.detail["lambda1"][case]
+        if measured is not None and same(outcomes(F32(lam0), measured)[pinned], F32(lam1)):
+            continue
+        if pinned in _CLAMP and np.isnan(lam1):
+            bound, fn = _CLAMP[pinned]
+            note = f"propagates NaN through the {bound} clamp where {fn} returns the other operand"
+        elif pinned == "unchanged":
+            note = f"λ {seen} where the documented comparisons with NaN/inf are false and leave λ unchanged"
+        else:
+            note = f"λ {seen} where the contract pins {pinned}"
+        out.append(Difference("nonfinite", case, pinned, seen, "", "nonfinite", row.line, note=note))
+    return out
+
+
+def explain(findings: list[Finding], diffs: list[Difference]) -> None:
+    """Attach to each failing row the differences it depends on (slot differences explain every row)."""
+    slots = [d for d in diffs if d.kind == "slot" and d.name not in ("writes", "reads")]
+    for f in findings:
+        if f.ok:
+            continue
+        mine = [d for d in diffs if _quantity(d) in PRIMARY.get(f.key, set())]
+        mine = mine or [d for d in diffs if _quantity(d) in DEPENDS.get(f.key, set())]
+        f.causes = slots + [d for d in mine if d not in slots]
+
+
+def _quantity(d: Difference) -> str:
+    if d.kind in ("nonfinite", "guard"):
+        return d.kind
+    return d.name
+
+
+def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple[str, str, str | None]]:
+    """(quantity, measured, documented where it differs) in reading order, for the 'behaves as' line."""
+    s = contract.slots
+    g = _g
+
+    def item(name, measured, documented, same):
+        return name, measured, None if same else documented
+
+    out = []
+    for role, slot, doc in (("KL", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
+        out.append(item(f"{role} from slot", "none" if slot is None else str(slot), str(doc), slot == doc))
+    extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
+    if extra:
+        out.append(item("also reads slots", ",".join(map(str, extra)), "none", False))
+    if b.writes:
+        out.append(item("writes slots", ",".join(map(str, b.writes)), "none besides λ", False))
+    for name, prefix in (("floor", ""), ("ceiling", ""), ("ramp", "×"), ("decay", "×")):
+        measured, doc = getattr(b, name), ctrl.value(name)
+        if measured is None:
+            out.append(item(name, "none", g(doc), False))
+            continue
+        same = _bits_equal(measured, doc) if not prefix else ctrl[name].accepts(measured)
+        out.append(item(name, prefix + g(measured), prefix + g(doc), same))
+    tol = ctrl.value("tolerance")
+    for name, edge, sym in (("ramp above", b.upper, ">"), ("decay below", b.lower, "<")):
+        op = "·" if name.startswith("ramp") else "/"
+        if edge is None:
+            out.append(item(name, "unmeasured", f"target{op}{g(tol)}", False))
+            continue
+        shown = f"target{op}{g(edge.factor)}" + (" (edge inclusive)" if edge.inclusive else "")
+        out.append(item(name, shown, f"target{op}{g(tol)} (strict {sym})",
+                        _bits_equal(edge.factor, tol) and not edge.inclusive))
+    return out
+
+
+def _g(x: float) -> str:
+    return f"{float(F32(x)):.7g}"
+
+
+_FLOAT = re.compile(r"(?<![\w.])(\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?(?![\w.])")
+
+
+def _code_lines(text: str) -> list[str]:
+    """The source's lines with comments blanked (line numbers kept)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    return [line.split("//", 1)[0] for line in text.splitlines()]
+
+
+def locate(text: str, d: Difference) -> int:
+    """1-based line of the candidate source holding the constant or comparison ``d`` is about (0: not found)."""
+    lines = _code_lines(text)
+    if d.kind == "slot" and d.name != "writes" and isinstance(d.measured, int | float):
+        wanted = str(int(d.measured))
+        return next((i for i, line in enumerate(lines, 1) if re.search(rf"(?<![\w.]){wanted}(?![\w.])", line)), 0)
+    if d.kind == "constant" and isinstance(d.measured, float):
+        for i, line in enumerate(lines, 1):
+            for m in _FLOAT.finditer(line):
+                try:
+                    value = float(m.group(0).rstrip("fF"))
+                except ValueError:
+                    continue
+                if _bits_equal(value, d.measured):
+                    return i
+        return 0
+    if d.kind == "edge" and d.measured == "inclusive":
+        op = ">=" if d.name == "upper" else "<="
+        return next((i for i, line in enumerate(lines, 1)
+                     if op in line and not re.search(rf"{op}\s*0(\.0*)?f?\b", line)), 0)
+    return 0
+
+
+def stray_write_causes(f: Finding, text: str) -> list[Difference]:
+    """A failing isolation row's cause in the source: the slots written besides λ's, at the first line that
+    indexes one of them (``isv[600]``, ``isv[-1]``); used where no inference explains the row (it crashed)."""
+    written = f.detail.get("written") or []
+    if f.ok or f.causes or not written:
+        return []
+    lines = _code_lines(text)
+    line = next((i for slot in written for i, code in enumerate(lines, 1)
+                 if re.search(rf"\[\s*{slot}\s*\]", code)), 0)
+    listed = ", ".join(map(str, written))
+    return [Difference("slot", "writes", f.detail["lambda_slot"], listed, source_line=line)]
+
+
+def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding], text: str) -> list[Difference]:
+    """The differences, each with the candidate's source line; failing rows get their causes."""
+    from dataclasses import replace
+
+    diffs = [replace(d, source_line=locate(text, d)) for d in differences(b, ctrl, contract, findings)]
+    explain(findings, diffs)
+    return diffs

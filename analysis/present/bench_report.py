@@ -1,0 +1,193 @@
+"""Benchmark runs as a Markdown table and a PNG.
+
+    python -m analysis.present.bench_report RUN.json [--repeat RUN2.json] [--out DIR]
+
+Per mode: median and IQR in µs per step for the controller and its
+empty-kernel twin, their ratio, the rounds, the clock that timed it and what
+sets its time. With ``--repeat`` (a second, back-to-back run) each median's
+change between the runs is shown against the 5 % repeatability goal, and the
+pair is read as a baseline: the gate each mode would get
+(:mod:`analysis.judge.bench_verdict`). A second table says what each mode measures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, thresholds
+from analysis.present import plots
+from repro.bench.result import frame, load_run
+
+
+def load(path: Path) -> tuple[pd.DataFrame, dict]:
+    """One row per mode × kernel (see :func:`repro.bench.result.frame`), and the machine it ran on."""
+    run = load_run(path)
+    return frame(run), run.machine
+
+
+def _us(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
+
+
+def _gate_cell(check: ModeCheck | None) -> str:
+    if check is None:
+        return "—"
+    if not check.gated:
+        return f"not gated ({check.spread:.0%} run-to-run)"
+    what = "median" if check.metric == "median" else "ratio"
+    if check.now is None:
+        return f"{what} ≤ +{check.threshold:.1%}"
+    verdict = "**REGRESSED**" if check.regressed else "ok"
+    return f"{what} {check.change:+.1%} (≤ +{check.threshold:.1%}) {verdict}"
+
+
+def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[ModeCheck] | None = None) -> str:
+    """The results table; with ``repeat`` the run-to-run Δ, with ``checks`` (or a repeat) the gate per mode."""
+    if checks is None and repeat is not None:
+        checks = thresholds(df, repeat)
+    by_mode = {c.mode: c for c in checks or []}
+    head = "| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio | rounds | clock | set by |"
+    sep = "|---|---|---|---|---|---|---|"
+    if repeat is not None:
+        head += " run-to-run Δ median (controller / empty) |"
+        sep += "---|"
+    if checks is not None:
+        head += " gate |"
+        sep += "---|"
+    lines = [head, sep]
+    flagged = []
+    for mode in dict.fromkeys(df["mode"]):
+        part = df[df["mode"] == mode].set_index("kernel")
+        cells = []
+        for k in ("controller", "empty"):
+            r = part.loc[k] if k in part.index else None
+            cells.append("—" if r is None else f"{_us(r.median_us)} ({_us(r.q1_us)}–{_us(r.q3_us)})")
+        ratio = (part.loc["controller", "median_us"] / part.loc["empty", "median_us"]
+                 if {"controller", "empty"} <= set(part.index) else float("nan"))
+        first = part.iloc[0]
+        row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {int(first['rounds'])} | {first['clock']} "
+               f"| {first['set_by']} |")
+        if repeat is not None:
+            other = repeat[repeat["mode"] == mode].set_index("kernel")
+            deltas = []
+            for k in ("controller", "empty"):
+                if k in part.index and k in other.index:
+                    d = other.loc[k, "median_us"] / part.loc[k, "median_us"] - 1
+                    deltas.append(f"{d:+.1%}" + (" ⚠" if abs(d) > REPEATABILITY else ""))
+                    if abs(d) > REPEATABILITY:
+                        flagged.append(mode)
+            row += f" {' / '.join(deltas) or '—'} |"
+        if checks is not None:
+            row += f" {_gate_cell(by_mode.get(mode))} |"
+        lines.append(row)
+    if flagged:
+        lines += ["", f"⚠ a median that moved more than {REPEATABILITY:.0%} between the two runs: "
+                  f"{', '.join(dict.fromkeys(flagged))}."]
+    lines += _notes(df)
+    return "\n".join(lines)
+
+
+def _median(df: pd.DataFrame, mode_prefix: str, kernel: str) -> float | None:
+    rows = df[df["mode"].str.startswith(mode_prefix) & (df["kernel"] == kernel)]
+    return float(rows["median_us"].iloc[0]) if len(rows) else None
+
+
+def _notes(df: pd.DataFrame) -> list[str]:
+    """Sentences read from the data: launch paths against the C floor, the graph step, throughput."""
+    out = []
+    c_floor = _median(df, "C driver API async", "controller")
+    for prefix in ("cupy async", "cuda.bindings async"):
+        other = _median(df, prefix, "controller")
+        if c_floor and other:
+            out.append(f"- Launching the controller from Python costs {other / c_floor:.1f}× the C loop's launch "
+                       f"({prefix.split()[0]}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
+    step = df[df["mode"].str.startswith("graph of")]
+    if len(step):
+        parts = step.set_index("kernel")
+        line = (f"- In a training step graphed as {int(parts['nodes'].iloc[0])} small kernels "
+                f"({_us(parts['step_us'].iloc[0])} µs a step), the controller as one more node adds "
+                f"{_us(parts.loc['controller', 'median_us'])} µs a step")
+        if "empty" in parts.index:
+            line += f" (an empty node {_us(parts.loc['empty', 'median_us'])} µs)"
+        out.append(line + ".")
+    many = df[df["steps_per_s"].notna()] if "steps_per_s" in df else df.iloc[0:0]
+    for _, r in many.iterrows():
+        if r.kernel == "controller":
+            out.append(f"- {r['mode']}, controller: {r.steps_per_s:.3g} steps/s; {r.achieved_gbs:.0f} GB/s of the "
+                       f"8 bytes a step must move (KL in, λ out), {r.copy_fraction:.0%} of the {r.copy_gbs:.0f} GB/s "
+                       "device-to-device copy measured in the same run.")
+        else:  # the empty kernel never reads the KL it is given, so the compiler drops that load
+            out.append(f"- {r['mode']}, empty kernel: {r.steps_per_s:.3g} steps/s (it writes λ but never reads KL, "
+                       "so the compiler drops the KL load: a floor, not a bandwidth).")
+    return [""] + out if out else []
+
+
+def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[str, str] | None = None) -> str:
+    """What each mode measures, which clock times it, what sets its time, and whether and how it is gated."""
+    by_mode = {c.mode: c for c in checks or []}
+    lines = ["| mode | what it measures | clock | set by | gated on |", "|---|---|---|---|---|"]
+    for mode in dict.fromkeys(df["mode"]):
+        r = df[df["mode"] == mode].iloc[0]
+        c = by_mode.get(mode)
+        if c is None:
+            gate = "no baseline for this machine"
+        elif not c.gated:
+            gate = f"not gated: {c.reason}"
+        else:
+            what = "controller median" if c.metric == "median" else "controller/empty ratio of the same run"
+            gate = f"{what}, fails beyond +{c.threshold:.1%} (baseline spread {c.spread:.1%})"
+        lines.append(f"| {mode} | {r['what']} | {r['clock']} | {r['set_by']} | {gate} |")
+    for mode, why in (skipped or {}).items():
+        lines.append(f"| {mode} | not run here: {why} | — | — | — |")
+    return "\n".join(lines)
+
+
+def figure(df: pd.DataFrame):
+    """Bars (log µs per step) with IQR whiskers, the empty-kernel twin beside each mode."""
+    modes = list(dict.fromkeys(df["mode"]))
+    fig, ax = plots.plt.subplots(figsize=(9, 0.55 * len(modes) + 1.6))
+    colors = {"controller": plots.COLORS["fixed"], "empty": "#999999"}
+    for j, k in enumerate(("controller", "empty")):
+        part = df[df.kernel == k].set_index("mode").reindex(modes)
+        y = np.arange(len(modes)) + (j - 0.5) * 0.38
+        err = np.clip(np.vstack([part.median_us - part.q1_us, part.q3_us - part.median_us]), 0, None)
+        ax.barh(y, part.median_us.clip(lower=1e-7), height=0.36, color=colors[k], xerr=err, capsize=3,
+                label=f"{k} kernel" if k == "empty" else "controller (fixed)")
+    ax.set_yticks(np.arange(len(modes)), modes)
+    ax.invert_yaxis()
+    ax.set(xscale="log", xlabel="µs per step (median; whiskers: interquartile range; log)",
+           title="What the controller costs per training step, beside an empty kernel")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def header(title: str, machine: dict) -> str:
+    gpu = machine.get("gpu", {})
+    lines = [f"# {title}", "", f"- CPU: {machine.get('cpu', {}).get('brand_raw', '?')}, "
+             f"Python {machine.get('python_version', '?')}"]
+    if gpu:
+        lines.append(f"- GPU: {gpu.get('name')} (CUDA driver API {gpu.get('cuda_driver_api')}, CUDA runtime "
+                     f"{gpu.get('runtime')}, CuPy {gpu.get('cupy')})")
+    return "\n".join(lines)
+
+
+def write(out: Path, title: str, df: pd.DataFrame, machine: dict, repeat: pd.DataFrame | None = None,
+          checks: list[ModeCheck] | None = None, skipped: dict[str, str] | None = None,
+          verdict: list[str] | None = None) -> str:
+    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown."""
+    if checks is None and repeat is not None:
+        checks = thresholds(df, repeat)
+    parts = [header(title, machine), table(df, repeat, checks)]
+    if verdict is not None:
+        parts.append("## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"))
+    parts.append("## Modes\n\n" + modes_table(df, checks, skipped))
+    text = "\n\n".join(parts) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.md").write_text(text)
+    plots.save(figure(df), out / "bench.png")
+    return text
+

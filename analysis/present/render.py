@@ -1,0 +1,334 @@
+"""The gate's rows as text for each reader: the table, one-line messages, JSON, JUnit XML, GitHub annotations.
+
+The only place findings become text. Every function takes the structured rows
+(:class:`analysis.judge.findings.Finding`, :class:`~analysis.judge.findings.Difference`) and
+the names of the files to point at; none reads text back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from xml.etree import ElementTree as ET
+
+from analysis.judge.findings import Difference, Finding, Where
+
+
+def g(x) -> str:
+    return "—" if x is None else f"{float(x):.8g}"
+
+
+def documented(f: Finding) -> str:
+    d = f.detail
+    if "not_measured" in d:
+        return "—"
+    if f.key in ("floor", "ceiling"):
+        return g(f.documented)
+    if f.key in ("ramp", "decay"):
+        return _rate_form(d.get("form"), f.documented)
+    if f.key.startswith("steps_to"):
+        if f.documented is None:
+            return f"— (closed form {f.predicted:g} ± 1)"
+        tol = d.get("tolerance")
+        return f"{f.documented:g}" + (f" ± {tol:g}" if tol else "")
+    if f.key == "dead_zone":
+        if d.get("edges_documented"):
+            return f"[{d['lower']}, {d['upper']}], edges inclusive"
+        return f"×/÷{d['tolerance']:g}, edges inclusive"
+    if f.key in ("ramp_onset", "decay_onset"):
+        return f"KL {d['relation']} {d['edge']}"
+    if f.key == "vanishing":
+        return "no floor"
+    if f.key == "guards":
+        return "unchanged"
+    if f.key == "nonfinite":
+        return f"{f.documented:g} cases pinned"
+    if f.key == "isolation":
+        return f"slot {d['lambda_slot']} only"
+    if f.key in ("spec_agreement", "launch_modes"):
+        return "identical"
+    if f.key in ("execution", "single_thread", "no_atomics", "coverage", "resources"):
+        return {"execution": "no crash, no hang", "single_thread": "thread (0, 0) only", "no_atomics": "none",
+                "coverage": "all" if d.get("required") else "reported", "resources": "reported"}[f.key]
+    return _value(f.documented, f.unit, "required")
+
+
+def _rate_form(form: dict | None, factor: float | None) -> str:
+    if not form or form.get("op") == "mul":
+        return f"×{g(factor if not form else form['value'])}"
+    if form["op"] == "div":
+        return f"÷{g(form['value'])}"
+    return f"×(1 {'+' if form['sign'] > 0 else '−'} {g(form['clip'])}·{g(form['n_steps'])}/{g(form['horizon'])})"
+
+
+def _vanishing(v: dict) -> str:
+    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
+             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {g(v['settled'])}",
+             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
+             f"never back under high KL (ends at {g(v['final'])})"]
+    return "; ".join(parts)
+
+
+def predicted(f: Finding) -> str:
+    if "not_measured" in f.detail:
+        return "—"
+    if f.key == "vanishing":
+        return _vanishing(f.detail["spec"])
+    if f.key in ("floor", "ceiling"):
+        return g(f.predicted)
+    if f.key in ("ramp", "decay"):
+        return f"×{g(f.predicted)}"
+    if f.key.startswith("steps_to"):
+        return f"{f.predicted:g}"
+    if f.key == "dead_zone":
+        return f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged"
+    if f.key in ("ramp_onset", "decay_onset"):
+        return f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})"
+    if f.key == "isolation":
+        return documented(f)
+    if f.key == "nonfinite":
+        return f"{f.predicted:g} cases"
+    if f.key in ("spec_agreement", "launch_modes"):
+        return documented(f)
+    return _value(f.predicted, f.unit, documented(f))
+
+
+def measured(f: Finding) -> str:
+    d = f.detail
+    if "not_measured" in d:
+        return f"not measured: {d['not_measured']}"
+    if f.key == "execution":
+        return f"{f.measured:g} crash(es)/time-out(s) ({d['limit']})" if f.measured else f"all ran ({d['limit']})"
+    if f.key == "single_thread":
+        return f"{f.measured:g}/{f.documented:g} other threads left the ISV unchanged"
+    if f.key == "no_atomics":
+        return ", ".join(d["atomics"]) if d["atomics"] else f"none (NVRTC {d['nvrtc']}, {d['arch']})"
+    if f.key == "resources":
+        regs = f"{d['registers']} registers" if d["registers"] is not None else "registers not reported"
+        spill = f"{d['spill_bytes']} B spills" if d["spill_bytes"] is not None else "spills not reported"
+        return (f"{d['global_stores']} st.global, {d['local_accesses']} local-memory accesses, {spill}, "
+                f"{d['stack_bytes']} B stack, {regs}")
+    if f.key == "coverage":
+        return d["summary"]
+    if f.key == "vanishing":
+        return _vanishing(d["measured"])
+    if f.key in ("floor", "ceiling"):
+        held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
+        return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
+    if f.key in ("ramp", "decay"):
+        if f.measured is None:
+            return "no unclamped step"
+        return f"×{f.measured:.8f} (median of {d['free_steps']} unclamped steps)"
+    if f.key == "steps_to_floor":
+        if f.measured is None:
+            return f"never clamped at {g(d['floor'])}"
+        before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
+        step = "never" if f.measured is None else f"{f.measured:g}"
+        return f"clamped at {g(d['floor'])} from step {step}{before}"
+    if f.key.startswith("steps_to"):
+        return ", ".join(f"{'never' if c is None else c} from λ0 {g(d['lambda0'][n])}" for n, c in d["counts"].items())
+    if f.key == "dead_zone":
+        return f"{f.measured:g}/{f.documented:g} probes held λ for {d['steps']} steps"
+    if f.key in ("ramp_onset", "decay_onset"):
+        return ", ".join("none" if x is None or math.isnan(x) else f"{x:.8g}" for x in d["ratios"]) + " × target"
+    if f.key == "guards":
+        return f"{f.measured:g}/{f.documented:g} cases unchanged"
+    if f.key == "nonfinite":
+        return f"{f.measured:g}/{f.documented:g} cases as pinned"
+    if f.key == "isolation":
+        return f"{f.measured:g}/{f.documented:g} runs left every other slot's bits intact"
+    if f.key in ("spec_agreement", "launch_modes"):
+        return "identical" if f.ok else "differs"
+    if d.get("tool"):  # a compute-sanitizer row
+        if f.ok:
+            return f"0 errors on the {', '.join(d['paths'])} launch paths"
+        return f"{d['kind']} in {d['kernel'] or 'a CUDA call'} at {d['location']} ({d['path']} path)"
+    return _value(f.measured, f.unit, "holds" if f.ok else "violated")
+
+
+def _value(x: float | None, unit: str, otherwise: str) -> str:
+    """A row other parts of the suite add (crash, time-out, static rules): its number and unit, or a word."""
+    return otherwise if x is None else f"{g(x)} {unit}".rstrip()
+
+
+def where(w: Where | None) -> str:
+    """Where a failure first shows, in words."""
+    if w is None:
+        return ""
+    at = f"{w.scenario}, step {w.step}" if w.step is not None else w.scenario
+    if w.event == "crossed":
+        return f"{at}: λ = {g(w.lam)} (bound {g(w.expected)})"
+    if w.event == "never_settles":
+        return f"{w.scenario}: λ never settles at {g(w.expected)} (ends at {g(w.lam)})"
+    if w.event == "ratio":
+        return f"{at}: step ratio {g(w.expected)}"
+    if w.event == "no_free_step":
+        return f"{w.scenario}: λ never moves freely"
+    if w.event == "count":
+        return f"{w.scenario}: {'never' if w.step is None else w.step}"
+    if w.event == "onset":
+        return f"{w.scenario}: λ first moves at KL {g(w.kl)}, documented {g(w.expected)}"
+    if w.event == "moved":
+        return f"{at}: λ {g(w.expected)} → {g(w.lam)}"
+    if w.event == "differs":
+        return f"{at}: kernel {g(w.lam)}, {w.reference} {g(w.expected)}"
+    if w.event == "stray":  # ``expected`` carries the ISV's length: an index outside it is a write outside the ISV
+        n = int(w.expected) if w.expected else None
+        shown = [str(i) if n is None or 0 <= i < n else f"{i} (outside the {n}-float ISV)" for i in w.slots]
+        return f"{w.scenario}: slot(s) {', '.join(shown)} written"
+    if w.event == "sanitizer":
+        return w.scenario
+    if w.event == "cases":
+        return "; ".join(f"{case}: {seen} (contract: {pinned})" for case, seen, pinned in w.cases[:3])
+    return at
+
+
+def difference(d: Difference) -> str:
+    """One difference in words: "floor 0.1 (contract 0.05)", "reads the target from slot 490 (contract 491)"."""
+    if d.kind == "slot" and d.name == "writes":
+        return f"writes slot(s) {d.measured} besides λ's slot {d.documented}"
+    if d.kind == "slot" and d.name == "reads":
+        return f"also reads slot(s) {d.measured} (the contract's inputs are λ, KL and target only)"
+    if d.kind == "slot":
+        role = "KL" if d.name == "kl" else "target"
+        if d.measured is None:
+            return f"no slot acts as the {role} (contract: slot {d.documented})"
+        return f"slot change: reads the {role} from slot {d.measured} (contract: slot {d.documented})"
+    if d.kind == "nonfinite":
+        return f"{d.name}: {d.note}"
+    if d.kind == "guard":
+        return f"guard: {d.note} ({d.measured})"
+    if d.kind == "edge" and d.measured == "inclusive":
+        side = "ramp" if d.name == "upper" else "decay"
+        return f"the {side} edge is inclusive (the edge value itself moves λ; {d.note})"
+    shown = {"upper": "ramp above target·", "lower": "decay below target/"}.get(d.name)
+    if d.measured is None:
+        return f"{d.name}: {d.note} (contract {g(d.documented)})"
+    if shown:
+        return f"{shown}{g(d.measured)} (contract {g(d.documented)}{', edge inclusive' if d.note == 'inclusive' else ''})"
+    prefix = "×" if d.unit == "×/step" else ""
+    extra = f"; {d.note}" if d.note else ""
+    return f"{d.name} {prefix}{g(d.measured)} (contract {prefix}{g(d.documented)}{extra})"
+
+
+def hints(f: Finding, contract_file: str) -> list[str]:
+    """For a failing row: each cause, and the contract line a deliberate change edits."""
+    if f.ok:
+        return []
+    out = []
+    for d in f.causes:
+        line = difference(d)
+        if d.line:
+            line += f" — if intended, change {contract_file}:{d.line} ({d.contract_key})"
+        out.append(line)
+    unmeasured = "not_measured" in f.detail or any("not measured" in seen for _, seen, _ in
+                                                   (f.where.cases if f.where else ()))
+    if unmeasured:  # a crash or hang kept the evidence from existing: nothing in the contract to change
+        out.append("not measured where the candidate crashed or hung: see the execution row")
+    elif not f.causes and f.line:
+        out.append(f"no measured constant differs; if intended, change {contract_file}:{f.line} ({f.doc})")
+    return out
+
+
+def message(f: Finding, contract_file: str) -> str:
+    """The row as one paragraph (pytest assertion, JUnit failure message)."""
+    text = f"{f.key}: {'PASS' if f.ok else 'FAIL'} — documented {documented(f)}, measured {measured(f)}"
+    if not f.ok:
+        text += f"; first shows: {where(f.where)}" if f.where else ""
+        for h in hints(f, contract_file):
+            text += f"; {h}"
+    return text
+
+
+def behaves_as(items: list[tuple[str, str, str | None]]) -> str:
+    """ "behaves as: floor 0.1 (contract 0.05), ramp ×1.2, …" """
+    parts = [f"{q} {m}" + (f" (contract {d})" if d is not None else "") for q, m, d in items]
+    return "behaves as: " + ", ".join(parts)
+
+
+def table(findings: list[Finding], contract_file: str) -> str:
+    """The rows as a plain-text table; each failure followed by where it shows and its hints."""
+    head = ("property", "documented", "measured", "verdict")
+    rows = [(f.key, documented(f), measured(f), "PASS" if f.ok else "FAIL") for f in findings]
+    widths = [min(max(len(r[i]) for r in [head, *rows]), cap) for i, cap in enumerate((16, 24, 80, 7))]
+
+    def line(cells):
+        return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])]
+    for f, row in zip(findings, rows, strict=True):
+        out.append(line(row))
+        if not f.ok:
+            if f.where:
+                out.append(f"    first shows: {where(f.where)}")
+            out += [f"    {h}" for h in hints(f, contract_file)]
+    return "\n".join(out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _finite(obj):
+    """JSON has no NaN/inf: they become null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def to_json(data: dict) -> str:
+    return json.dumps(_finite(data), indent=2, ensure_ascii=False)
+
+
+def junit(findings: list[Finding], contract_file: str, suite: str, seconds: float, error: str | None = None) -> str:
+    """JUnit XML: one test case per property (``classname`` gate.<contract>, ``name`` the row's key);
+    an exit-2 outcome is one test case with an ``error``."""
+    rows = list(findings)
+    root = ET.Element("testsuites")
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows) or 1),
+                       failures=str(sum(not f.ok for f in rows)), errors="1" if error else "0",
+                       skipped="0", time=f"{seconds:.3f}")
+    if error:
+        case = ET.SubElement(ts, "testcase", classname=suite, name="gate", time="0")
+        ET.SubElement(case, "error", message=error, type="SuiteError").text = error
+    for f in rows:
+        case = ET.SubElement(ts, "testcase", classname=suite, name=f.key, time="0")
+        text = message(f, contract_file)
+        if not f.ok:
+            lines = [text, *([f"first shows: {where(f.where)}"] if f.where else []), *hints(f, contract_file)]
+            ET.SubElement(case, "failure", message=text, type="PropertyViolated").text = "\n".join(lines)
+        else:
+            ET.SubElement(case, "system-out").text = text
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _esc(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github(findings: list[Finding], kernel_file: str, contract_file: str, error: str | None = None) -> list[str]:
+    """GitHub workflow commands: one ``::error`` per failing row at the candidate's line where it is
+    localised (else its first line), and a ``::notice`` at the contract line a deliberate change edits."""
+    if error:
+        return [f"::error file={_esc(kernel_file, True)},title={_esc('gate: error', True)}::{_esc(error)}"]
+    out = []
+    for f in findings:
+        if f.ok:
+            continue
+        line = next((d.source_line for d in f.causes if d.source_line), 1)
+        out.append(f"::error file={_esc(kernel_file, True)},line={line},title={_esc(f'gate: {f.key}', True)}"
+                   f"::{_esc(message(f, contract_file))}")
+        for d in f.causes:
+            if d.line:
+                out.append(f"::notice file={_esc(contract_file, True)},line={d.line},"
+                           f"title={_esc(f'gate: {f.key}', True)}::{_esc('if intended: ' + difference(d))}")
+        if not f.causes and f.line:
+            out.append(f"::notice file={_esc(contract_file, True)},line={f.line},"
+                       f"title={_esc(f'gate: {f.key}', True)}::{_esc('if intended, change the documented value')}")
+    return out

@@ -1,0 +1,122 @@
+"""Static facts about a kernel from its NVRTC build, on any machine (NVRTC needs no GPU).
+
+The candidate is compiled to PTX and, through NVRTC's built-in ptxas, to an
+sm_90 binary whose resource usage ptxas reports (``--ptxas-options=--verbose``).
+NVRTC comes from the ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` wheels
+(``pip install --group static``); where they are missing, :func:`unavailable_reason`
+says so and the caller reports the checks as not run.
+
+A source that the host shim accepts but NVRTC rejects fails here with the
+compiler's message (a :class:`SuiteError`: not CUDA, exit 2 from the gate).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from repro.backends.translation_unit import HOST_INCLUDE, compile_error
+from repro.core.errors import BackendUnavailable
+from repro.core.kernel_source import KernelSource
+
+#: The GPU the resource counts are for (the suite's reference device is an H200).
+ARCH = "sm_90"
+#: IEEE float32 options, as the cupy backend compiles.
+OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", f"-I{HOST_INCLUDE}")
+
+_ATOMIC = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:atom|red)\.[\w.]+)", re.M)
+_LOCAL = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:ld|st)\.local[\w.]*)|^\s*\.local\b", re.M)
+_GLOBAL_STORE = re.compile(r"^\s*(?:@!?%\w+\s+)?(st\.global[\w.]*)", re.M)
+
+
+@dataclass(frozen=True)
+class StaticReport:
+    """What the PTX and ptxas say about one kernel (counts are instructions in the PTX text)."""
+
+    atomics: list[str]  # atom./red. instructions, as written
+    local_accesses: int  # ld.local/st.local instructions and .local declarations
+    global_stores: int  # st.global instructions
+    registers: int | None  # per thread, from ptxas (None when it did not say)
+    stack_bytes: int | None
+    spill_bytes: int | None  # spill stores + spill loads
+    arch: str
+    nvrtc: str  # NVRTC version
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except Exception as err:  # ImportError, or the NVRTC library fails to load
+        raise BackendUnavailable(f"static checks: NVRTC not available ({type(err).__name__}: {err}); "
+                                 "pip install --group static") from None
+    try:
+        _check(nvrtc, nvrtc.nvrtcVersion())
+    except Exception as err:
+        raise BackendUnavailable(f"static checks: NVRTC does not load ({err}); pip install --group static") from None
+    return nvrtc
+
+
+def unavailable_reason() -> str | None:
+    """None when NVRTC is usable here, else the one-line reason."""
+    try:
+        _nvrtc()
+    except BackendUnavailable as err:
+        return str(err)
+    return None
+
+
+def _check(nvrtc, result):
+    """Unwrap a cuda-bindings ``(status, *values)`` tuple; raise on a failed status."""
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC: {status}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ...] = OPTIONS) -> tuple[str, str]:
+    """``(PTX text, compile log)`` of ``code``; a rejected source raises a one-line :class:`SuiteError`."""
+    nvrtc = _nvrtc()
+    prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), origin.encode(), 0, [], []))
+    try:
+        opts = [o.encode() for o in (*options, f"--gpu-architecture={arch}", "--ptxas-options=--verbose")]
+        status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        size = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, log))
+        log_text = log.decode(errors="replace").rstrip("\x00 \n")
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise compile_error(origin, "NVRTC", log_text)
+        size = _check(nvrtc, nvrtc.nvrtcGetPTXSize(prog))
+        ptx = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetPTX(prog, ptx))
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return ptx.decode(errors="replace").rstrip("\x00"), log_text
+
+
+def _ptxas_number(log: str, pattern: str) -> int | None:
+    found = re.findall(pattern, log)
+    return sum(int(x) for x in found) if found else None
+
+
+def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
+    """Compile the candidate as launched in production (its own text) and read its PTX and ptxas report."""
+    nvrtc = _nvrtc()
+    ptx, log = compile_ptx(source.text, source.origin, arch)
+    major, minor = _check(nvrtc, nvrtc.nvrtcVersion())
+    # ptxas reports per entry function; the candidate's file may hold helpers, so read its kernel's block.
+    block = log.split(f"entry function '{source.symbol}'", 1)[-1].split("Compiling entry function", 1)[0]
+    spills = [_ptxas_number(block, r"(\d+) bytes spill stores"), _ptxas_number(block, r"(\d+) bytes spill loads")]
+    return StaticReport(
+        atomics=sorted(set(_ATOMIC.findall(ptx))),
+        local_accesses=len(_LOCAL.findall(ptx)),
+        global_stores=len(_GLOBAL_STORE.findall(ptx)),
+        registers=_ptxas_number(block, r"Used (\d+) registers"),
+        stack_bytes=_ptxas_number(block, r"(\d+) bytes stack frame"),
+        spill_bytes=None if None in spills else sum(spills),
+        arch=arch,
+        nvrtc=f"{major}.{minor}",
+    )

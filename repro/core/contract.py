@@ -1,0 +1,230 @@
+"""The contract (``kernels/contracts.toml``) as typed, read-only data.
+
+One fact, one place: slot numbers and documented properties live in the TOML
+file; this module only parses it and says where each fact stands (file:line),
+so that a gate failure can name the line a deliberate change must edit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.core.errors import SuiteError
+from repro.core.kernel_source import KernelSource, load_kernel
+from repro.core.paths import ROOT
+
+CONTRACTS = ROOT / "kernels" / "contracts.toml"
+
+
+@dataclass(frozen=True)
+class Slots:
+    """ISV slot indices (floats) owned by the harness, and the ISV layout."""
+
+    lambda_: int
+    kl: int
+    target: int
+    isv_len: int
+    sentinel: int  # uint32 bit pattern that fills every slot at allocation
+
+    def __post_init__(self) -> None:
+        top = max(self.lambda_, self.kl, self.target)
+        if len({self.lambda_, self.kl, self.target}) != 3:
+            raise SuiteError("contract: the λ, KL and target slots must differ")
+        if self.isv_len <= top:
+            raise SuiteError(f"contract: ISV of {self.isv_len} floats is too small for slot {top}")
+
+
+@dataclass(frozen=True)
+class Documented:
+    """A documented value (λ, a rate, or a count of steps) and where it is written."""
+
+    name: str
+    value: float
+    doc: str
+    line: int  # line of contracts.toml that holds it
+    rtol: float = 0.0
+    tolerance: float = 0.0  # absolute, in the value's own unit (steps)
+    informational: bool = False  # reported beside its measurement, not gated
+    none: bool = False  # documented as absent (a rule with no floor): value is NaN
+    form: str = ""  # how a band edge is computed from the target (EDGE_FORMS)
+    op: str = ""  # how a rate is applied to λ: "mul" (λ·value) or "div" (λ/value)
+    every_step: bool = False  # a floor that clamps every step (in band too), not only decay
+
+    def accepts(self, measured: float) -> bool:
+        """True when ``measured`` agrees with the documented value within its stated tolerance."""
+        if self.tolerance:
+            return abs(measured - self.value) <= self.tolerance
+        if self.rtol:
+            return math.isclose(measured, self.value, rel_tol=self.rtol, abs_tol=0.0)
+        return measured == self.value
+
+
+#: Rule kinds a contract entry may declare (``rule = "…"``; default band).
+#: band: hold inside [lower edge, upper edge], else λ·ramp or λ·decay (each applied by
+#: its ``op``), clamped to the floor and ceiling where those exist.
+#: proportional: λ·(1 + clip(KL/target − 1, ±clip)·n_steps/horizon) (Ziegler et al. 2019).
+RULE_KINDS = ("band", "proportional")
+#: How a band edge is computed from the float32 target and the edge's value a (float32):
+#: mul target·a, div target/a, mul_one_plus target·(1+a), mul_one_minus target·(1−a).
+EDGE_FORMS = ("mul", "div", "mul_one_plus", "mul_one_minus")
+RATE_OPS = ("mul", "div")
+_REQUIRED = {"band": ("seed_lambda", "floor", "ceiling", "ramp", "decay"),
+             "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon")}
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One controller's contract: its kernel, its rule kind and constants, and documented properties."""
+
+    name: str
+    kernel: Path
+    symbol: str
+    props: dict[str, Documented]
+    nonfinite: dict[str, str] = field(default_factory=dict)
+    guards_doc: str = ""
+    rule: str = "band"
+    source: str = ""  # where a peer's rule comes from (project, file, function); empty for the suite's own
+    nonfinite_line: int = 0  # line of the entry's [nonfinite] table header in contracts.toml
+
+    def __getitem__(self, key: str) -> Documented:
+        return self.props[key]
+
+    def value(self, key: str) -> float:
+        """The documented value of property ``key`` (an error where it is documented as absent)."""
+        doc = self.props[key]
+        if doc.none:
+            raise SuiteError(f"contract [{self.name}]: {key} is documented as absent (none = true)")
+        return doc.value
+
+    def has(self, key: str) -> bool:
+        return key in self.props
+
+    def bound(self, key: str) -> float | None:
+        """The floor or ceiling (λ), or None where the rule has none."""
+        doc = self.props[key]
+        return None if doc.none else doc.value
+
+    @property
+    def is_band(self) -> bool:
+        return self.rule == "band"
+
+
+@dataclass(frozen=True)
+class Contract:
+    path: Path
+    slots: Slots
+    controllers: dict[str, Controller]
+    slot_lines: dict[str, int] = field(default_factory=dict)  # contract key (lambda, kl_ema, …) -> line
+
+    def source(self, name: str, path: Path | str | None = None) -> KernelSource:
+        """Controller ``name``'s kernel source (or the candidate at ``path``, with the entry's symbol)."""
+        entry = self.controller(name)
+        return load_kernel(entry.kernel if path is None else path, entry.symbol)
+
+    def peers(self) -> list[str]:
+        """Contract entries that carry a ``source``: the published rules compared with ours, in file order."""
+        return [n for n, c in self.controllers.items() if c.source]
+
+    def controller(self, name: str) -> Controller:
+        try:
+            return self.controllers[name]
+        except KeyError:
+            known = ", ".join(sorted(self.controllers))
+            raise SuiteError(f"unknown contract {name!r} (known: {known})") from None
+
+
+def _line_of(text_lines: list[str], section: str, key: str) -> int:
+    """1-based line of ``key = …`` inside ``[section]`` (0 when not found)."""
+    current = None
+    pattern = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
+    for number, line in enumerate(text_lines, start=1):
+        header = re.match(r"^\s*\[([^\]]+)\]", line)
+        if header:
+            current = header.group(1).strip()
+        elif current == section and pattern.match(line):
+            return number
+    return 0
+
+
+def _section_line(text_lines: list[str], section: str) -> int:
+    """1-based line of the ``[section]`` header (0 when absent)."""
+    return next((n for n, line in enumerate(text_lines, start=1) if line.strip() == f"[{section}]"), 0)
+
+
+def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]) -> Documented:
+    none = bool(spec.get("none", False))
+    if not none and "value" not in spec:
+        raise SuiteError(f"{path}: [{section}] {key} has neither a value nor none = true")
+    form, op = spec.get("form", ""), spec.get("op", "")
+    if form and form not in EDGE_FORMS:
+        raise SuiteError(f"{path}: [{section}] {key}: form {form!r} is not one of {', '.join(EDGE_FORMS)}")
+    if op and op not in RATE_OPS:
+        raise SuiteError(f"{path}: [{section}] {key}: op {op!r} is not one of {', '.join(RATE_OPS)}")
+    return Documented(
+        name=key,
+        value=math.nan if none else float(spec["value"]),
+        doc=spec.get("doc", ""),
+        line=_line_of(lines, section, key),
+        rtol=float(spec.get("rtol", 0.0)),
+        tolerance=float(spec.get("tolerance", 0.0)),
+        informational=bool(spec.get("informational", False)),
+        none=none,
+        form=form,
+        op=op,
+        every_step=bool(spec.get("every_step", False)),
+    )
+
+
+def load(path: Path | str = CONTRACTS) -> Contract:
+    """Parse the contract file; a malformed file is a :class:`SuiteError`."""
+    path = Path(path)
+    try:
+        raw_text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(raw_text)
+    except FileNotFoundError:
+        raise SuiteError(f"contract file not found: {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SuiteError(f"{path}: not valid TOML: {err}") from None
+    lines = raw_text.splitlines()
+    try:
+        s = data["slots"]
+        slots = Slots(s["lambda"], s["kl_ema"], s["kl_target"], s["isv_len"], s["sentinel"])
+        shared_nonfinite = {k: v for k, v in data.get("nonfinite", {}).items() if k != "doc"}
+        guards_doc = data.get("guards", {}).get("doc", "")
+        controllers = {}
+        for name, entry in data.items():
+            if name in ("slots", "nonfinite", "guards"):
+                continue
+            rule = entry.get("rule", "band")
+            if rule not in RULE_KINDS:
+                raise SuiteError(f"{path}: [{name}] rule {rule!r} is not one of {', '.join(RULE_KINDS)}")
+            props = {
+                key: _documented(path, name, key, spec, lines)
+                for key, spec in entry.items()
+                if isinstance(spec, dict) and key != "nonfinite"
+            }
+            required = _REQUIRED[rule]
+            if rule == "band" and not {"upper_edge", "lower_edge"} <= set(props):
+                required += ("tolerance",)
+            for key in required:
+                if key not in props:
+                    raise SuiteError(f"{path}: [{name}] lacks {key!r}")
+            controllers[name] = Controller(
+                name=name,
+                kernel=(path.parent.parent / entry["kernel"]).resolve(),
+                symbol=entry["symbol"],
+                props=props,
+                nonfinite={**shared_nonfinite, **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
+                guards_doc=entry.get("guards_doc", guards_doc),
+                source=entry.get("source", ""),
+                rule=rule,
+                nonfinite_line=_section_line(lines, f"{name}.nonfinite") or _section_line(lines, "nonfinite"),
+            )
+    except KeyError as err:
+        raise SuiteError(f"{path}: missing key {err}") from None
+    slot_lines = {key: _line_of(lines, "slots", key) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
+    return Contract(path=path, slots=slots, controllers=controllers, slot_lines=slot_lines)

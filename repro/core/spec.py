@@ -1,0 +1,242 @@
+"""The executable specification: the controller rule in NumPy float32, from its description.
+
+Written from the documented rule (kernel comment, commit message), not from
+the kernel: per step, if KL > target·tol ramp (λ·ramp, clamped to the
+ceiling), if KL < target/tol decay (λ·decay, clamped to the floor), else
+hold; KL, target or λ ≤ 0 leave λ alone. Constants come from the contract,
+rounded to float32 as a kernel's ``f`` literals are. Every operation is one
+float32 operation, so the kernel must match it bit for bit.
+
+Also the closed forms the report sets beside each measurement.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro.core.contract import Controller
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The rule's constants (λ bounds, band edges, per-step rates ×), as float32.
+
+    The first five fields describe the in-repo controllers' band rule (edges
+    target·tol and target/tol, λ·ramp and λ·decay); the keyword fields let a
+    contract entry declare another rule (the peers): other edge forms, a rate
+    applied by division, no floor or ceiling (None), a floor applied in band
+    too, or the proportional rule. For the proportional rule ``ramp`` and
+    ``decay`` are its saturated multipliers (error clipped at ±clip).
+    """
+
+    floor: np.float32 | None
+    ceiling: np.float32 | None
+    tolerance: np.float32 | None
+    ramp: np.float32
+    decay: np.float32
+    kind: str = "band"
+    upper: tuple[str, np.float32] | None = None  # (form, a); None: ("mul", tolerance)
+    lower: tuple[str, np.float32] | None = None  # (form, a); None: ("div", tolerance)
+    ramp_op: str = "mul"
+    decay_op: str = "mul"
+    floor_every_step: bool = False  # the floor clamps every step's λ·factor, in band λ·1 too (TF-Agents)
+    clip: np.float32 | None = None
+    n_steps: np.float32 | None = None
+    horizon: np.float32 | None = None
+
+    @classmethod
+    def of(cls, controller: Controller, **overrides: float) -> Rule:
+        """The documented rule of a contract entry; ``overrides`` replace named constants."""
+        c = controller
+        f32 = lambda v: None if v is None else F32(v)  # noqa: E731
+        bounds = {k: c.bound(k) for k in ("floor", "ceiling")}
+        if c.rule == "proportional":
+            clip, n, h = (F32(c.value(k)) for k in ("clip", "n_steps", "horizon"))
+            values = dict(bounds, tolerance=None, ramp=_mult(clip, clip, n, h), decay=_mult(-clip, clip, n, h))
+            values.update(overrides)
+            return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n, horizon=h)
+        values = dict(bounds, tolerance=c.value("tolerance") if c.has("tolerance") else None,
+                      ramp=c.value("ramp"), decay=c.value("decay"))
+        values.update(overrides)
+        edges = {}
+        for side in ("upper", "lower"):
+            if c.has(f"{side}_edge"):
+                doc = c[f"{side}_edge"]
+                edges[side] = (doc.form or "mul", F32(doc.value))
+        return cls(**{k: f32(v) for k, v in values.items()}, **edges,
+                   ramp_op=c["ramp"].op or "mul", decay_op=c["decay"].op or "mul",
+                   floor_every_step=c["floor"].every_step)
+
+    def rate(self, which: str) -> float:
+        """The real per-step factor of ``ramp`` or ``decay`` (λ·value, or 1/value where the op divides)."""
+        value, op = (self.ramp, self.ramp_op) if which == "ramp" else (self.decay, self.decay_op)
+        return 1.0 / float(value) if op == "div" else float(value)
+
+
+def _mult(err: np.float32, clip: np.float32, n: np.float32, h: np.float32) -> np.float32:
+    """The proportional rule's multiplier for a (clipped) error, in the kernel's order: 1 + (err·n)/h."""
+    return F32(F32(1) + F32(F32(err * n) / h))
+
+
+def _apply(lam: np.ndarray, value: np.float32, op: str) -> np.ndarray:
+    return lam / value if op == "div" else lam * value
+
+
+def _edge(target: np.ndarray, form: str, a: np.float32) -> np.ndarray:
+    if form == "div":
+        return target / a
+    if form == "mul_one_plus":
+        return target * F32(F32(1) + a)
+    if form == "mul_one_minus":
+        return target * F32(F32(1) - a)
+    return target * a
+
+
+def _edges(rule: Rule, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    upper = _edge(target, *(rule.upper or ("mul", rule.tolerance)))
+    lower = _edge(target, *(rule.lower or ("div", rule.tolerance)))
+    return np.asarray(upper, dtype=F32), np.asarray(lower, dtype=F32)
+
+
+def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 band edges (upper, lower) the rule computes from ``target``."""
+    with np.errstate(all="ignore"):
+        return _edges(rule, np.asarray(target, dtype=F32))
+
+
+def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
+    out = _apply(lam, rule.ramp, rule.ramp_op)
+    # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
+    out = out if rule.ceiling is None else np.fmin(rule.ceiling, out)
+    out = out if rule.floor is None or not rule.floor_every_step else np.fmax(rule.floor, out)
+    return np.asarray(out, dtype=F32)
+
+
+def _decayed(rule: Rule, lam: np.ndarray) -> np.ndarray:
+    out = _apply(lam, rule.decay, rule.decay_op)
+    out = out if rule.floor is None else np.fmax(rule.floor, out)
+    return np.asarray(out, dtype=F32)
+
+
+def ramped(rule: Rule, lam) -> np.ndarray:
+    """λ after one ramping step (saturated error for the proportional rule), clamped where a ceiling exists."""
+    with np.errstate(all="ignore"):
+        return _ramped(rule, np.asarray(lam, dtype=F32))
+
+
+def decayed(rule: Rule, lam) -> np.ndarray:
+    """λ after one decaying step, clamped where a floor exists."""
+    with np.errstate(all="ignore"):
+        return _decayed(rule, np.asarray(lam, dtype=F32))
+
+
+def _step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """One step on float32 arrays (the caller silences floating-point warnings)."""
+    if rule.kind == "proportional":
+        err = F32(kl / target) - F32(1)
+        # np.clip's NaN passes through; the kernel writes its clip with comparisons so it does too.
+        err = np.where(err < -rule.clip, -rule.clip, np.where(err > rule.clip, rule.clip, err)).astype(F32)
+        new = lam * (F32(1) + (err * rule.n_steps).astype(F32) / rule.horizon).astype(F32)
+    else:
+        upper, lower = _edges(rule, target)
+        held = lam
+        if rule.floor_every_step and rule.floor is not None:
+            held = np.fmax(rule.floor, lam * F32(1))
+        new = np.where(kl > upper, _ramped(rule, lam), np.where(kl < lower, _decayed(rule, lam), held))
+    guarded = (kl <= 0) | (target <= 0) | (lam <= 0)
+    return np.where(guarded, lam, new).astype(F32)
+
+
+def step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """λ after one step (float32, elementwise over runs)."""
+    lam, kl, target = (np.asarray(a, dtype=F32) for a in (lam, kl, target))
+    with np.errstate(all="ignore"):
+        return _step(rule, lam, kl, target)
+
+
+def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """λ after each step, ``[T, S]`` for step-major ``kl``/``target`` ``[T, S]`` and ``lambda0`` ``[S]``."""
+    kl = np.asarray(kl, dtype=F32)
+    target = np.broadcast_to(np.asarray(target, dtype=F32), kl.shape)
+    lam = np.asarray(lambda0, dtype=F32).copy()
+    out = np.empty(kl.shape, dtype=F32)
+    with np.errstate(all="ignore"):
+        for t in range(kl.shape[0]):
+            lam = _step(rule, lam, kl[t], target[t])
+            out[t] = lam
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def steps_to_settle(rule: Rule, lambda0: float, kl: float, target: float, cap: int = 200_000) -> int:
+    """Steps of constant ``kl`` until λ stops moving: it reaches 0 or a float32 fixed point (a clamp, or a
+    subnormal that one more step rounds back to itself). ``cap`` when it is still moving then."""
+    lam, kl, target = (np.asarray(x, dtype=F32) for x in (lambda0, kl, target))
+    with np.errstate(all="ignore"):
+        for n in range(1, cap + 1):
+            new = _step(rule, lam, kl, target)
+            if new == 0 or new.view(np.uint32) == lam.view(np.uint32):
+                return n
+            lam = new
+    return cap
+
+
+def band_edges(target: float, tolerance: float | Rule) -> dict[str, np.float32]:
+    """The float32 dead-zone edges the documented rule computes, and their neighbours.
+
+    ``upper = fl(target·tol)`` and ``lower = fl(target/tol)`` are inside the band
+    (the rule's tests are strict); ``above``/``below`` are the nearest floats outside.
+    Given a :class:`Rule` in place of ``tol``, its declared edge forms are used.
+    """
+    t = F32(target)
+    if isinstance(tolerance, Rule):
+        up, lo = edges(tolerance, t)
+        upper, lower = F32(up), F32(lo)
+    else:
+        tol = F32(tolerance)
+        upper, lower = F32(t * tol), F32(t / tol)
+    inf = F32(np.inf)
+    return {
+        "upper": upper,
+        "above": np.nextafter(upper, inf),
+        "inside_upper": np.nextafter(upper, F32(0)),
+        "lower": lower,
+        "below": np.nextafter(lower, F32(0)),
+        "inside_lower": np.nextafter(lower, inf),
+    }
+
+
+# --- closed forms (real arithmetic; the report prints them beside the measurements) ---
+
+
+def steps_to_double(ramp: float) -> int:
+    """⌈ln 2 / ln ramp⌉ steps of sustained high KL double λ."""
+    return math.ceil(math.log(2) / math.log(ramp))
+
+
+def steps_to_halve(decay: float) -> int:
+    """⌈ln 2 / −ln decay⌉ steps of sustained low KL halve λ."""
+    return math.ceil(math.log(2) / -math.log(decay))
+
+
+def steps_to_floor(lambda0: float, floor: float, decay: float) -> int:
+    """Steps of sustained low KL until λ is clamped at the floor: the least n with λ0·decayⁿ ≤ floor."""
+    return math.ceil(math.log(lambda0 / floor) / -math.log(decay))
+
+
+def in_band_probability(tolerance: float, sigma: float) -> float:
+    """P(target/tol ≤ KL ≤ target·tol) for KL = target·exp(σ·N(0,1)): erf(ln tol / (σ√2))."""
+    if sigma == 0:
+        return 1.0
+    return math.erf(math.log(tolerance) / (sigma * math.sqrt(2)))
+
+
+def decay_to_ramp_log_ratio(ramp: float, decay: float) -> float:
+    """How many times slower decay is than ramp, as a ratio of log-rates: ln ramp / −ln decay."""
+    return math.log(ramp) / -math.log(decay)

@@ -1,0 +1,133 @@
+"""Study designs on the closed-loop toy: one traced run, the robustness grid, the ablation of the fix.
+
+Every design takes compiled controllers (:class:`Group`) or sources from its
+caller; nothing here loads a kernel by name, so a candidate handed to the
+report is the kernel these designs run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from repro.backends.base import Backend
+from repro.core.contract import Controller, Slots
+from repro.core.kernel_source import KernelSource
+from repro.runners.probes import settled_floor
+from repro.runners.scenarios import FAR
+from repro.toy.model import Group, Toy, simulate
+
+#: The robustness grid: π's own signal strength, the KL EMA rate, the KL target (each × seeds).
+GRID = {"actor_lr": (0.25, 0.5, 1.0), "kl_ema_rate": (0.003, 0.01, 0.03), "kl_target": (0.5, 1.0, 2.0)}
+#: The ablation's four factors: the #define (or the seed λ) changed from the original's value to the fix's,
+#: and the contract property that documents the fix's value.
+FACTORS = {"floor": ("MIN_LAMBDA", "floor"), "asymmetric": ("LAMBDA_DECAY_RATE", "decay"),
+           "tolerance": ("KL_TOLERANCE", "tolerance"), "seed": (None, "seed_lambda")}
+
+
+def variant(original: KernelSource, before: Controller, after: Controller, fixes) -> tuple[KernelSource, float]:
+    """The original with the named fixes (keys of :data:`FACTORS`) applied: its source, #defines set to
+    ``after``'s documented values, and its seed λ (``after``'s with the seed fix, else ``before``'s)."""
+    defines = {FACTORS[f][0]: float(after.value(FACTORS[f][1])) for f in fixes if FACTORS[f][0]}
+    source = original.with_defines(**defines) if defines else original
+    return source, after.value("seed_lambda") if "seed" in fixes else before.value("seed_lambda")
+
+
+def group(backend: Backend, source: KernelSource, slots: Slots, seed_lambda: float) -> Group:
+    """Compile ``source`` and measure the floor it settles at under aligned KL (λ; the label of the outcome)."""
+    kernel = backend.compile(source, slots)
+    floor = settled_floor(kernel, seed_lambda, 1.0 / FAR)
+    return Group(kernel, seed_lambda, float("nan") if floor is None else floor)
+
+
+def grid_points(grid: dict[str, tuple] = GRID) -> dict[str, np.ndarray]:
+    """Every combination of the grid's values, as equal-length arrays."""
+    mesh = np.meshgrid(*grid.values(), indexing="ij")
+    return {k: m.ravel() for k, m in zip(grid, mesh, strict=True)}
+
+
+def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None, seed: int = 0) -> dict:
+    """One controller, one seed, with its per-step trace: the fields of the CLI's JSON and figure 8."""
+    toy = toy or Toy()
+    start = time.perf_counter()
+    batch = simulate(backend, [subject], toy, seeds=1, seed=seed, trace=True)[0]
+    steps_to_floor = int(batch.steps_to_lambda_floor[0])
+    return {
+        "controller": name,
+        "kernel": subject.kernel.source.origin,
+        "backend": backend.name,
+        "device": backend.describe(),
+        "seed": seed,
+        "lambda_min": float(batch.lambda_min[0]),
+        "lambda_max": float(batch.lambda_max[0]),
+        "lambda_final": float(batch.lambda_final[0]),
+        "settled_floor": None if np.isnan(subject.floor) else subject.floor,
+        "q_pi_agree_min": float(batch.q_pi_agree_min[0]),
+        "log10_q_pi_agree_min": float(batch.log10_q_pi_agree_min[0]),
+        "q_pi_agree_min_after_warmup": float(batch.q_pi_agree_min_after_warmup[0]),
+        "q_pi_agree_final": float(batch.q_pi_agree_final[0]),
+        "steps_to_lambda_floor": steps_to_floor if steps_to_floor > 0 else None,
+        "collapsed": bool(batch.collapsed[0]),
+        "parameters": asdict(toy),
+        "seconds": round(time.perf_counter() - start, 2),
+        "trace": batch.trace,
+    }
+
+
+def robustness(backend: Backend, subjects: dict[str, Group], toy: Toy | None = None, seeds: int = 20,
+               grid: dict[str, tuple] = GRID, seed: int = 0) -> pd.DataFrame:
+    """Per controller and grid point, every controller on the same noise: the collapse fraction (q_pi_agree
+    below the toy's threshold), the diverged fraction (λ reached +inf or the toy's state turned NaN, which
+    the collapse test cannot see: a rule with no ceiling can ramp without bound) and the median lowest λ."""
+    toy = toy or Toy()
+    points = grid_points(grid)
+    with np.errstate(over="ignore", invalid="ignore"):  # λ → inf drives the toy's logits to NaN: counted below
+        batches = simulate(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
+    rows = []
+    for name, b in zip(subjects, batches, strict=True):
+        collapsed = b.collapsed.reshape(-1, seeds)
+        lam_min = b.lambda_min.reshape(-1, seeds)
+        diverged = (np.isinf(b.lambda_max) | np.isnan(b.q_pi_agree_final)).reshape(-1, seeds)
+        for i in range(collapsed.shape[0]):
+            rows.append({"controller": name, **{k: float(v[i]) for k, v in points.items()},
+                         "collapse_fraction": float(collapsed[i].mean()),
+                         "diverged_fraction": float(diverged[i].mean()),
+                         "median_lambda_min": float(np.median(lam_min[i])), "seeds": seeds})
+    return pd.DataFrame(rows)
+
+
+def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Controller, after: Controller,
+             toy: Toy | None = None, seeds: int = 20, grid: dict[str, tuple] = GRID, seed: int = 0,
+             extra: dict[str, Group] | None = None) -> pd.DataFrame:
+    """All 16 combinations of the fix's four changes applied to the original, each over the grid × seeds.
+
+    Variants are ``original``'s source with #defines overridden to ``after``'s
+    documented values (``before`` documents the original's seed λ). ``extra``
+    adds whole kernels as further rows (a candidate in the fixed controller's
+    place). One row per variant: the fixes applied, runs, collapse fraction,
+    median log10 q_pi_agree_min, median λ min and max.
+    """
+    toy = toy or Toy()
+    combos = list(itertools.product((False, True), repeat=len(FACTORS)))
+    labels, groups = [], []
+    for combo in combos:
+        on = dict(zip(FACTORS, combo, strict=True))
+        source, seed_lambda = variant(original, before, after, [f for f in FACTORS if on[f]])
+        groups.append(group(backend, source, slots, seed_lambda))
+        labels.append(("fixed (all four)" if all(combo) else "+".join(f for f in FACTORS if on[f]) or "original", on))
+    for name, g in (extra or {}).items():
+        groups.append(g)
+        labels.append((name, dict.fromkeys(FACTORS, None)))
+    batches = simulate(backend, groups, toy, seeds=seeds, seed=seed, grid=grid_points(grid))
+    rows = []
+    for (label, on), b in zip(labels, batches, strict=True):
+        rows.append({"variant": label, **on, "runs": len(b.collapsed),
+                     "collapse_fraction": float(b.collapsed.mean()),
+                     "median_log10_q_pi_agree_min": float(np.median(b.log10_q_pi_agree_min)),
+                     "median_lambda_min": float(np.median(b.lambda_min)),
+                     "median_lambda_max": float(np.median(b.lambda_max))})
+    return pd.DataFrame(rows)

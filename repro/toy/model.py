@@ -1,0 +1,185 @@
+"""The closed-loop toy: a model of Q→π distillation with the real controller kernel in the loop.
+
+The toy (one state, K actions — a bandit, so that only the coupling matters):
+
+- Q learns action values from noisy rewards; its Boltzmann policy is
+  ``p_Q = softmax(Q / q_temperature)``.
+- π's logits follow their own learning signal — an actor with its own
+  objective, which prefers one action that is not Q's best by ``conflict``
+  reward units — as a non-saturating push of ``actor_lr`` times its own
+  advantage per step, plus the distillation gradient ``distill_lr · λ · (p_Q − π)``
+  (cross-entropy toward Q's Boltzmann policy).
+- Each step the KL(p_Q ‖ π), smoothed as an EMA, goes into ISV slot 488, the
+  target into slot 491, and the compiled controller kernel (never a Python
+  stand-in) updates λ in slot 486, which the next step uses.
+- ``q_pi_agree`` = π's probability of Q's greedy action.
+
+The push and the pull make a critical λ of about actor_lr·conflict / (2·distill_lr)
+(0.1 with the defaults): below it π's logit for Q's best action falls without
+bound and agreement decays exponentially; above it the pull holds π near p_Q.
+The defaults were set for that property and the incident's KL scale (target
+1 nat) — they were tuned on this toy, which is why the robustness grid exists.
+
+Every run of a batch advances at once: the model's arrays are ``[runs, K]``
+(NumPy on the CPU, CuPy on the GPU, all state on the device), and one batched
+harness call steps every run's ISV (bit-identical to per-run launches; tested).
+Runs draw rewards from one seeded stream that does not depend on which kernel
+variant they use, so variants are compared on identical noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro.backends.base import Backend, CompiledKernel
+from repro.core.isv import new_isv
+
+COLLAPSE = 1e-6  # q_pi_agree below this at any step counts as a collapse (the incident reached 1e-22)
+
+
+@dataclass(frozen=True)
+class Toy:
+    """The toy's parameters: each has a default and a sentence on what it models."""
+
+    n_actions: int = 8  # K actions of the one-state task
+    reward_noise: float = 0.3  # std of the noise on each reward Q learns from (reward units)
+    q_lr: float = 0.02  # learning rate of Q (and of the actor's own value estimates) toward sampled rewards
+    q_temperature: float = 0.1  # temperature of Q's Boltzmann policy (reward units)
+    actor_lr: float = 0.5  # strength of π's own signal: logit push per step per unit of its own advantage
+    conflict: float = 1.0  # how far π's own objective prefers a non-best action over Q's best (reward units)
+    distill_lr: float = 2.5  # step size of the distillation gradient λ·(p_Q − π) on π's logits
+    kl_ema_rate: float = 0.01  # EMA rate of the KL written to slot 488 (≈ 1/horizon in steps)
+    kl_target: float = 1.0  # KL target written to slot 491 (nats)
+    steps: int = 2000  # training steps (controller launches)
+    warmup: int = 500  # steps after which the fixed controller's agreement is judged
+
+
+@dataclass
+class Batch:
+    """Per-run outcomes of a batch (NumPy arrays, one entry per run)."""
+
+    lambda_min: np.ndarray
+    lambda_max: np.ndarray
+    lambda_final: np.ndarray
+    q_pi_agree_min: np.ndarray
+    log10_q_pi_agree_min: np.ndarray  # the magnitude reached, also where the probability underflows to 0
+    q_pi_agree_min_after_warmup: np.ndarray
+    q_pi_agree_final: np.ndarray
+    steps_to_lambda_floor: np.ndarray  # first step λ equals the floor (−1: never)
+    trace: dict | None = None  # λ, q_pi_agree, KL EMA per step for run 0 (when asked)
+
+    @property
+    def collapsed(self) -> np.ndarray:
+        return self.log10_q_pi_agree_min < np.log10(COLLAPSE)
+
+
+def _softmax_parts(xp, logits):
+    z = logits - logits.max(axis=1, keepdims=True)
+    log_norm = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+    return xp.exp(z - log_norm), z - log_norm
+
+
+@dataclass(frozen=True)
+class Group:
+    """One controller variant in a batch: its compiled kernel, the λ it starts from, and its floor (λ).
+
+    The floor only labels the outcome (the first step at which λ sits on it); it
+    comes from the contract or from :func:`repro.runners.probes.settled_floor`, never
+    from the source text.
+    """
+
+    kernel: CompiledKernel
+    seed_lambda: float
+    floor: float
+
+
+def batched_stepper(groups: list[Group], base: int):
+    """The production stepper: one batched harness call per group per step, on the device ISV rows."""
+
+    def step(isv) -> None:
+        for g, group in enumerate(groups):
+            group.kernel.batched_step(isv[g * base : (g + 1) * base])
+
+    return step
+
+
+def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: int = 0,
+             grid: dict[str, np.ndarray] | None = None, trace: bool = False, stepper=None) -> list[Batch]:
+    """Run ``seeds`` × grid points per group, every group on the same noise; one :class:`Batch` per group.
+
+    ``grid``: per-base-run values of ``actor_lr``, ``kl_ema_rate``, ``kl_target``
+    (equal-length arrays); the base runs are those values × ``seeds``. ``stepper(isv)``
+    advances every run's ISV row by one controller step (default: :func:`batched_stepper`).
+    """
+    xp = backend.xp
+    grid = grid or {}
+    n_points = len(next(iter(grid.values()))) if grid else 1
+    base = n_points * seeds
+    per_run = {k: xp.asarray(np.repeat(np.asarray(grid.get(k, [getattr(toy, k)] * n_points), float), seeds))[:, None]
+               for k in ("actor_lr", "kl_ema_rate", "kl_target")}
+    K, G = toy.n_actions, len(groups)
+    rng = np.random.default_rng(seed)
+    true = rng.standard_normal((base, K))
+    best = true.argmax(axis=1)
+    favoured = (best + 1 + rng.integers(0, K - 1, base)) % K  # π's own objective's favourite, never Q's best
+    own = true.copy()
+    own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
+    own_d = xp.asarray(np.tile(own, (G, 1)))
+    true_d = xp.asarray(np.tile(true, (G, 1)))
+    tile = lambda a: xp.tile(a, (G, 1))  # noqa: E731 - same per-run parameters for every group
+    actor_lr, ema_rate, target = (tile(per_run[k]) for k in ("actor_lr", "kl_ema_rate", "kl_target"))
+    n = G * base
+    slots = groups[0].kernel.slots
+    isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
+    floors = xp.asarray(np.repeat(np.float32([g.floor for g in groups]), base))
+    stepper = stepper or batched_stepper(groups, base)
+    target32 = target[:, 0].astype(xp.float32)
+    q = xp.zeros((n, K))
+    own_est = xp.zeros((n, K))  # the actor's own value estimates, learned from the same rewards
+    theta = xp.zeros((n, K))
+    ema = xp.zeros(n)
+    lam = isv[:, slots.lambda_].astype(xp.float64)
+    inf = float("inf")
+    lam_min, lam_max = xp.full(n, inf), xp.full(n, -inf)
+    agree_min, agree_min_late, log_agree_min = xp.full(n, inf), xp.full(n, inf), xp.full(n, inf)
+    floor_step = xp.full(n, -1, dtype=xp.int64)
+    noise_rng = np.random.default_rng(seed + 1)
+    rows = {"lambda": [], "q_pi_agree": [], "kl_ema": []} if trace else None
+    for t in range(toy.steps):
+        noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
+        q += toy.q_lr * (true_d + toy.reward_noise * noise - q)
+        own_est += toy.q_lr * (own_d + toy.reward_noise * noise - own_est)
+        p_q, log_p_q = _softmax_parts(xp, q / toy.q_temperature)
+        pi, _ = _softmax_parts(xp, theta)
+        advantage = own_est - own_est.mean(axis=1, keepdims=True)
+        theta += actor_lr * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
+        pi, log_pi = _softmax_parts(xp, theta)
+        kl = (p_q * (log_p_q - log_pi)).sum(axis=1)
+        ema = (1 - ema_rate[:, 0]) * ema + ema_rate[:, 0] * kl
+        isv[:, slots.kl] = ema.astype(xp.float32)
+        isv[:, slots.target] = target32
+        stepper(isv)
+        lam32 = isv[:, slots.lambda_]
+        lam = lam32.astype(xp.float64)
+        greedy = q.argmax(axis=1)
+        agree = pi[xp.arange(n), greedy]
+        log_agree_min = xp.minimum(log_agree_min, log_pi[xp.arange(n), greedy])
+        lam_min, lam_max = xp.minimum(lam_min, lam), xp.maximum(lam_max, lam)
+        agree_min = xp.minimum(agree_min, agree)
+        if t >= toy.warmup:
+            agree_min_late = xp.minimum(agree_min_late, agree)
+        floor_step = xp.where((floor_step < 0) & (lam32 == floors), t + 1, floor_step)
+        if trace:
+            for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
+                rows[key].append(float(value))
+    to_np = (lambda a: xp.asnumpy(a)) if xp is not np else (lambda a: a)
+    out = []
+    for g in range(G):
+        s = slice(g * base, (g + 1) * base)
+        out.append(Batch(to_np(lam_min[s]), to_np(lam_max[s]), to_np(lam[s]), to_np(agree_min[s]),
+                         to_np(log_agree_min[s]) / np.log(10), to_np(agree_min_late[s]), to_np(agree[s]),
+                         to_np(floor_step[s]),
+                         rows if (trace and g == 0) else None))
+    return out
