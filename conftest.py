@@ -3,11 +3,13 @@
 Parametrisation runs each test over controllers × backends; the cupy
 backend's tests carry the ``gpu`` marker and are skipped, with the reason,
 where CuPy does not import or no device answers (one collection hook, not a
-skip in every test). ``--kernel PATH [--contract NAME]`` puts a candidate
+skip in every test). ``--kernel=PATH [--contract NAME]`` puts a candidate
 kernel through the same property tests in place of the in-repo controllers.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -19,17 +21,28 @@ BACKENDS = ("host", "cupy")
 
 
 def pytest_addoption(parser):
-    """``--kernel``/``--contract`` live in tests/kernel_option.py (registered before the first parse);
-    registered here too where plugin autoloading is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD)."""
-    import contextlib
-
-    from tests import kernel_option
-
-    with contextlib.suppress(ValueError):  # already registered by the plugin
-        kernel_option.pytest_addoption(parser)
-    parser.getgroup("rlq").addoption(
+    """``--kernel=PATH`` (with ``=``: pytest's first parse takes a bare path after an option it does not know yet
+    for a test path), ``--contract NAME`` and ``--require-gpu``."""
+    group = parser.getgroup("rlq", "λ-controller suite")
+    group.addoption("--kernel", type=Path, help="candidate kernel .cu to judge instead of the in-repo controllers "
+                    "(write --kernel=PATH)")
+    group.addoption("--contract", default="fixed", help="contract entry the --kernel candidate is judged against")
+    group.addoption(
         "--require-gpu", action="store_true",
         help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
+
+
+def pytest_configure(config):
+    """A --kernel that cannot be judged is a usage error (one line), not an error in every test."""
+    path = config.getoption("--kernel", default=None)
+    if path is None:
+        return
+    from repro.core.errors import SuiteError
+
+    try:
+        load().source(config.getoption("--contract"), path)
+    except SuiteError as err:
+        raise pytest.UsageError(f"--kernel: {err}") from None
 
 
 def pytest_collection_modifyitems(config, items):
