@@ -54,7 +54,7 @@ FIGURES = {
     "fig6_scenarios.png": "The scenario grid: every catalogue scenario, both controllers.",
     "fig7_bad_input.png": "Bad input: what one step does to λ for NaN, ±inf, 0, −0, negative and subnormal inputs.",
     "fig8_closed_loop.png": "Closed loop: λ and q_pi_agree over steps with each controller kernel driving the "
-    "distillation toy (repro/toy.py), default parameters, seed 0.",
+    "distillation toy (repro/toy/), default parameters, seed 0.",
     "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "
     "robustness grid × seeds.",
     "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "

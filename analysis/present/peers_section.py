@@ -181,7 +181,7 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
     lines += ["", "Steps to double and halve: from the seed λ under KL = 100·target and target/100. Dead zone: the "
               "least KL that raises λ and the greatest that lowers it (bisection over float32), over the target. "
               "Recovery: steps of KL = 100·target from where sustained aligned KL left λ back to the seed λ. "
-              "Toy: the closed-loop distillation toy (`repro/toy.py`) over its robustness grid × seeds, each "
+              "Toy: the closed-loop distillation toy (`repro/toy/`) over its robustness grid × seeds, each "
               "controller from its own seed λ; collapsed = q_pi_agree fell below the toy's threshold, diverged = λ "
               "overflowed to +inf or the toy's state turned NaN. The toy's scales (KL target 1 nat, critical λ ≈ 0.1) "
               "were tuned for the in-repo controller.", ""]
