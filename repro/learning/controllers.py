@@ -6,7 +6,7 @@ Names:
 - ``const:X`` — λ held at X: the fixed kernel's source with ramp and decay set to 1 and the floor to 0
   (``with_defines``), so λ·1 = λ exactly and the same batched harness runs (a test checks λ's bits hold);
 - ``ablation:F1+F2…`` — the original with the named fixes of the toy's ablation applied
-  (:data:`repro.toy.FACTORS`: floor, asymmetric, tolerance, seed), by the same ``with_defines``.
+  (:data:`repro.core.ablation.FACTORS`: floor, asymmetric, tolerance, seed), by the same ``with_defines``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import itertools
 
 import numpy as np
 
+from repro.core.ablation import FACTORS, variant
 from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.learning.agent import Group
-from repro.toy.designs import FACTORS, variant
 
 
 def ablation_names() -> list[str]:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from repro.backends.base import Backend
+from repro.core.ablation import FACTORS, variant
 from repro.core.contract import Controller, Slots
 from repro.core.kernel_source import KernelSource
 from repro.runners.probes import settled_floor
@@ -23,20 +24,6 @@ from repro.toy.model import Group, Toy, simulate
 
 #: The robustness grid: π's own signal strength, the KL EMA rate, the KL target (each × seeds).
 GRID = {"actor_lr": (0.25, 0.5, 1.0), "kl_ema_rate": (0.003, 0.01, 0.03), "kl_target": (0.5, 1.0, 2.0)}
-#: The ablation's four factors: the #define (or the seed λ) changed from the original's value to the fix's,
-#: and the contract property that documents the fix's value.
-FACTORS = {"floor": ("MIN_LAMBDA", "floor"), "asymmetric": ("LAMBDA_DECAY_RATE", "decay"),
-           "tolerance": ("KL_TOLERANCE", "tolerance"), "seed": (None, "seed_lambda")}
-
-
-def variant(original: KernelSource, before: Controller, after: Controller, fixes) -> tuple[KernelSource, float]:
-    """The original with the named fixes (keys of :data:`FACTORS`) applied: its source, #defines set to
-    ``after``'s documented values, and its seed λ (``after``'s with the seed fix, else ``before``'s)."""
-    defines = {FACTORS[f][0]: float(after.value(FACTORS[f][1])) for f in fixes if FACTORS[f][0]}
-    source = original.with_defines(**defines) if defines else original
-    return source, after.value("seed_lambda") if "seed" in fixes else before.value("seed_lambda")
-
-
 def group(backend: Backend, source: KernelSource, slots: Slots, seed_lambda: float) -> Group:
     """Compile ``source`` and measure the floor it settles at under aligned KL (λ; the label of the outcome)."""
     kernel = backend.compile(source, slots)
