@@ -17,8 +17,8 @@ from repro.isv import new_isv
 from repro.scenarios import REF_TARGET, catalogue
 
 F32 = np.float32
-#: The rules issue 11 names (the contract may list more).
-PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl")
+#: The rules issues 11 and 20 name (the contract may list more).
+PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl", "batch_ppo")
 _verdicts: dict = {}
 
 
@@ -62,18 +62,21 @@ def test_peer_fails_the_fixed_contract(contract, backend, peer):
 
 
 def test_contracts_discriminate_pairwise(contract):
-    """For every ordered pair of contracts, the spec models differ under the first one's sustained KL."""
+    """For every ordered pair of contracts, the spec models differ on the first one's catalogue: under its sustained
+    KL (first 300 steps), or, for rules with the same constants and other arithmetic (modular_rl's double thresholds,
+    BatchPPO's float32 ones), at its band's float32 edges."""
     names = list(contract.controllers)
     for a in names:
-        scenarios = [s for s in catalogue(contract.controller(a)) if s.family != "bad_values"]
+        scenarios = {s.name: s for s in catalogue(contract.controller(a)) if s.family != "bad_values"}
+        picked = [scenarios[n] for n in ("aligned", "diverged", "band_edges") if n in scenarios]
         for b in names:
             if a == b:
                 continue
             ra, rb = spec.Rule.of(contract.controller(a)), spec.Rule.of(contract.controller(b))
             differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:300, None], s.target[:300, None])),
                                             bits(spec.run(rb, [s.lambda0], s.kl[:300, None], s.target[:300, None])))
-                         for s in scenarios[:2])  # aligned, diverged (first 300 steps)
-            assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios"
+                         for s in picked)
+            assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios and band edges"
 
 
 def test_applicability_follows_the_rule_kind(contract):
@@ -231,8 +234,16 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
 
 PEER_MUTANTS = {
     "ppo_paper": (("beta = beta / BETA_FACTOR;", "beta = fmaxf(1e-30f, beta / BETA_FACTOR);"), {"vanishing"}),
-    "modular_rl": (("kl_coeff / COEFF_FACTOR", "kl_coeff * (1.0f / COEFF_FACTOR)"), {"spec_agreement"}),
-    "tf_agents": (("(1.0f - ADAPTIVE_KL_TOLERANCE)", "(1.0f / (1.0f + ADAPTIVE_KL_TOLERANCE))"), {"decay_onset"}),
+    # modular_rl decides in double: the float32 threshold moves the ramp onset by an ulp.
+    "modular_rl": (("klafter > KL_UPPER_FACTOR * kl_target", "(float)klafter > (float)KL_UPPER_FACTOR * (float)kl_target"),
+                   {"ramp_onset"}),
+    # BatchPPO rounds its threshold to float32 and compares in float32: a double comparison moves the onset.
+    "batch_ppo": (("kl_change > (float)(KL_UPPER_FACTOR * kl_target)", "(double)kl_change > KL_UPPER_FACTOR * kl_target"),
+                  {"ramp_onset"}),
+    "tf_agents": (("    clipped = clipped > MAX_BETA ? MAX_BETA : clipped;", ""), {"ceiling", "spec_agreement"}),
+    "tf_agents_nan": (("clipped = clipped < MIN_BETA ? MIN_BETA : clipped;", "clipped = fmaxf(clipped, MIN_BETA);"),
+                      {"nonfinite"}),  # fmaxf turns a NaN β into the floor; tf.clip_by_value keeps the NaN
+    "rllib": (("    if (kl > (float)", "    if (kl <= 0.0f) return;\n    if (kl > (float)"), {"guards"}),  # the suite's guard
     "ziegler": (("#define ERROR_CLIP 0.2f", "#define ERROR_CLIP 0.3f"), {"ramp", "decay", "spec_agreement"}),
 }
 
@@ -240,7 +251,8 @@ PEER_MUTANTS = {
 @pytest.mark.parametrize("peer", sorted(PEER_MUTANTS))
 def test_peer_mutant_fails_its_contract(contract, host, peer):
     (old, new), expected = PEER_MUTANTS[peer]
-    mutant = contract.source(peer).with_edit(old, new, f"{peer} mutant")
-    failed = {f.key: f for f in evaluate(mutant, peer, host, contract, static=False, coverage=False).failed}
+    name = peer.removesuffix("_nan")
+    mutant = contract.source(name).with_edit(old, new, f"{peer} mutant")
+    failed = {f.key: f for f in evaluate(mutant, name, host, contract, static=False, coverage=False).failed}
     assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
     assert all(failed[k].where for k in expected)
