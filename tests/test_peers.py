@@ -82,6 +82,7 @@ def test_contracts_discriminate_pairwise(contract):
 def test_applicability_follows_the_rule_kind(contract):
     assert "dead_zone" not in applicable(contract.controller("ziegler"))
     assert "vanishing" not in applicable(contract.controller("tf_agents"))  # it has a floor
+    assert {"floor", "ceiling"} <= set(applicable(contract.controller("tf_agents")))  # clip_by_value since v0.16.0
     assert {"floor", "ceiling"}.isdisjoint(applicable(contract.controller("ppo_paper")))
     assert applicable(contract.controller("fixed")) == [k for k in applicable(contract.controller("original"))
                                                        if k != "steps_to_floor"]
@@ -146,6 +147,57 @@ def test_malformed_rule_fields_are_rejected(tmp_path):
     bad.write_text(base.replace('rule = "proportional"', 'rule = "pid"'), encoding="utf-8")
     with pytest.raises(SuiteError, match="rule 'pid'"):
         load(bad)
+    for old, new, message in (('dtype = "f64_f32"', 'dtype = "f16"', "dtype 'f16'"),
+                              ('overlap = "unchanged"', 'overlap = "raise"', "overlap 'raise'"),
+                              ('bounds = "clip_by_value"', 'bounds = "clip"', "bounds 'clip'"),
+                              ('release = { project = "tensorflow/agents", ', 'release = { ', "names its release")):
+        bad.write_text(base.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(SuiteError, match=message):
+            load(bad)
+
+
+def test_every_peer_names_its_release_and_has_no_suite_guard(contract):
+    """Each peer's entry names the release it follows; none carries the suite's guard (no source has one)."""
+    for name in contract.peers():
+        entry = contract.controller(name)
+        assert {"project", "version", "path", "function"} <= set(entry.release), name
+        assert entry.release["path"].split("/")[-1] in entry.release_text() and not entry.guarded, name
+    assert contract.controller("fixed").guarded and contract.controller("original").guarded
+
+
+finite_f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=finite_f32, t=finite_f32)
+def test_paper_double_comparisons_decide_as_the_reals(contract, d, t):
+    """The paper's rule in real arithmetic (fractions.Fraction) and the contract's f64 edges decide alike for
+    every finite float32 d and d_targ (its kernel comment's claim)."""
+    from fractions import Fraction
+
+    d_r, t_r = Fraction(float(F32(d))), Fraction(float(F32(t)))
+    beta = F32(3.0)
+    if d_r < t_r / Fraction(3, 2):
+        beta = F32(beta / F32(2))
+    if d_r > t_r * Fraction(3, 2):
+        beta = F32(beta * F32(2))
+    got = spec.step(spec.Rule.of(contract.controller("ppo_paper")), F32(3.0), F32(d), F32(t))
+    assert bits(got) == bits(beta)
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.floats(width=32, allow_nan=True, allow_infinity=True))
+def test_rllib_thresholds_rounded_once_are_the_float32_products(t):
+    """RLlib's fl32(2.0·t) and fl32(0.5·t) (a double threshold rounded once) are 2f·t and 0.5f·t bit for bit:
+    one correctly rounded operation on the same real; a threshold 1.3·t is not (the BatchPPO/modular_rl edges)."""
+    with np.errstate(all="ignore"):
+        for a in (2.0, 0.5):
+            assert bits(F32(np.float64(F32(t)) * a)) == bits(F32(F32(t) * F32(a)))
+
+
+def test_thresholds_rounded_once_and_in_float32_differ_for_1_3():
+    t = F32(6.0)  # the issue's TF-Agents example: fl32(6·(1.0 + 0.3)) is 7.8000002, 6f·(1f + 0.3f) is 7.7999997
+    assert F32(np.float64(t) * (1.0 + 0.3)) == F32(7.8) > F32(t * (F32(1) + F32(0.3)))
 
 
 # --- any input, bit for bit (NaN compared as NaN: the GPU returns its canonical NaN) ---
@@ -199,6 +251,18 @@ def test_comparison_table_reads_measurements(contract, all_verdicts):
             lam = spec.run(rule, [entry.value("seed_lambda")], np.full((n, 1), REF_TARGET / 100, F32), F32(REF_TARGET))
             cell = tab.loc[name, "aligned KL: steps to the bottom"]
             assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
+
+
+def test_peer_section_says_which_release_each_row_is(contract, all_verdicts):
+    from analysis.peers_section import markdown, table
+
+    text = "\n".join(markdown(all_verdicts, table(all_verdicts)))
+    for name in contract.peers():
+        assert f"- **{name}**: {contract.controller(name).release_text()}" in text
+    assert "frozen by the λ ≤ 0 guard" not in text  # no peer has the guard: a λ at 0 stays 0 by multiplication
+    tab = table(all_verdicts).set_index("controller")
+    assert "KL = 0: unchanged" in tab.loc["fixed", "bad input"]
+    assert all("KL = 0: decay" in tab.loc[n, "bad input"] for n in contract.peers())  # every source lowers λ at 0
 
 
 def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
