@@ -226,3 +226,13 @@ def test_tf_agents_sustained_high_kl_holds_beta_at_the_ceiling(contract, compile
         by_hand = F32(by_hand * F32(1.5))
     assert _same(lam[95], by_hand) and float(by_hand) < 1e17
     assert _same(lam[96:], np.full(4, F32(10e16)))
+
+
+def test_rllib_test_kl_coeff_changes(contract, compiled):
+    """RLlib's test_ppo_learner.py test_kl_coeff_changes starts from kl_coeff = 0.01, trains, and asserts only that
+    the coefficient changed. Here: from 0.01 a KL outside [0.5, 2]·target changes it (×1.5 above, ×0.5 below), a
+    KL inside leaves it; the literal cases above pin the values."""
+    kernel = compiled("rllib")
+    for kl, moved in ((0.03, True), (0.001, True), (0.01, False)):
+        lam = _runs(kernel, contract.slots, 0.01, (kl,), 0.01)["looped"]
+        assert (not _same(lam, (0.01,))) == moved, (kl, lam)
