@@ -472,8 +472,9 @@ def _spec_vanishing(rule: Rule, lambda0: np.float32, n: int, kl_low: np.float32,
 
 
 def vanishing(ev: Evidence) -> Finding:
-    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard freezes
-    it), and does high KL bring it back? Judged against the spec model's prediction, bit for bit."""
+    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard, or in a
+    peer the multiplication itself, holds it), and does high KL bring it back? Judged against the spec model's
+    prediction, bit for bit."""
     doc = ev.controller["floor"]
     r = ev.vanishing[0]
     sc = r.scenario

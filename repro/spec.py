@@ -3,9 +3,12 @@
 Written from the documented rule (kernel comment, commit message), not from
 the kernel: per step, if KL > target·tol ramp (λ·ramp, clamped to the
 ceiling), if KL < target/tol decay (λ·decay, clamped to the floor), else
-hold; KL, target or λ ≤ 0 leave λ alone. Constants come from the contract,
-rounded to float32 as a kernel's ``f`` literals are. Every operation is one
-float32 operation, so the kernel must match it bit for bit.
+hold; KL, target or λ ≤ 0 leave λ alone (the suite's guard). Constants come
+from the contract, rounded to float32 as a kernel's ``f`` literals are. Every
+operation is one float32 operation, so the kernel must match it bit for bit.
+A peer's entry declares its source's rule instead: each threshold in its
+source's arithmetic (a double threshold, compared in double or rounded once to
+float32), its bounds, no guard, and what it does where both tests hold.
 
 Also the closed forms the report sets beside each measurement.
 """
