@@ -17,8 +17,8 @@ from repro.core.isv import new_isv
 from repro.runners.scenarios import REF_TARGET, catalogue
 
 F32 = np.float32
-#: The rules issue 11 names (the contract may list more).
-PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl")
+#: The rules issues 11 and 20 name (the contract may list more).
+PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl", "batch_ppo")
 _verdicts: dict = {}
 
 
@@ -62,23 +62,27 @@ def test_peer_fails_the_fixed_contract(contract, backend, peer):
 
 
 def test_contracts_discriminate_pairwise(contract):
-    """For every ordered pair of contracts, the spec models differ under the first one's sustained KL."""
+    """For every ordered pair of contracts, the spec models differ on the first one's catalogue: under its sustained
+    KL (first 300 steps), or, for rules with the same constants and other arithmetic (modular_rl's double thresholds,
+    BatchPPO's float32 ones), at its band's float32 edges."""
     names = list(contract.controllers)
     for a in names:
-        scenarios = [s for s in catalogue(contract.controller(a)) if s.family != "bad_values"]
+        scenarios = {s.name: s for s in catalogue(contract.controller(a)) if s.family != "bad_values"}
+        picked = [scenarios[n] for n in ("aligned", "diverged", "band_edges") if n in scenarios]
         for b in names:
             if a == b:
                 continue
             ra, rb = spec.Rule.of(contract.controller(a)), spec.Rule.of(contract.controller(b))
             differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:300, None], s.target[:300, None])),
                                             bits(spec.run(rb, [s.lambda0], s.kl[:300, None], s.target[:300, None])))
-                         for s in scenarios[:2])  # aligned, diverged (first 300 steps)
-            assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios"
+                         for s in picked)
+            assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios and band edges"
 
 
 def test_applicability_follows_the_rule_kind(contract):
     assert "dead_zone" not in applicable(contract.controller("ziegler"))
     assert "vanishing" not in applicable(contract.controller("tf_agents"))  # it has a floor
+    assert {"floor", "ceiling"} <= set(applicable(contract.controller("tf_agents")))  # clip_by_value since v0.16.0
     assert {"floor", "ceiling"}.isdisjoint(applicable(contract.controller("ppo_paper")))
     assert applicable(contract.controller("fixed")) == [k for k in applicable(contract.controller("original"))
                                                        if k != "steps_to_floor"]
@@ -143,6 +147,57 @@ def test_malformed_rule_fields_are_rejected(tmp_path):
     bad.write_text(base.replace('rule = "proportional"', 'rule = "pid"'), encoding="utf-8")
     with pytest.raises(SuiteError, match="rule 'pid'"):
         load(bad)
+    for old, new, message in (('dtype = "f64_f32"', 'dtype = "f16"', "dtype 'f16'"),
+                              ('overlap = "unchanged"', 'overlap = "raise"', "overlap 'raise'"),
+                              ('bounds = "clip_by_value"', 'bounds = "clip"', "bounds 'clip'"),
+                              ('release = { project = "tensorflow/agents", ', 'release = { ', "names its release")):
+        bad.write_text(base.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(SuiteError, match=message):
+            load(bad)
+
+
+def test_every_peer_names_its_release_and_has_no_suite_guard(contract):
+    """Each peer's entry names the release it follows; none carries the suite's guard (no source has one)."""
+    for name in contract.peers():
+        entry = contract.controller(name)
+        assert {"project", "version", "path", "function"} <= set(entry.release), name
+        assert entry.release["path"].split("/")[-1] in entry.release_text() and not entry.guarded, name
+    assert contract.controller("fixed").guarded and contract.controller("original").guarded
+
+
+finite_f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=finite_f32, t=finite_f32)
+def test_paper_double_comparisons_decide_as_the_reals(contract, d, t):
+    """The paper's rule in real arithmetic (fractions.Fraction) and the contract's f64 edges decide alike for
+    every finite float32 d and d_targ (its kernel comment's claim)."""
+    from fractions import Fraction
+
+    d_r, t_r = Fraction(float(F32(d))), Fraction(float(F32(t)))
+    beta = F32(3.0)
+    if d_r < t_r / Fraction(3, 2):
+        beta = F32(beta / F32(2))
+    if d_r > t_r * Fraction(3, 2):
+        beta = F32(beta * F32(2))
+    got = spec.step(spec.Rule.of(contract.controller("ppo_paper")), F32(3.0), F32(d), F32(t))
+    assert bits(got) == bits(beta)
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.floats(width=32, allow_nan=True, allow_infinity=True))
+def test_rllib_thresholds_rounded_once_are_the_float32_products(t):
+    """RLlib's fl32(2.0·t) and fl32(0.5·t) (a double threshold rounded once) are 2f·t and 0.5f·t bit for bit:
+    one correctly rounded operation on the same real; a threshold 1.3·t is not (the BatchPPO/modular_rl edges)."""
+    with np.errstate(all="ignore"):
+        for a in (2.0, 0.5):
+            assert bits(F32(np.float64(F32(t)) * a)) == bits(F32(F32(t) * F32(a)))
+
+
+def test_thresholds_rounded_once_and_in_float32_differ_for_1_3():
+    t = F32(6.0)  # the issue's TF-Agents example: fl32(6·(1.0 + 0.3)) is 7.8000002, 6f·(1f + 0.3f) is 7.7999997
+    assert F32(np.float64(t) * (1.0 + 0.3)) == F32(7.8) > F32(t * (F32(1) + F32(0.3)))
 
 
 # --- any input, bit for bit (NaN compared as NaN: the GPU returns its canonical NaN) ---
@@ -198,6 +253,18 @@ def test_comparison_table_reads_measurements(contract, all_verdicts):
             assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
 
 
+def test_peer_section_says_which_release_each_row_is(contract, all_verdicts):
+    from analysis.present.peers_section import markdown, table
+
+    text = "\n".join(markdown(all_verdicts, table(all_verdicts)))
+    for name in contract.peers():
+        assert f"- **{name}**: {contract.controller(name).release_text()}" in text
+    assert "frozen by the λ ≤ 0 guard" not in text  # no peer has the guard: a λ at 0 stays 0 by multiplication
+    tab = table(all_verdicts).set_index("controller")
+    assert "KL = 0: unchanged" in tab.loc["fixed", "bad input"]
+    assert all("KL = 0: decay" in tab.loc[n, "bad input"] for n in contract.peers())  # every source lowers λ at 0
+
+
 def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
     from analysis.present.peers_section import aligned_traces
 
@@ -231,8 +298,16 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
 
 PEER_MUTANTS = {
     "ppo_paper": (("beta = beta / BETA_FACTOR;", "beta = fmaxf(1e-30f, beta / BETA_FACTOR);"), {"vanishing"}),
-    "modular_rl": (("kl_coeff / COEFF_FACTOR", "kl_coeff * (1.0f / COEFF_FACTOR)"), {"spec_agreement"}),
-    "tf_agents": (("(1.0f - ADAPTIVE_KL_TOLERANCE)", "(1.0f / (1.0f + ADAPTIVE_KL_TOLERANCE))"), {"decay_onset"}),
+    # modular_rl decides in double: the float32 threshold moves the ramp onset by an ulp.
+    "modular_rl": (("klafter > KL_UPPER_FACTOR * kl_target", "(float)klafter > (float)KL_UPPER_FACTOR * (float)kl_target"),
+                   {"ramp_onset"}),
+    # BatchPPO rounds its threshold to float32 and compares in float32: a double comparison moves the onset.
+    "batch_ppo": (("kl_change > (float)(KL_UPPER_FACTOR * kl_target)", "(double)kl_change > KL_UPPER_FACTOR * kl_target"),
+                  {"ramp_onset"}),
+    "tf_agents": (("    clipped = clipped > MAX_BETA ? MAX_BETA : clipped;", ""), {"ceiling", "spec_agreement"}),
+    "tf_agents_nan": (("clipped = clipped < MIN_BETA ? MIN_BETA : clipped;", "clipped = fmaxf(clipped, MIN_BETA);"),
+                      {"nonfinite"}),  # fmaxf turns a NaN β into the floor; tf.clip_by_value keeps the NaN
+    "rllib": (("    if (kl > (float)", "    if (kl <= 0.0f) return;\n    if (kl > (float)"), {"guards"}),  # the suite's guard
     "ziegler": (("#define ERROR_CLIP 0.2f", "#define ERROR_CLIP 0.3f"), {"ramp", "decay", "spec_agreement"}),
 }
 
@@ -240,7 +315,8 @@ PEER_MUTANTS = {
 @pytest.mark.parametrize("peer", sorted(PEER_MUTANTS))
 def test_peer_mutant_fails_its_contract(contract, host, peer):
     (old, new), expected = PEER_MUTANTS[peer]
-    mutant = contract.source(peer).with_edit(old, new, f"{peer} mutant")
-    failed = {f.key: f for f in evaluate(mutant, peer, host, contract, static=False, coverage=False).failed}
+    name = peer.removesuffix("_nan")
+    mutant = contract.source(name).with_edit(old, new, f"{peer} mutant")
+    failed = {f.key: f for f in evaluate(mutant, name, host, contract, static=False, coverage=False).failed}
     assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
     assert all(failed[k].where for k in expected)

@@ -62,7 +62,7 @@ def applies(ctrl: Controller) -> bool:
     if not ctrl.is_band or ctrl.has("upper_edge") or ctrl.has("lower_edge") or not all(ctrl.has(k) for k in keys):
         return False
     return not any(ctrl[k].none for k in keys) and all((ctrl[k].op or "mul") == "mul" for k in ("ramp", "decay")) \
-        and not ctrl["floor"].every_step
+        and ctrl.bounds == "clamp" and ctrl.guarded
 
 
 def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding]) -> list[Difference]:

@@ -284,14 +284,26 @@ def decay_onset(ev: Evidence) -> Finding:
 
 
 def guards(ev: Evidence) -> Finding:
-    broken = [r for r in ev.guards if not same(r.lam, np.full(r.lam.shape, r.scenario.lambda0, dtype=F32))]
+    """KL, target or λ ≤ 0: λ unchanged where the rule is guarded (the suite's convention); where the source
+    has no guard (a peer), each case is what the spec model of the source's rule gives, bit for bit."""
+    ctrl = ev.controller
+    if ctrl.guarded:
+        expected = {id(r): np.full(r.lam.shape, r.scenario.lambda0, dtype=F32) for r in ev.guards}
+        title, reference = "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "λ0"
+    else:
+        rule = Rule.of(ctrl)
+        expected = {id(r): spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
+                    for r in ev.guards}
+        title, reference = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule", "spec"
+    broken = [r for r in ev.guards if differs_beyond_nan(r.lam, expected[id(r)]).any()]
     where = None
     if broken:
         r = broken[0]
-        where = _at(r, first_step(bits(r.lam) != bits(r.scenario.lambda0)), "moved", r.scenario.lambda0, "λ0")
+        step = first_step(differs_beyond_nan(r.lam, expected[id(r)]))
+        where = _at(r, step, "moved" if ctrl.guarded else "differs", expected[id(r)][step - 1], reference)
     n = len(ev.guards)
-    return Finding("guards", "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", not broken, "cases", n, n,
-                   n - len(broken), {"broken": [r.scenario.name for r in broken]}, where, 0, ev.controller.guards_doc)
+    return Finding("guards", title, not broken, "cases", n, n, n - len(broken),
+                   {"broken": [r.scenario.name for r in broken], "guarded": ctrl.guarded}, where, 0, ctrl.guards_doc)
 
 
 def isolation(ev: Evidence) -> Finding:
@@ -460,8 +472,9 @@ def _spec_vanishing(rule: Rule, lambda0: np.float32, n: int, kl_low: np.float32,
 
 
 def vanishing(ev: Evidence) -> Finding:
-    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard freezes
-    it), and does high KL bring it back? Judged against the spec model's prediction, bit for bit."""
+    """A rule with no floor: does aligned KL drive λ to a subnormal or to 0 (where the λ ≤ 0 guard, or in a
+    peer the multiplication itself, holds it), and does high KL bring it back? Judged against the spec model's
+    prediction, bit for bit."""
     doc = ev.controller["floor"]
     r = ev.vanishing[0]
     sc = r.scenario

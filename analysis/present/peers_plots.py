@@ -12,7 +12,7 @@ import pandas as pd  # noqa: E402
 from analysis.present.plots import COLORS as BASE_COLORS  # noqa: E402
 
 COLORS = {**BASE_COLORS, "ppo_paper": "#2ca02c", "rllib": "#9467bd", "ziegler": "#8c564b", "tf_agents": "#e377c2",
-          "modular_rl": "#ff7f0e"}
+          "modular_rl": "#ff7f0e", "batch_ppo": "#bcbd22"}
 
 
 def aligned(traces: pd.DataFrame):

@@ -70,7 +70,8 @@ def _to_bottom_cell(v: Verdict) -> str:
         s = vanishing_summary(v.evidence.vanishing[0])
         sub = f"subnormal from {s['first_subnormal']}, " if s["first_subnormal"] else ""
         if s["first_zero"]:
-            return f"{sub}0 at step {s['first_zero']} (frozen by the λ ≤ 0 guard)"
+            held = "frozen by the λ ≤ 0 guard" if ctrl.guarded else "0·factor stays 0"
+            return f"{sub}0 at step {s['first_zero']} ({held})"
         r = v.evidence.vanishing[0]
         n = int(r.scenario.params["aligned_steps"])
         stuck = first_step(bits(r.lam[:n]) == bits(s["settled"]))
@@ -104,14 +105,18 @@ def _noise_cell(v: Verdict) -> str:
 
 
 def _bad_input_cell(v: Verdict) -> str:
-    """What one step does to λ for the non-finite cases: how many leave λ NaN, how many change it."""
+    """What one step does to λ for the non-finite cases (how many leave λ NaN, how many change it), and what
+    KL = 0 does (the first guard case: unchanged under the suite's guard, the rule's own step in a peer)."""
     rule = spec.Rule.of(v.evidence.controller)
     runs = v.evidence.nonfinite
     outcomes = [classify(r.scenario.lambda0, r.lam[0], rule) for r in runs]
     nan = sum(bool(np.isnan(r.lam[0])) for r in runs)
     moved = sum(o != "unchanged" for o in outcomes)
     guards = next(f for f in v.findings if f.key == "guards")
-    return f"{nan}/{len(runs)} non-finite cases leave λ NaN, {moved} change it; guards {render.measured(guards)}"
+    at_zero = next((r for r in v.evidence.guards if r.scenario.name == "kl=0"), None)
+    zero = "" if at_zero is None else f"; KL = 0: {classify(at_zero.scenario.lambda0, at_zero.lam[0], rule)}"
+    return (f"{nan}/{len(runs)} non-finite cases leave λ NaN, {moved} change it{zero}; "
+            f"guards {render.measured(guards)}")
 
 
 def table(verdicts: dict[str, Verdict], collapse: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -169,10 +174,17 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
     """The section's lines: sources, the table, and what the measurements say about floors."""
     lines = ["## Peer controllers: the published adaptive-KL rules through the same suite", "",
              "Each rule is a one-thread kernel under `kernels/peers/` with the same ISV interface, judged against "
-             "its own contract entry (values quoted from the source). The guards (KL, target or λ ≤ 0 leave λ "
-             "alone) are the suite's convention, not the sources'. Sources read:", ""]
+             "its own contract entry: the rule as the named release ships it, every value quoted from it, each "
+             "threshold computed and compared in the release's own arithmetic (float32, or double, or a double "
+             "threshold rounded once to float32), and KL ≤ 0, a negative KL or target and λ ≤ 0 handled as the "
+             "release handles them. The suite's guard (KL, target or λ ≤ 0 leave λ alone) belongs to the fixed and "
+             "original controllers; a peer has it only where its release does ("
+             + (", ".join(n for n in _peers(verdicts) if verdicts[n].evidence.controller.guarded) or "none does")
+             + "). The ISV slot is float32, so a coefficient that the source keeps in double is rounded to float32 "
+             "after each update. Each row is this release:", ""]
     for name in _peers(verdicts):
-        lines.append(f"- **{name}**: {verdicts[name].evidence.controller.source}")
+        ctrl = verdicts[name].evidence.controller
+        lines.append(f"- **{name}**: {ctrl.release_text()}")
     cols = list(tab.columns)
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in tab.itertuples(index=False):
@@ -189,8 +201,8 @@ def markdown(verdicts: dict[str, Verdict], tab: pd.DataFrame, figure: str | None
     zero = [n for n in unfloored if vanishing_summary(verdicts[n].evidence.vanishing[0])["first_zero"]]
     stuck = [n for n in unfloored if n not in zero]
     if zero:
-        lines.append(f"- No floor, λ reaches exactly 0 under aligned KL: {', '.join(zero)}; the λ ≤ 0 guard then "
-                     "freezes it and no KL brings it back.")
+        lines.append(f"- No floor, λ reaches exactly 0 under aligned KL: {', '.join(zero)}; every later step "
+                     "multiplies 0 and no KL brings it back.")
     if stuck:
         lines.append(f"- No floor, λ sinks to a subnormal that float32 rounding holds still: {', '.join(stuck)}.")
     if figure:

@@ -40,7 +40,7 @@ def documented(f: Finding) -> str:
     if f.key == "vanishing":
         return "no floor"
     if f.key == "guards":
-        return "unchanged"
+        return "unchanged" if d.get("guarded", True) else "the source's rule (no guard)"
     if f.key == "nonfinite":
         return f"{f.documented:g} cases pinned"
     if f.key == "isolation":
@@ -132,7 +132,8 @@ def measured(f: Finding) -> str:
     if f.key in ("ramp_onset", "decay_onset"):
         return ", ".join("none" if x is None or math.isnan(x) else f"{x:.8g}" for x in d["ratios"]) + " × target"
     if f.key == "guards":
-        return f"{f.measured:g}/{f.documented:g} cases unchanged"
+        kept = "unchanged" if d.get("guarded", True) else "as the spec model of the source"
+        return f"{f.measured:g}/{f.documented:g} cases {kept}"
     if f.key == "nonfinite":
         return f"{f.measured:g}/{f.documented:g} cases as pinned"
     if f.key == "isolation":

@@ -119,8 +119,8 @@ def section(result: dict, figures: bool = True) -> list[str]:
              f"{c['mean_fraction_of_uniform']:g}/A at any evaluation after step {c['warmup']}; min-agreement "
              f"collapse: the minimum over visited states below {c['min_threshold']:g}. A collapse *persists* when "
              "the last evaluation is still below, else it *recovers*. A run *diverges* when λ or π's logits stop "
-             "being finite (a rule without a ceiling can take λ to inf); *λ hit 0*: λ reached exactly 0, where the "
-             "kernel's λ ≤ 0 guard freezes it.", "", *collapse_table(result), "",
+             "being finite (a rule without a ceiling can take λ to inf); *λ hit 0*: λ reached exactly 0, where it "
+             "stays (the suite's λ ≤ 0 guard holds it; a peer's next step multiplies 0).", "", *collapse_table(result), "",
              "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1; wide enough: "
              "disjoint 95 % intervals for a criterion, or a gap in median final agreement of at least "
              f"{c['bracket_min_agreement_gap']:g}):", "", *bracket_lines(result), "",

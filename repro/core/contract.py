@@ -52,7 +52,7 @@ class Documented:
     none: bool = False  # documented as absent (a rule with no floor): value is NaN
     form: str = ""  # how a band edge is computed from the target (EDGE_FORMS)
     op: str = ""  # how a rate is applied to λ: "mul" (λ·value) or "div" (λ/value)
-    every_step: bool = False  # a floor that clamps every step (in band too), not only decay
+    dtype: str = ""  # how a band edge is computed and compared (EDGE_DTYPES; empty: f32)
 
     def accepts(self, measured: float) -> bool:
         """True when ``measured`` agrees with the documented value within its stated tolerance."""
@@ -72,6 +72,20 @@ RULE_KINDS = ("band", "proportional")
 #: mul target·a, div target/a, mul_one_plus target·(1+a), mul_one_minus target·(1−a).
 EDGE_FORMS = ("mul", "div", "mul_one_plus", "mul_one_minus")
 RATE_OPS = ("mul", "div")
+#: The arithmetic of a band edge, as the source does it, for float32 KL and target read from the ISV:
+#: f32 the float32 product (or quotient) with the float32 constant, compared in float32;
+#: f64 the double product with the double constant, compared in double (KL widened exactly);
+#: f64_f32 the double product rounded once to float32, compared in float32 (a Python float threshold
+#: against a float32 tensor: TensorFlow, NumPy ≥ 2).
+EDGE_DTYPES = ("f32", "f64", "f64_f32")
+#: What a band rule does where both its conditions hold (possible only for a target < 0, the edges crossed):
+#: ramp / decay (if/elif: that test first), ramp_then_decay / decay_then_ramp (two independent tests, both
+#: applied, in that order), unchanged (the source raises: TF-Agents' tf.case(exclusive=True)).
+OVERLAPS = ("ramp", "decay", "ramp_then_decay", "decay_then_ramp", "unchanged")
+#: How a band rule applies its floor and ceiling: clamp (the ceiling on λ·ramp, the floor on λ·decay, each by
+#: fminf/fmaxf, NaN giving the bound) or clip_by_value (every branch's λ·factor, in band λ·1 too, clipped to
+#: [floor, ceiling], NaN passing through: tf.clip_by_value since TensorFlow 2.4).
+BOUNDS = ("clamp", "clip_by_value")
 _REQUIRED = {"band": ("seed_lambda", "floor", "ceiling", "ramp", "decay"),
              "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon")}
 
@@ -89,6 +103,10 @@ class Controller:
     rule: str = "band"
     source: str = ""  # where a peer's rule comes from (project, file, function); empty for the suite's own
     nonfinite_line: int = 0  # line of the entry's [nonfinite] table header in contracts.toml
+    release: dict = field(default_factory=dict)  # a peer's release followed: project, version, commit, path, function
+    guarded: bool = True  # KL, target or λ ≤ 0 leave λ alone (the suite's convention; a peer only where its source has it)
+    overlap: str = "ramp"  # OVERLAPS
+    bounds: str = "clamp"  # BOUNDS
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -111,6 +129,14 @@ class Controller:
     @property
     def is_band(self) -> bool:
         return self.rule == "band"
+
+    def release_text(self) -> str:
+        """The release a peer follows, in one line: project version (commit) path function; empty for ours."""
+        r = self.release
+        if not r:
+            return ""
+        commit = f" ({r['commit'][:10]})" if r.get("commit") else ""
+        return f"{r['project']} {r['version']}{commit} `{r['path']}` `{r['function']}`"
 
 
 @dataclass(frozen=True)
@@ -159,7 +185,9 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]
     none = bool(spec.get("none", False))
     if not none and "value" not in spec:
         raise SuiteError(f"{path}: [{section}] {key} has neither a value nor none = true")
-    form, op = spec.get("form", ""), spec.get("op", "")
+    form, op, dtype = spec.get("form", ""), spec.get("op", ""), spec.get("dtype", "")
+    if dtype and dtype not in EDGE_DTYPES:
+        raise SuiteError(f"{path}: [{section}] {key}: dtype {dtype!r} is not one of {', '.join(EDGE_DTYPES)}")
     if form and form not in EDGE_FORMS:
         raise SuiteError(f"{path}: [{section}] {key}: form {form!r} is not one of {', '.join(EDGE_FORMS)}")
     if op and op not in RATE_OPS:
@@ -175,7 +203,7 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]
         none=none,
         form=form,
         op=op,
-        every_step=bool(spec.get("every_step", False)),
+        dtype=dtype,
     )
 
 
@@ -205,7 +233,7 @@ def load(path: Path | str = CONTRACTS) -> Contract:
             props = {
                 key: _documented(path, name, key, spec, lines)
                 for key, spec in entry.items()
-                if isinstance(spec, dict) and key != "nonfinite"
+                if isinstance(spec, dict) and key not in ("nonfinite", "release")
             }
             required = _REQUIRED[rule]
             if rule == "band" and not {"upper_edge", "lower_edge"} <= set(props):
@@ -213,6 +241,12 @@ def load(path: Path | str = CONTRACTS) -> Contract:
             for key in required:
                 if key not in props:
                     raise SuiteError(f"{path}: [{name}] lacks {key!r}")
+            for key, allowed, default in (("overlap", OVERLAPS, "ramp"), ("bounds", BOUNDS, "clamp")):
+                if entry.get(key, default) not in allowed:
+                    raise SuiteError(f"{path}: [{name}] {key} {entry[key]!r} is not one of {', '.join(allowed)}")
+            release = entry.get("release", {})
+            if "source" in entry and not {"project", "version", "path", "function"} <= set(release):
+                raise SuiteError(f"{path}: [{name}] a peer names its release: project, version, path, function")
             controllers[name] = Controller(
                 name=name,
                 kernel=(path.parent.parent / entry["kernel"]).resolve(),
@@ -223,6 +257,10 @@ def load(path: Path | str = CONTRACTS) -> Contract:
                 source=entry.get("source", ""),
                 rule=rule,
                 nonfinite_line=_section_line(lines, f"{name}.nonfinite") or _section_line(lines, "nonfinite"),
+                release=dict(release),
+                guarded=bool(entry.get("guarded", True)),
+                overlap=entry.get("overlap", "ramp"),
+                bounds=entry.get("bounds", "clamp"),
             )
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None

@@ -3,9 +3,12 @@
 Written from the documented rule (kernel comment, commit message), not from
 the kernel: per step, if KL > target·tol ramp (λ·ramp, clamped to the
 ceiling), if KL < target/tol decay (λ·decay, clamped to the floor), else
-hold; KL, target or λ ≤ 0 leave λ alone. Constants come from the contract,
-rounded to float32 as a kernel's ``f`` literals are. Every operation is one
-float32 operation, so the kernel must match it bit for bit.
+hold; KL, target or λ ≤ 0 leave λ alone (the suite's guard). Constants come
+from the contract, rounded to float32 as a kernel's ``f`` literals are. Every
+operation is one float32 operation, so the kernel must match it bit for bit.
+A peer's entry declares its source's rule instead: each threshold in its
+source's arithmetic (a double threshold, compared in double or rounded once to
+float32), its bounds, no guard, and what it does where both tests hold.
 
 Also the closed forms the report sets beside each measurement.
 """
@@ -29,10 +32,11 @@ class Rule:
 
     The first five fields describe the in-repo controllers' band rule (edges
     target·tol and target/tol, λ·ramp and λ·decay); the keyword fields let a
-    contract entry declare another rule (the peers): other edge forms, a rate
-    applied by division, no floor or ceiling (None), a floor applied in band
-    too, or the proportional rule. For the proportional rule ``ramp`` and
-    ``decay`` are its saturated multipliers (error clipped at ±clip).
+    contract entry declare another rule (the peers): other edge forms and their
+    arithmetic, a rate applied by division, no floor or ceiling (None), bounds
+    clipped on every step, no guard, what happens where both tests hold, or the
+    proportional rule. For the proportional rule ``ramp`` and ``decay`` are its
+    saturated multipliers (error clipped at ±clip).
     """
 
     floor: np.float32 | None
@@ -41,11 +45,14 @@ class Rule:
     ramp: np.float32
     decay: np.float32
     kind: str = "band"
-    upper: tuple[str, np.float32] | None = None  # (form, a); None: ("mul", tolerance)
-    lower: tuple[str, np.float32] | None = None  # (form, a); None: ("div", tolerance)
+    # (form, a, dtype): a is float32 for dtype f32, the double the source writes for f64 and f64_f32.
+    upper: tuple | None = None  # None: ("mul", tolerance, "f32")
+    lower: tuple | None = None  # None: ("div", tolerance, "f32")
     ramp_op: str = "mul"
     decay_op: str = "mul"
-    floor_every_step: bool = False  # the floor clamps every step's λ·factor, in band λ·1 too (TF-Agents)
+    bounds: str = "clamp"  # or clip_by_value: every branch clipped to [floor, ceiling], NaN passing (TF-Agents)
+    guarded: bool = True  # KL, target or λ ≤ 0 leave λ alone
+    overlap: str = "ramp"  # where both tests hold (a negative target): see repro.contract.OVERLAPS
     clip: np.float32 | None = None
     n_steps: np.float32 | None = None
     horizon: np.float32 | None = None
@@ -60,7 +67,8 @@ class Rule:
             clip, n, h = (F32(c.value(k)) for k in ("clip", "n_steps", "horizon"))
             values = dict(bounds, tolerance=None, ramp=_mult(clip, clip, n, h), decay=_mult(-clip, clip, n, h))
             values.update(overrides)
-            return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n, horizon=h)
+            return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n,
+                       horizon=h, guarded=c.guarded)
         values = dict(bounds, tolerance=c.value("tolerance") if c.has("tolerance") else None,
                       ramp=c.value("ramp"), decay=c.value("decay"))
         values.update(overrides)
@@ -68,10 +76,11 @@ class Rule:
         for side in ("upper", "lower"):
             if c.has(f"{side}_edge"):
                 doc = c[f"{side}_edge"]
-                edges[side] = (doc.form or "mul", F32(doc.value))
+                dtype = doc.dtype or "f32"
+                edges[side] = (doc.form or "mul", F32(doc.value) if dtype == "f32" else np.float64(doc.value), dtype)
         return cls(**{k: f32(v) for k, v in values.items()}, **edges,
                    ramp_op=c["ramp"].op or "mul", decay_op=c["decay"].op or "mul",
-                   floor_every_step=c["floor"].every_step)
+                   bounds=c.bounds, guarded=c.guarded, overlap=c.overlap)
 
     def rate(self, which: str) -> float:
         """The real per-step factor of ``ramp`` or ``decay`` (λ·value, or 1/value where the op divides)."""
@@ -88,20 +97,50 @@ def _apply(lam: np.ndarray, value: np.float32, op: str) -> np.ndarray:
     return lam / value if op == "div" else lam * value
 
 
-def _edge(target: np.ndarray, form: str, a: np.float32) -> np.ndarray:
+def _edge(target: np.ndarray, form: str, a, dtype: str = "f32") -> np.ndarray:
+    """The threshold in the edge's arithmetic: float32, or double (f64 and f64_f32, rounded later)."""
+    wide = np.float64 if dtype != "f32" else F32
+    t, a, one = np.asarray(target).astype(wide), wide(a), wide(1)
     if form == "div":
-        return target / a
+        return t / a
     if form == "mul_one_plus":
-        return target * F32(F32(1) + a)
+        return t * (one + a)
     if form == "mul_one_minus":
-        return target * F32(F32(1) - a)
-    return target * a
+        return t * (one - a)
+    return t * a
+
+
+def _sides(rule: Rule) -> tuple[tuple, tuple]:
+    return (rule.upper or ("mul", rule.tolerance, "f32")), (rule.lower or ("div", rule.tolerance, "f32"))
+
+
+def _tests(rule: Rule, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(KL above the upper edge, KL below the lower edge), each compared in the edge's arithmetic."""
+    out = []
+    for (form, a, dtype), above in zip(_sides(rule), (True, False), strict=True):
+        edge = _edge(target, form, a, dtype)
+        k = kl.astype(np.float64) if dtype == "f64" else kl
+        edge = edge.astype(F32) if dtype == "f64_f32" else edge
+        out.append(k > edge if above else k < edge)
+    return out[0], out[1]
+
+
+def _toward(edge64: np.ndarray, up: bool) -> np.ndarray:
+    """A double threshold as the float32 edge of the band: the greatest float32 ≤ it (up) or least ≥ it."""
+    e = np.asarray(edge64, dtype=np.float64)
+    x = e.astype(F32)
+    off = (x.astype(np.float64) > e) if up else (x.astype(np.float64) < e)
+    return np.where(off, np.nextafter(x, F32(-np.inf if up else np.inf)), x).astype(F32)
 
 
 def _edges(rule: Rule, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    upper = _edge(target, *(rule.upper or ("mul", rule.tolerance)))
-    lower = _edge(target, *(rule.lower or ("div", rule.tolerance)))
-    return np.asarray(upper, dtype=F32), np.asarray(lower, dtype=F32)
+    """The float32 band edges: for a double comparison, the float32 KL nearest inside the double threshold
+    (so that, for float32 KL, KL > upper and KL < lower decide as the double comparisons do)."""
+    out = []
+    for (form, a, dtype), up in zip(_sides(rule), (True, False), strict=True):
+        edge = _edge(target, form, a, dtype)
+        out.append(_toward(edge, up) if dtype == "f64" else np.asarray(edge).astype(F32))
+    return out[0], out[1]
 
 
 def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
@@ -110,16 +149,24 @@ def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
         return _edges(rule, np.asarray(target, dtype=F32))
 
 
+def _clipped(rule: Rule, x: np.ndarray) -> np.ndarray:
+    """tf.clip_by_value(x, floor, ceiling): minimum then maximum, NaN passing through (np.minimum/maximum)."""
+    return np.maximum(np.minimum(x, rule.ceiling), rule.floor).astype(F32)
+
+
 def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
     out = _apply(lam, rule.ramp, rule.ramp_op)
+    if rule.bounds == "clip_by_value":
+        return _clipped(rule, out)
     # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
     out = out if rule.ceiling is None else np.fmin(rule.ceiling, out)
-    out = out if rule.floor is None or not rule.floor_every_step else np.fmax(rule.floor, out)
     return np.asarray(out, dtype=F32)
 
 
 def _decayed(rule: Rule, lam: np.ndarray) -> np.ndarray:
     out = _apply(lam, rule.decay, rule.decay_op)
+    if rule.bounds == "clip_by_value":
+        return _clipped(rule, out)
     out = out if rule.floor is None else np.fmax(rule.floor, out)
     return np.asarray(out, dtype=F32)
 
@@ -144,11 +191,14 @@ def _step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np
         err = np.where(err < -rule.clip, -rule.clip, np.where(err > rule.clip, rule.clip, err)).astype(F32)
         new = lam * (F32(1) + (err * rule.n_steps).astype(F32) / rule.horizon).astype(F32)
     else:
-        upper, lower = _edges(rule, target)
-        held = lam
-        if rule.floor_every_step and rule.floor is not None:
-            held = np.fmax(rule.floor, lam * F32(1))
-        new = np.where(kl > upper, _ramped(rule, lam), np.where(kl < lower, _decayed(rule, lam), held))
+        above, below = _tests(rule, kl, target)
+        held = _clipped(rule, lam * F32(1)) if rule.bounds == "clip_by_value" else lam
+        up, down = _ramped(rule, lam), _decayed(rule, lam)
+        both = {"ramp": up, "decay": down, "unchanged": lam,
+                "ramp_then_decay": _decayed(rule, up), "decay_then_ramp": _ramped(rule, down)}[rule.overlap]
+        new = np.where(above & below, both, np.where(above, up, np.where(below, down, held)))
+    if not rule.guarded:
+        return np.asarray(new, dtype=F32)
     guarded = (kl <= 0) | (target <= 0) | (lam <= 0)
     return np.where(guarded, lam, new).astype(F32)
 

@@ -132,6 +132,8 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     low, high = start_points(controller)
     rule = Rule.of(controller)
     climb = math.ceil(math.log(lam0 / low) / math.log(rule.rate("ramp"))) + 10  # from the low start back to the seed
+    if controller.bound("ceiling") is not None:  # and on to the ceiling (TF-Agents: 1e-15 to 1e17 at ×1.5)
+        climb = max(climb, math.ceil(math.log(high / low) / math.log(rule.rate("ramp"))) + 10)
     up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")), climb)
     down_steps = max(1000, 2 * steps_to_double(1 / rule.rate("decay")))
     tgt = REF_TARGET
