@@ -27,9 +27,23 @@ def pytest_addoption(parser):
 
     with contextlib.suppress(ValueError):  # already registered by the plugin
         kernel_option.pytest_addoption(parser)
-    parser.getgroup("rlq").addoption(
-        "--require-gpu", action="store_true",
-        help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
+    group = parser.getgroup("rlq")
+    group.addoption("--require-gpu", action="store_true",
+                    help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
+    group.addoption("--bench-slow-ns", type=int, default=0, metavar="NS",
+                    help="benchmarks (tests/test_bench.py): slow the controller by a busy wait of about NS ns")
+    group.addoption("--bench-rounds", type=int, default=None, metavar="N",
+                    help="benchmarks: N timed rounds per mode instead of each mode's own")
+
+
+def pytest_configure(config):
+    from repro.bench import ROUNDS_MAX, SLOW_NS_MAX
+
+    ns, rounds = config.getoption("--bench-slow-ns"), config.getoption("--bench-rounds")
+    if not 0 <= ns <= SLOW_NS_MAX:
+        raise pytest.UsageError(f"--bench-slow-ns must be 0 to {SLOW_NS_MAX} ns, not {ns}")
+    if rounds is not None and not 1 <= rounds <= ROUNDS_MAX:
+        raise pytest.UsageError(f"--bench-rounds must be 1 to {ROUNDS_MAX}, not {rounds}")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -97,13 +111,17 @@ def subject_source(request, contract, subject, subject_contract):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """Record the GPU, driver and CuPy versions beside pytest-benchmark's CPU description."""
-    if unavailable_reason("cupy") is None:
-        cp = get_backend("cupy").cp
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        machine_info["gpu"] = {"name": name, "driver": _nvidia_driver(), "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
-                               "runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}
+    """Add the GPU (name, NVIDIA driver, CUDA and CuPy versions) and the machine's baseline tag to the JSON.
+
+    ``python -m analysis bench`` reads ``rlq_machine`` to refuse judging or recording a run against
+    another machine's baseline; pytest-benchmark's own CPU description does not name the GPU.
+    """
+    from repro.bench import gpu_info, machine_tag
+
+    gpu = gpu_info()
+    if gpu:
+        machine_info["gpu"] = {**gpu, "driver": _nvidia_driver()}
+    machine_info["rlq_machine"] = machine_tag(gpu)
 
 
 def _nvidia_driver() -> str:
