@@ -23,9 +23,10 @@ one line for a bad one.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,10 +49,13 @@ def _progress(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
-def _positive_rounds(text: str) -> int:
-    n = int(text)
-    if not 1 <= n <= bench.ROUNDS_MAX:
-        raise ValueError(n)
+def _rounds(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= bench.ROUNDS_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number of rounds from 1 to {bench.ROUNDS_MAX}, not {text!r}")
     return n
 
 
@@ -65,7 +69,7 @@ def parser() -> policy.Parser:
     p.add_argument("--slow-ns", type=int, default=0,
                    help=f"slow the controller by a busy wait of about NS ns (0 to {bench.SLOW_NS_MAX})")
     p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
-    p.add_argument("--rounds", type=_positive_rounds, metavar="N",
+    p.add_argument("--rounds", type=_rounds, metavar="N",
                    help=f"timed rounds per mode (1 to {bench.ROUNDS_MAX}; default: each mode's own)")
     return p
 
@@ -110,24 +114,25 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
 
 
 def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
-    """One run of the benchmarks of ``modes`` through pytest-benchmark (progress on stderr); pytest's exit code."""
-    ids = [f"{BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
-    cmd = [sys.executable, "-m", "pytest", *ids, "--benchmark-only", f"--benchmark-json={json_path}",
-           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider"]
+    """One run of the benchmarks of ``modes`` through pytest-benchmark, in this process; pytest's exit code.
+
+    pytest's report (a line per benchmark as it ends, then pytest-benchmark's table) goes to stderr:
+    stdout is this command's result. In-process, the interpreter and its imports are paid once.
+    """
+    import pytest
+
+    ids = [f"{ROOT / BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
+    cmd = [*ids, f"--rootdir={ROOT}", "--benchmark-only", f"--benchmark-json={json_path}",
+           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider", "-n", "0"]
     if args.rounds:
         cmd += ["--bench-rounds", str(args.rounds)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTEST_ADDOPTS", None)  # e.g. -n from a CI job: the benchmarks run in one process
+    saved = os.environ.pop("PYTEST_ADDOPTS", None)  # e.g. -n from a CI job: the benchmarks run in one process
     try:
-        err = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (captured): relay the text
-        err = None
-    done = subprocess.run(cmd, cwd=ROOT, stdout=err if err is not None else subprocess.PIPE,
-                          stderr=None if err is not None else subprocess.STDOUT, env=env, check=False,
-                          text=err is None)
-    if err is None:
-        sys.stderr.write(done.stdout)
-    return done.returncode
+        with contextlib.redirect_stdout(sys.stderr):
+            return int(pytest.main(cmd))
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_ADDOPTS"] = saved
 
 
 def main(argv: list[str] | None = None) -> int:
