@@ -9,6 +9,10 @@ kernel through the same property tests in place of the in-repo controllers.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+
 import pytest
 
 from repro.backends import get_backend, unavailable_reason
@@ -21,8 +25,6 @@ BACKENDS = ("host", "cupy")
 def pytest_addoption(parser):
     """``--kernel``/``--contract`` live in tests/kernel_option.py (registered before the first parse);
     registered here too where plugin autoloading is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD)."""
-    import contextlib
-
     from tests import kernel_option
 
     with contextlib.suppress(ValueError):  # already registered by the plugin
@@ -55,6 +57,42 @@ def pytest_collection_modifyitems(config, items):
                 raise pytest.UsageError(f"--require-gpu: {reason}")
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _gpu_share(request, tmp_path_factory):
+    """Under pytest-xdist, a gpu test holds the device shared; one that uses ``gpu_alone`` holds it alone.
+
+    A test that compares device timings must not run while other workers' kernels time-slice the GPU.
+    """
+    if "gpu_alone" in request.fixturenames or not request.node.get_closest_marker("gpu") \
+            or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    with _device_lock(tmp_path_factory, fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture
+def gpu_alone(tmp_path_factory):
+    """The device to this test alone: every other worker's gpu test waits (see ``_gpu_share``)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    with _device_lock(tmp_path_factory, fcntl.LOCK_EX):
+        yield
+
+
+@contextlib.contextmanager
+def _device_lock(tmp_path_factory, how: int):
+    # the workers' basetemp is one folder per worker under the run's shared one
+    lock = tmp_path_factory.getbasetemp().parent / "gpu.lock"
+    with lock.open("a") as f:
+        fcntl.flock(f, how)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def backend_params():

@@ -101,13 +101,15 @@ def test_interleaved_rounds_give_the_paired_difference_with_its_interval(contrac
 
 @pytest.mark.gpu
 @TIMING
-def test_gate_catches_a_controller_slowed_on_the_gpu(contract):
-    """A baseline pair, the same controller again, then one slowed by ~1 µs: only the slowed run fails."""
+def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
+    """A baseline pair, the same controller again, then one slowed by ~1 µs: only the slowed run fails.
+
+    Each mode's own rounds, the device to this test alone (``gpu_alone``: under -n the other workers wait).
+    """
     device_modes = tuple(m for m in bench.MODES if m.set_by == "device" and "1M" not in m.name)
-    rounds = lambda m: 5  # noqa: E731
 
     def run(controller=None):
-        return pd.DataFrame([s.summary() for s in bench.measure(contract, device_modes, rounds, controller)])
+        return pd.DataFrame([s.summary() for s in bench.measure(contract, device_modes, None, controller)])
 
     first, second, again = run(), run(), run()
     gpu = bench.gpu_info()

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.judge.bench_verdict import (REPEATABILITY, SPREAD_FACTOR, UNGATED_ABOVE, judge, load_baseline, load_run,
-                                          regressions, thresholds)
+from analysis.judge.bench_verdict import (
+    REPEATABILITY,
+    SPREAD_FACTOR,
+    UNGATED_ABOVE,
+    judge,
+    load_baseline,
+    load_run,
+    regressions,
+    thresholds,
+)
 from repro.core.errors import SuiteError
 
 

@@ -32,8 +32,7 @@ import tempfile
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.bench_verdict import baseline_runs, judge, load_baseline, load_run, regressions, thresholds, \
-    wrong_results
+from analysis.judge.bench_verdict import baseline_runs, judge, load_baseline, load_run, regressions, thresholds, wrong_results
 from analysis.present import bench_report
 from repro import bench
 from repro.core.contract import load
@@ -126,13 +125,14 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
            "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider", "-n", "0"]
     if args.rounds:
         cmd += ["--bench-rounds", str(args.rounds)]
-    saved = os.environ.pop("PYTEST_ADDOPTS", None)  # e.g. -n from a CI job: the benchmarks run in one process
+    # The benchmarks run in one process whatever started this one: no -n from a CI job's PYTEST_ADDOPTS, and
+    # no xdist worker's variables (pytest-benchmark disables itself inside a worker, e.g. in this suite's tests).
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST")}
     try:
         with contextlib.redirect_stdout(sys.stderr):
             return int(pytest.main(cmd))
     finally:
-        if saved is not None:
-            os.environ["PYTEST_ADDOPTS"] = saved
+        os.environ.update(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -376,6 +376,7 @@ def isv_pool(rig: Rig):
     views = [buf[k * step:k * step + isv0.size] for k in range(ISV_POOL)]
     for v in views:
         v[...] = cp.asarray(isv0)
+    cp.cuda.Device().synchronize()  # filled on the current stream; the graphs replay on non-blocking ones
     return isv0, buf, views
 
 
@@ -385,6 +386,7 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
     feed = rig.helper("rlq_feed_ema", FEED_EMA) if with_feed else None
     isv0, buf, pool = isv_pool(rig)
     kl_new = cp.asarray(np.array([KL_HIGH], dtype=F32))
+    cp.cuda.Device().synchronize()
 
     def graph_for(isv):
         def launches(stream):
@@ -432,6 +434,7 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     small = rig.helper("rlq_small_op", SMALL_OP)
     isv0, buf, pool = isv_pool(rig)
     work = cp.ones(256, dtype=cp.float32)
+    cp.cuda.Device().synchronize()  # work is filled on the current stream; the graphs replay on non-blocking ones
 
     def step(isv):
         def launches(stream):
