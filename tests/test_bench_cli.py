@@ -160,3 +160,15 @@ def test_interleaved_difference_and_interval_reach_the_json(recorded):
     run = load_run(baseline_runs(folder / "base")[0])
     row = run.df.set_index("kernel").loc["controller"]
     assert np.isfinite(row["diff_us"]) and row["diff_ci95_us"] > 0
+
+
+def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent():
+    """reports/bench/baselines/NVIDIA_H200: runs of two fresh H200s; the training-step node and graph replay
+    reproduce within the 5 % goal across them, so both are gated (issue 19.6)."""
+    df, repeat, machine, paths, checks = bench_report.committed(ROOT / "reports" / "bench")
+    assert machine["rlq_machine"] == bench_report.REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
+    by_mode = {c.mode: c for c in checks}
+    for mode in ("graph replay: controller", f"graph of {bench.modes.STEP_NODES} kernels: controller node"):
+        assert by_mode[mode].gated and by_mode[mode].metric == "median" and by_mode[mode].spread <= 0.05, by_mode[mode]
+    text = (ROOT / "reports" / "bench" / "bench.md").read_text()
+    assert all(f"`{p.relative_to(ROOT).as_posix()}`" in text for p in paths)  # the table is made from these runs

@@ -14,7 +14,8 @@ same kind) and writes the table from them: the committed ``reports/bench/``
 on the reference machine (NVIDIA H200), nowhere else unless ``--out`` says
 where. Otherwise one run is measured and judged against the baseline
 (:mod:`analysis.judge.bench_verdict` says on what, with which thresholds):
-one ``REGRESSED`` line per regressed mode and exit 1, else exit 0; the table
+one ``REGRESSED`` line per regressed mode and exit 1, else exit 0 (a benchmark
+that fails, by timing wrong bits or raising, is a ``FAILED`` line and exit 1 too); the table
 and figure go to ``reports/bench/last-run/`` (git-ignored) either way.
 ``--slow-ns`` adds a busy wait of about NS ns to the controller, to see the
 gate catch it. Every input is checked before the first benchmark: exit 2 and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -122,7 +124,9 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
 
     ids = [f"{ROOT / BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
     cmd = [*ids, f"--rootdir={ROOT}", "--benchmark-only", f"--benchmark-json={json_path}",
-           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider", "-n", "0"]
+           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider"]
+    if importlib.util.find_spec("xdist") is not None:
+        cmd += ["-n", "0"]  # pytest-benchmark times nothing under xdist
     if args.rounds:
         cmd += ["--bench-rounds", str(args.rounds)]
     # The benchmarks run in one process whatever started this one: no -n from a CI job's PYTEST_ADDOPTS, and

@@ -367,8 +367,8 @@ def _bench_section(bench_dir: Path) -> list[str]:
     got = bench_report.committed(bench_dir)
     if got is None:
         return []
-    df, repeat, machine, paths = got
-    table = bench_report.table(df, repeat)
+    df, repeat, machine, paths, checks = got
+    table = bench_report.table(df, repeat, checks)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
     runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)

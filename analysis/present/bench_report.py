@@ -29,13 +29,16 @@ def load(path: Path) -> tuple[pd.DataFrame, dict]:
     return run.df, run.machine
 
 
-def committed(bench_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict, list[Path]] | None:
-    """The reference machine's last two baseline runs under ``bench_dir`` (the committed table's data), or None."""
-    paths = baseline_runs(Path(bench_dir) / "baselines" / REFERENCE)[-2:]
-    if not paths:
+def committed(bench_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict, list[Path], list[ModeCheck]] | None:
+    """The committed table's data under ``bench_dir``: the reference machine's last two baseline runs, the
+    machine, their paths, and the gate every mode gets from all the baseline's runs (None: no baseline)."""
+    every = baseline_runs(Path(bench_dir) / "baselines" / REFERENCE)
+    if not every:
         return None
-    runs = [load_run(p) for p in paths]
-    return runs[0].df, runs[1].df if len(runs) > 1 else None, runs[0].machine, paths
+    runs = [load_run(p) for p in every]
+    checks = thresholds(*(r.df for r in runs)) if len(runs) > 1 else []
+    last = runs[-2:]
+    return last[0].df, last[1].df if len(last) > 1 else None, last[0].machine, every[-2:], checks
 
 
 def _us(x: float) -> str:
