@@ -130,6 +130,8 @@ def test_a_garbage_baseline_is_refused_before_the_benchmark_runs(tmp_path, capsy
         (bad / f"run-{i}.json").write_text("{}")
     assert "not a pytest-benchmark JSON" in _refused(["--baseline", str(bad)], capsys)
     assert "no such folder" in _refused(["--baseline", str(tmp_path / "none")], capsys)
+    (tmp_path / "empty").mkdir()
+    assert "at least two runs" in _refused(["--baseline", str(tmp_path / "empty")], capsys)
 
 
 def test_another_machines_baseline_is_refused_for_judging_and_adding(recorded, tmp_path, capsys):

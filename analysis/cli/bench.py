@@ -95,7 +95,8 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
     old = None
     if args.baseline is not None and not args.record and not folder.is_dir():
         raise SuiteError(f"--baseline {folder}: no such folder")
-    if folder.is_dir() and baseline_runs(folder) and (args.add or not args.record or args.baseline is not None):
+    named = args.baseline is not None and not args.record  # a baseline asked for by name must be one
+    if named or (folder.is_dir() and baseline_runs(folder) and (args.add or not args.record or args.baseline)):
         old = load_baseline(folder)
         if old[0].tag != tag:
             raise SuiteError(f"--baseline {shown(folder)} is the baseline of {old[0].tag}; this machine is {tag}")
