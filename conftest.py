@@ -9,6 +9,9 @@ kernel through the same property tests in place of the in-repo controllers.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -22,23 +25,33 @@ BACKENDS = ("host", "cupy")
 
 def pytest_addoption(parser):
     """``--kernel=PATH`` (with ``=``: pytest's first parse takes a bare path after an option it does not know yet
-    for a test path), ``--contract NAME`` and ``--require-gpu``."""
+    for a test path), ``--contract NAME``, ``--require-gpu`` and the benchmark's ``--bench-*``."""
     group = parser.getgroup("rlq", "λ-controller suite")
     group.addoption("--kernel", type=Path, help="candidate kernel .cu to judge instead of the in-repo controllers "
                     "(write --kernel=PATH)")
     group.addoption("--contract", default="fixed", help="contract entry the --kernel candidate is judged against")
-    group.addoption(
-        "--require-gpu", action="store_true",
-        help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
+    group.addoption("--require-gpu", action="store_true",
+                    help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
+    group.addoption("--bench-slow-ns", type=int, default=0, metavar="NS",
+                    help="benchmarks (tests/test_bench.py): slow the controller by a busy wait of about NS ns")
+    group.addoption("--bench-rounds", type=int, default=None, metavar="N",
+                    help="benchmarks: N timed rounds per mode instead of each mode's own")
 
 
 def pytest_configure(config):
-    """A --kernel that cannot be judged is a usage error (one line), not an error in every test."""
+    """Bounds on the benchmark's options; a --kernel that cannot be judged is a usage error (one line), not an
+    error in every test."""
+    from repro.bench import ROUNDS_MAX, SLOW_NS_MAX
+    from repro.core.errors import SuiteError
+
+    ns, rounds = config.getoption("--bench-slow-ns"), config.getoption("--bench-rounds")
+    if not 0 <= ns <= SLOW_NS_MAX:
+        raise pytest.UsageError(f"--bench-slow-ns must be 0 to {SLOW_NS_MAX} ns, not {ns}")
+    if rounds is not None and not 1 <= rounds <= ROUNDS_MAX:
+        raise pytest.UsageError(f"--bench-rounds must be 1 to {ROUNDS_MAX}, not {rounds}")
     path = config.getoption("--kernel", default=None)
     if path is None:
         return
-    from repro.core.errors import SuiteError
-
     try:
         load().source(config.getoption("--contract"), path)
     except SuiteError as err:
@@ -54,6 +67,42 @@ def pytest_collection_modifyitems(config, items):
                 raise pytest.UsageError(f"--require-gpu: {reason}")
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _gpu_share(request, tmp_path_factory):
+    """Under pytest-xdist, a gpu test holds the device shared; one that uses ``gpu_alone`` holds it alone.
+
+    A test that compares device timings must not run while other workers' kernels time-slice the GPU.
+    """
+    if "gpu_alone" in request.fixturenames or not request.node.get_closest_marker("gpu") \
+            or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    with _device_lock(tmp_path_factory, fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture
+def gpu_alone(tmp_path_factory):
+    """The device to this test alone: every other worker's gpu test waits (see ``_gpu_share``)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    with _device_lock(tmp_path_factory, fcntl.LOCK_EX):
+        yield
+
+
+@contextlib.contextmanager
+def _device_lock(tmp_path_factory, how: int):
+    # the workers' basetemp is one folder per worker under the run's shared one
+    lock = tmp_path_factory.getbasetemp().parent / "gpu.lock"
+    with lock.open("a") as f:
+        fcntl.flock(f, how)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def backend_params():
@@ -110,13 +159,17 @@ def subject_source(request, contract, subject, subject_contract):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """Record the GPU, driver and CuPy versions beside pytest-benchmark's CPU description."""
-    if unavailable_reason("cupy") is None:
-        cp = get_backend("cupy").cp
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        machine_info["gpu"] = {"name": name, "driver": _nvidia_driver(), "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
-                               "runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}
+    """Add the GPU (name, NVIDIA driver, CUDA and CuPy versions) and the machine's baseline tag to the JSON.
+
+    ``python -m analysis bench`` reads ``rlq_machine`` to refuse judging or recording a run against
+    another machine's baseline; pytest-benchmark's own CPU description does not name the GPU.
+    """
+    from repro.bench import gpu_info, machine_tag
+
+    gpu = gpu_info()
+    if gpu:
+        machine_info["gpu"] = {**gpu, "driver": _nvidia_driver()}
+    machine_info["rlq_machine"] = machine_tag(gpu)
 
 
 def _nvidia_driver() -> str:

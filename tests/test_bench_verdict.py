@@ -1,14 +1,21 @@
-"""The benchmark gate's rule (analysis/judge/bench_verdict.py) on hand-made runs, and the CLI's exit codes on a real one."""
+"""The benchmark gate's rule (analysis/judge/bench_verdict.py) on hand-made runs, and what it refuses to read."""
 
 from __future__ import annotations
-
-import json
 
 import pandas as pd
 import pytest
 
-from analysis.cli import bench as bench_run
-from analysis.judge.bench_verdict import REPEATABILITY, SPREAD_FACTOR, UNGATED_ABOVE, judge, regressions, thresholds
+from analysis.judge.bench_verdict import (
+    REPEATABILITY,
+    SPREAD_FACTOR,
+    UNGATED_ABOVE,
+    judge,
+    load_baseline,
+    load_run,
+    regressions,
+    thresholds,
+)
+from repro.core.errors import SuiteError
 
 
 def _run(device_us: float, host_controller: float, host_empty: float) -> pd.DataFrame:
@@ -51,35 +58,6 @@ def test_only_a_slower_device_median_beyond_the_threshold_fails():
     assert "graph replay: controller" in line and "+125.0%" in line
 
 
-def test_cli_records_a_baseline_then_fails_one_line_per_regressed_mode_with_table_and_png(tmp_path, capsys):
-    """A real host run judged against its own baseline with the controller's times cut to a third there."""
-    base = tmp_path / "base.json"
-    args = ["--mode", "host ctypes", "--out", str(tmp_path / "out"), "--baseline", str(base)]
-    assert bench_run.main([*args, "--record"]) == 0
-    data = json.loads(base.read_text())
-    faster = [{**s, "us": [u / 3 for u in s["us"]] if s["kernel"] == "controller" else s["us"]}
-              for s in data["runs"][0]["samples"]]
-    for run in data["runs"]:  # an identical pair (spread 0) whose controller was three times faster
-        run["samples"] = faster
-    base.write_text(json.dumps(data))
-    (tmp_path / "out" / "bench.png").unlink()
-    capsys.readouterr()
-    assert bench_run.main(args) == 1
-    out = capsys.readouterr()
-    assert [ln for ln in out.out.splitlines() if ln.startswith("REGRESSED")] == [
-        ln for ln in out.out.splitlines() if ln.startswith("REGRESSED host ctypes call:")]
-    assert len([ln for ln in out.out.splitlines() if ln.startswith("REGRESSED")]) == 1
-    assert "Traceback" not in out.out + out.err
-    assert (tmp_path / "out" / "bench.png").is_file() and "REGRESSED" in (tmp_path / "out" / "bench.md").read_text()
-
-
-def test_cli_unreadable_baseline_exits_2(tmp_path, capsys):
-    bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    assert bench_run.main(["--mode", "host ctypes", "--out", str(tmp_path), "--baseline", str(bad)]) == 2
-    assert "bench_run: error:" in capsys.readouterr().err
-
-
 def test_more_runs_widen_the_spread_to_largest_over_smallest():
     runs = [_run(0.80, 10.0, 9.8), _run(0.81, 10.0, 9.8), _run(0.86, 10.0, 9.8)]
     (device,) = [c for c in thresholds(*runs) if c.metric == "median"]
@@ -88,12 +66,19 @@ def test_more_runs_widen_the_spread_to_largest_over_smallest():
     assert device.base == pytest.approx((0.80 + 0.81 + 0.86) / 3)
 
 
-def test_a_judging_run_leaves_the_committed_table_alone(capsys):
-    """Without --out, a run writes reports/bench/last-run, never the committed reports/bench."""
-    from repro.core.paths import ROOT
+def test_a_file_that_is_not_the_suites_pytest_benchmark_json_is_one_suite_error(tmp_path):
+    for name, text in [("none.json", None), ("x.json", '{"benchmarks": [], "machine_info": {}}'), ("g.csv", "a,b\n1,2"),
+                       ("bin.json", "\udcff")]:
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text, errors="surrogateescape")
+        with pytest.raises(SuiteError) as err:
+            load_run(path)
+        assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
 
-    committed = {p: p.read_bytes() for p in (ROOT / "reports" / "bench").glob("*") if p.is_file()}
-    assert bench_run.main(["--mode", "host ctypes"]) in (0, 1)  # judged only where this machine has a baseline
-    assert "table and figure in reports/bench/last-run" in capsys.readouterr().out
-    assert (ROOT / "reports" / "bench" / "last-run" / "bench.md").is_file()
-    assert {p: p.read_bytes() for p in committed} == committed
+
+def test_a_baseline_folder_needs_two_runs_of_one_machine(tmp_path):
+    with pytest.raises(SuiteError, match="not a baseline folder"):
+        load_baseline(tmp_path / "nothing")
+    with pytest.raises(SuiteError, match="at least two runs"):
+        load_baseline(tmp_path)

@@ -1,124 +1,229 @@
-"""Run the launch-overhead benchmark as a regression gate, then write its table and figure.
+"""Run the launch-overhead benchmark (pytest-benchmark), gate it on the machine's baseline, write its table and figure.
 
-    python -m analysis bench [--out DIR] [--record [--add]] [--baseline PATH] [--slow-ns NS] [--mode TEXT ...]
+    python -m analysis bench [--out DIR] [--record [--add]] [--baseline DIR] [--slow-ns NS] [--mode TEXT ...]
+                             [--rounds N]
 
-A machine's baseline is two back-to-back runs in
-``reports/bench/baselines/<machine>.json`` (the GPU's name, or the CPU's model
-where there is no GPU); ``--record`` measures and saves them, ``--record --add``
-adds a pair from another machine of the same kind to them. Otherwise one
-run is measured and judged against that baseline (:mod:`analysis.judge.bench_verdict`
-says on what, and with which thresholds): one line per regressed mode and
-exit 1, else exit 0. The table and figure are written either way. ``--slow-ns``
-adds a busy wait of about NS ns to the controller, to see the gate catch it.
-Exit 2 for a usage error or a file that cannot be read.
+The benchmarks are ``tests/test_bench.py``'s, run by pytest-benchmark in a
+child process (``python -m pytest … --benchmark-only --benchmark-json``; its
+progress and table go to stderr as it runs). A machine's baseline is a folder
+of two or more of those JSON files, ``reports/bench/baselines/<machine>/run-N.json``
+(``<machine>``: the GPU's name, or the CPU's model where there is no GPU).
+``--record`` measures two back-to-back runs and makes them the machine's
+baseline (``--add``: adds them to its runs, e.g. from a second machine of the
+same kind) and writes the table from them: the committed ``reports/bench/``
+on the reference machine (NVIDIA H200), nowhere else unless ``--out`` says
+where. Otherwise one run is measured and judged against the baseline
+(:mod:`analysis.judge.bench_verdict` says on what, with which thresholds):
+one ``REGRESSED`` line per regressed mode and exit 1, else exit 0 (a benchmark
+that fails, by timing wrong bits or raising, is a ``FAILED`` line and exit 1 too); the table
+and figure go to ``reports/bench/last-run/`` (git-ignored) either way.
+``--slow-ns`` adds a busy wait of about NS ns to the controller, to see the
+gate catch it. Every input is checked before the first benchmark: exit 2 and
+one line for a bad one.
 """
 
 from __future__ import annotations
 
-import re
+import argparse
+import contextlib
+import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.bench_verdict import judge, regressions, thresholds, wrong_results
+from analysis.judge.bench_verdict import baseline_runs, judge, load_baseline, load_run, regressions, thresholds, wrong_results
 from analysis.present import bench_report
 from repro import bench
-from repro.backends import get_backend, unavailable_reason
-from repro.bench.result import frame, load_baseline, save_baseline
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import check_writable
 from repro.core.paths import ROOT, shown
 
-
-def machine_tag() -> str:
-    """A file-name-safe name of what the benchmark times: the GPU where there is one, else the CPU."""
-    if unavailable_reason("cupy") is None:
-        name = get_backend("cupy").describe().split(" (")[0]
-    else:
-        name = get_backend("host").describe().split(" (")[0]
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
+BENCH_TESTS = "tests/test_bench.py"
+PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode raised, or timed wrong bits)
 
 
 def _progress(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = policy.Parser(prog="python -m analysis bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="folder for JSON, table, PNG (default: with --record the committed "
-                        "reports/bench, else reports/bench/last-run, which git ignores)")
-    parser.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as baseline")
-    parser.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
-    parser.add_argument("--baseline", type=Path, help="baseline file (default: reports/bench/baselines/<machine>.json)")
-    parser.add_argument("--slow-ns", type=int, default=0, help="slow the controller by a busy wait of about NS ns")
-    parser.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
-    args = parser.parse_args(argv)
-    # a judging run never overwrites the committed table (made by --record on the baseline's machine)
-    args.out = args.out or ROOT / "reports" / "bench" / ("" if args.record else "last-run")
+def _rounds(text: str) -> int:
     try:
-        if args.slow_ns < 0:
-            raise SuiteError(f"--slow-ns must be a non-negative number of ns, not {args.slow_ns}")
-        if args.out.exists() and not args.out.is_dir():
-            raise SuiteError(f"--out {args.out}: not a folder")
-        check_writable(args.out / "bench.md", "--out")
-        if args.baseline is not None and not args.baseline.is_file() and not args.record:
-            raise SuiteError(f"--baseline {args.baseline}: no such file")
-        contract = load()
-        baseline = args.baseline or ROOT / "reports" / "bench" / "baselines" / f"{machine_tag()}.json"
-        modes = tuple(m for m in bench.MODES if not args.mode or any(t in m.name for t in args.mode))
-        if not modes:
-            raise SuiteError(f"no mode matches {args.mode} (modes: {', '.join(m.name for m in bench.MODES)})")
-        controller = None
-        if args.slow_ns:
-            entry = contract.controller("fixed")
-            clock = get_backend("cupy").cp.cuda.Device().attributes["ClockRate"] if unavailable_reason("cupy") is None \
-                else 1_980_000
-            controller = bench.slowed(bench.sources(contract)["controller"], args.slow_ns, clock)
-            _progress(f"controller {entry.symbol} slowed on purpose by a busy wait of about {args.slow_ns} ns")
-        runs = [bench.measure(contract, modes, controller=controller, progress=_progress)
-                for _ in range(2 if args.record else 1)]
-        old = load_baseline(baseline) if (args.add or not args.record) and baseline.is_file() else None
-    except SuiteError as err:
-        print(f"bench_run: error: {err}", file=sys.stderr)
-        return 2
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= bench.ROUNDS_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number of rounds from 1 to {bench.ROUNDS_MAX}, not {text!r}")
+    return n
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    runs[0].save(args.out / "latest.json")
-    df = frame(runs[0])
-    for mode, why in runs[0].skipped.items():
-        print(f"bench: skipped {mode}: {why}")
-    errors = [f"ERROR {mode}: {why}" for run in runs for mode, why in run.errors.items()]
-    label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
+
+def parser() -> policy.Parser:
+    p = policy.Parser(prog="python -m analysis bench", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
+                   "which git ignores; with --record on the reference machine the committed reports/bench)")
+    p.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as the baseline")
+    p.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
+    p.add_argument("--baseline", type=Path, help="baseline folder (default: reports/bench/baselines/<machine>)")
+    p.add_argument("--slow-ns", type=int, default=0,
+                   help=f"slow the controller by a busy wait of about NS ns (0 to {bench.SLOW_NS_MAX})")
+    p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
+    p.add_argument("--rounds", type=_rounds, metavar="N",
+                   help=f"timed rounds per mode (1 to {bench.ROUNDS_MAX}; default: each mode's own)")
+    return p
+
+
+def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
+    """Every input, before any work: the modes, this machine's tag, the baseline folder and its runs (None: none)."""
+    if not 0 <= args.slow_ns <= bench.SLOW_NS_MAX:
+        raise SuiteError(f"--slow-ns must be 0 to {bench.SLOW_NS_MAX} ns, not {args.slow_ns}")
+    if args.add and not args.record:
+        raise SuiteError("--add adds a recorded pair to a baseline: it needs --record")
+    if args.record and args.slow_ns:
+        raise SuiteError("--record with --slow-ns would make a slowed controller the baseline")
+    if any(not t.strip() for t in args.mode):
+        raise SuiteError("--mode needs a piece of a mode's name, not an empty one")
+    modes = tuple(m for m in bench.MODES if not args.mode or any(t in m.name for t in args.mode))
+    if not modes:
+        raise SuiteError(f"no mode matches {args.mode} (modes: {', '.join(m.name for m in bench.MODES)})")
+    tag = bench.machine_tag()
+    folder = args.baseline or ROOT / "reports" / "bench" / "baselines" / tag
+    if folder.exists() and not folder.is_dir():
+        raise SuiteError(f"--baseline {folder}: not a folder (a baseline is a folder of run-N.json)")
+    old = None
+    if args.baseline is not None and not args.record and not folder.is_dir():
+        raise SuiteError(f"--baseline {folder}: no such folder")
+    named = args.baseline is not None and not args.record  # a baseline asked for by name must be one
+    if named or (folder.is_dir() and baseline_runs(folder) and (args.add or not args.record or args.baseline)):
+        old = load_baseline(folder)
+        if old[0].tag != tag:
+            raise SuiteError(f"--baseline {shown(folder)} is the baseline of {old[0].tag}; this machine is {tag}")
+    if args.add and old is None:
+        raise SuiteError(f"--add: no baseline to add to in {shown(folder)}")
+    if args.out is None:
+        if args.record and tag != bench_report.REFERENCE:
+            raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
+                             f"{bench_report.REFERENCE}'s; give --out DIR for this machine's table")
+        args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
+    if args.out.exists() and not args.out.is_dir():
+        raise SuiteError(f"--out {args.out}: not a folder")
+    check_writable(args.out / "bench.md", "--out")
     if args.record:
-        runs[1].save(args.out / "repeat.json")
-        every = [*(old or []), *runs]
-        save_baseline(baseline, every)
-        lines = wrong_results(df) + wrong_results(frame(runs[1])) + errors
+        check_writable(folder / "run-1.json", "--baseline")
+    return modes, tag, folder, old
+
+
+def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
+    """One run of the benchmarks of ``modes`` through pytest-benchmark, in this process; pytest's exit code.
+
+    pytest's report (a line per benchmark as it ends, then pytest-benchmark's table) goes to stderr:
+    stdout is this command's result. In-process, the interpreter and its imports are paid once.
+    """
+    import pytest
+
+    ids = [f"{ROOT / BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
+    cmd = [*ids, f"--rootdir={ROOT}", "--benchmark-only", f"--benchmark-json={json_path}",
+           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider"]
+    if importlib.util.find_spec("xdist") is not None:
+        cmd += ["-n", "0"]  # pytest-benchmark times nothing under xdist
+    if args.rounds:
+        cmd += ["--bench-rounds", str(args.rounds)]
+    # The benchmarks run in one process whatever started this one: no -n from a CI job's PYTEST_ADDOPTS, and
+    # no xdist worker's variables (pytest-benchmark disables itself inside a worker, e.g. in this suite's tests).
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST")}
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return int(pytest.main(cmd))
+    finally:
+        os.environ.update(saved)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        modes, tag, folder, old = check(args)
+        rig = bench.make_rig(load())
+        skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
+        runs, failed = [], False
+        with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
+            for i in range(2 if args.record else 1):
+                what = f"run {i + 1} of 2" if args.record else "run"
+                _progress(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
+                          f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
+                          + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns"
+                             if args.slow_ns else ""))
+                path = Path(tmp) / f"run-{i}.json"
+                code = pytest_run(modes, args, path)
+                if code not in (0, PYTEST_FAILED) or not path.is_file():
+                    raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
+                                     f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
+                failed |= code == PYTEST_FAILED
+                runs.append(load_run(path))
+            written = _save(runs, args, folder, old)
+    except SuiteError as err:
+        print(f"bench: error: {err}", file=sys.stderr)
+        return 2
+    return _judge(runs, written, args, folder, old, skipped, failed)
+
+
+def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
+    """Move the runs into place: the baseline's next run-N.json files (--record), else OUT/run.json."""
+    if not args.record:
+        args.out.mkdir(parents=True, exist_ok=True)
+        target = args.out / "run.json"
+        shutil.move(runs[0].path, target)
+        return [target]
+    if not args.add:  # a new baseline replaces the machine's old runs
+        for p in baseline_runs(folder):
+            p.unlink()
+    start = len(old) + 1 if args.add and old else 1
+    written = []
+    for i, run in enumerate(runs):
+        target = folder / f"run-{start + i}.json"
+        shutil.move(run.path, target)
+        written.append(target)
+    return written
+
+
+def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None, skipped: dict,
+           failed: bool) -> int:
+    df = load_run(written[0]).df
+    lines = ["FAILED a benchmark test failed: a mode raised or timed wrong bits (pytest's output above)"] \
+        if failed else []
+    label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
+    shown_runs = [shown(p) for p in written]
+    if args.record:
+        every = [*(old or []), *(load_run(p) for p in written)] if args.add else [load_run(p) for p in written]
+        repeat = load_run(written[1]).df
+        lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
-        text = bench_report.write(args.out, title, df, runs[0].machine, repeat=frame(runs[1]),
-                                  checks=thresholds(*(frame(r) for r in every)), skipped=runs[0].skipped, verdict=lines)
+        text = bench_report.write(args.out, title, df, runs[0].machine, repeat=repeat,
+                                  checks=thresholds(*(r.df for r in every)), skipped=skipped, verdict=lines,
+                                  runs=shown_runs)
         print(text)
-        print(f"bench: saved the baseline {shown(baseline)}")
+        print(f"bench: saved the baseline {shown(folder)} ({len(every)} runs)")
     elif old is None:
-        lines = wrong_results(df) + errors
+        lines += wrong_results(df)
         text = bench_report.write(args.out, f"Launch-overhead benchmark {label}".strip(), df, runs[0].machine,
-                                  skipped=runs[0].skipped, verdict=lines)
+                                  skipped=skipped, verdict=lines, runs=shown_runs)
         print(text)
-        print(f"bench: no baseline for this machine ({shown(baseline)}); record one with --record")
+        print(f"bench: no baseline for this machine ({shown(folder)}); record one with --record")
     else:
-        checks = judge(df, *(frame(r) for r in old))
-        lines = regressions(checks) + wrong_results(df) + errors
-        title = f"Launch-overhead benchmark against the baseline {shown(baseline)} {label}".strip()
-        text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=runs[0].skipped,
-                                  verdict=lines)
+        checks = judge(df, *(r.df for r in old))
+        lines = regressions(checks) + wrong_results(df) + lines
+        title = f"Launch-overhead benchmark against the baseline {shown(folder)} {label}".strip()
+        text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=skipped,
+                                  verdict=lines, runs=shown_runs)
         print(text)
         gated, bad = sum(c.gated for c in checks), sum(c.regressed for c in checks)
         print(f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds")
-    print(f"bench: table and figure in {shown(args.out)}")
+    for mode, why in skipped.items():
+        print(f"bench: skipped {mode}: {why}")
     for line in lines:
         print(line)
-    print(f"wrote {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
+    print(f"wrote {', '.join(shown_runs)}, {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
     return 1 if lines else 0
 
 

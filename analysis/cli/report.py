@@ -363,18 +363,17 @@ def _figure_notes(report: Report, name: str) -> list[str]:
 
 
 def _bench_section(bench_dir: Path) -> list[str]:
-    """The benchmark's table and figure, when a benchmark run has written them into ``bench_dir``."""
-    latest = bench_dir / "latest.json"
-    if not latest.is_file():
+    """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``."""
+    got = bench_report.committed(bench_dir)
+    if got is None:
         return []
-    df, machine = bench_report.load(latest)
-    repeat = bench_dir / "repeat.json"
-    table = bench_report.table(df, bench_report.load(repeat)[0] if repeat.is_file() else None)
+    df, repeat, machine, paths, checks = got
+    table = bench_report.table(df, repeat, checks)
     gpu = machine.get("gpu", {})
-    where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("processor", "CPU")
+    where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
+    runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
     return ["## Launch overhead (benchmark)", "",
-            f"From the benchmark run in `bench/latest.json` ({where}; a separate job, `tox -e bench`)"
-            + (", with a back-to-back repeat in `bench/repeat.json`" if repeat.is_file() else "") + ".", "",
+            f"From the benchmark runs {runs} ({where}; pytest-benchmark JSON; a separate job, `tox -e bench`).", "",
             table, "", "![launch overhead](bench/bench.png)", ""]
 
 

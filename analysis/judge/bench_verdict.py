@@ -1,6 +1,9 @@
 """The benchmark gate: which modes a run may be judged on, with what threshold, and which regressed.
 
-A baseline is two or more runs: a pair of back-to-back runs of one machine,
+A run is the JSON pytest-benchmark writes for ``tests/test_bench.py`` (``--benchmark-json``): one
+benchmark per mode × kernel, its stats in seconds per step, what it is in ``extra_info``
+(:meth:`repro.bench.Sample.info`). :func:`load_run` reads it as one row per benchmark, in µs.
+A baseline is a folder of two or more such runs (``run-1.json``, ``run-2.json``, ...): a pair of back-to-back runs of one machine,
 and optionally more pairs from other machines of the same kind (fresh
 machines differ more than two runs of one do). Per mode the gate judges
 one number: the controller's median µs per step where the device sets the
@@ -19,13 +22,77 @@ number) fails.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+
+from repro.core.errors import SuiteError
 
 REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
 SPREAD_FACTOR = 3  # threshold = this many times the baseline's own run-to-run spread (at least the goal)
 UNGATED_ABOVE = 2 * REPEATABILITY  # a spread beyond this does not reproduce: report, do not gate
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest-benchmark JSON file of the suite's benchmarks: its rows (µs per step) and machine."""
+
+    path: Path
+    df: pd.DataFrame
+    machine: dict  # pytest-benchmark's machine_info; "rlq_machine" names the baseline it belongs to
+
+    @property
+    def tag(self) -> str:
+        return str(self.machine.get("rlq_machine", "?"))
+
+
+_STATS_US = {"median_us": "median", "q1_us": "q1", "q3_us": "q3", "min_us": "min", "max_us": "max"}
+
+
+def frame(benchmarks: list[dict]) -> pd.DataFrame:
+    """One row per benchmark of pytest-benchmark's ``benchmarks`` list that carries a mode in ``extra_info``:
+    its scalar ``extra_info`` (mode, kernel, clock, set_by, what, ...), median/q1/q3/min/max in µs, rounds."""
+    rows = []
+    for b in benchmarks:
+        info = b.get("extra_info", {})
+        if "mode" not in info:
+            continue
+        rows.append({**{k: v for k, v in info.items() if isinstance(v, int | float | str | bool)},
+                     **{k: b["stats"][s] * 1e6 for k, s in _STATS_US.items()}, "rounds": b["stats"]["rounds"]})
+    return pd.DataFrame(rows)
+
+
+def load_run(path: Path) -> Run:
+    """A pytest-benchmark JSON of the suite's benchmarks; a one-line :class:`SuiteError` for anything else."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        df = frame(data["benchmarks"])
+        machine = dict(data["machine_info"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise SuiteError(f"{path}: not a pytest-benchmark JSON ({type(err).__name__}: {err})".splitlines()[0]) from None
+    if df.empty:
+        raise SuiteError(f"{path}: a pytest-benchmark JSON without any of tests/test_bench.py's benchmarks")
+    return Run(Path(path), df, machine)
+
+
+def baseline_runs(folder: Path) -> list[Path]:
+    """The run files of a baseline folder, in the order they were recorded (run-1.json, run-2.json, ...)."""
+    return sorted(Path(folder).glob("run-*.json"), key=lambda p: int(p.stem.split("-")[1]) if
+                  p.stem.split("-")[1].isdigit() else 0)
+
+
+def load_baseline(folder: Path) -> list[Run]:
+    """A baseline's runs (at least two, all of one machine); a one-line :class:`SuiteError` otherwise."""
+    if not Path(folder).is_dir():
+        raise SuiteError(f"{folder}: not a baseline folder (one with run-1.json, run-2.json, ...)")
+    runs = [load_run(p) for p in baseline_runs(folder)]
+    if len(runs) < 2:
+        raise SuiteError(f"{folder}: a baseline needs at least two runs (it has {len(runs)})")
+    if len({r.tag for r in runs}) > 1:
+        raise SuiteError(f"{folder}: runs of different machines ({', '.join(sorted({r.tag for r in runs}))})")
+    return runs
 
 
 @dataclass(frozen=True)

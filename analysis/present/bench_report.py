@@ -1,9 +1,8 @@
-"""Benchmark runs as a Markdown table and a PNG.
-
-    python -m analysis.present.bench_report RUN.json [--repeat RUN2.json] [--out DIR]
+"""Benchmark runs (pytest-benchmark JSON, :func:`analysis.judge.bench_verdict.load_run`) as a Markdown table and a PNG.
 
 Per mode: median and IQR in µs per step for the controller and its
-empty-kernel twin, their ratio, the rounds, the clock that timed it and what
+empty-kernel twin, their ratio, the controller − empty difference of the
+interleaved rounds with its 95 % confidence interval, the rounds, the clock that timed it and what
 sets its time. With ``--repeat`` (a second, back-to-back run) each median's
 change between the runs is shown against the 5 % repeatability goal, and the
 pair is read as a baseline: the gate each mode would get
@@ -17,15 +16,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, thresholds
+from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, baseline_runs, load_run, thresholds
 from analysis.present import plots
-from repro.bench.result import frame, load_run
+
+#: The machine whose baseline the committed table reports/bench/bench.md shows (``repro.bench.machine_tag``).
+REFERENCE = "NVIDIA_H200"
 
 
 def load(path: Path) -> tuple[pd.DataFrame, dict]:
-    """One row per mode × kernel (see :func:`repro.bench.result.frame`), and the machine it ran on."""
+    """One row per mode × kernel (see :func:`analysis.judge.bench_verdict.frame`), and the machine it ran on."""
     run = load_run(path)
-    return frame(run), run.machine
+    return run.df, run.machine
+
+
+def committed(bench_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict, list[Path], list[ModeCheck]] | None:
+    """The committed table's data under ``bench_dir``: the reference machine's last two baseline runs, the
+    machine, their paths, and the gate every mode gets from all the baseline's runs (None: no baseline)."""
+    every = baseline_runs(Path(bench_dir) / "baselines" / REFERENCE)
+    if not every:
+        return None
+    runs = [load_run(p) for p in every]
+    checks = thresholds(*(r.df for r in runs)) if len(runs) > 1 else []
+    last = runs[-2:]
+    return last[0].df, last[1].df if len(last) > 1 else None, last[0].machine, every[-2:], checks
 
 
 def _us(x: float) -> str:
@@ -49,8 +62,9 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[Mod
     if checks is None and repeat is not None:
         checks = thresholds(df, repeat)
     by_mode = {c.mode: c for c in checks or []}
-    head = "| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio | rounds | clock | set by |"
-    sep = "|---|---|---|---|---|---|---|"
+    head = ("| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio "
+            "| controller − empty µs/step (95 % CI) | rounds | clock | set by |")
+    sep = "|---|---|---|---|---|---|---|---|"
     if repeat is not None:
         head += " run-to-run Δ median (controller / empty) |"
         sep += "---|"
@@ -68,7 +82,9 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[Mod
         ratio = (part.loc["controller", "median_us"] / part.loc["empty", "median_us"]
                  if {"controller", "empty"} <= set(part.index) else float("nan"))
         first = part.iloc[0]
-        row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {int(first['rounds'])} | {first['clock']} "
+        diff = (f"{_us(first['diff_us'])} ± {_us(first['diff_ci95_us'])}"
+                if "diff_us" in part and pd.notna(first.get("diff_us")) else "—")
+        row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {diff} | {int(first['rounds'])} | {first['clock']} "
                f"| {first['set_by']} |")
         if repeat is not None:
             other = repeat[repeat["mode"] == mode].set_index("kernel")
@@ -165,10 +181,13 @@ def figure(df: pd.DataFrame):
     return fig
 
 
-def header(title: str, machine: dict) -> str:
+def header(title: str, machine: dict, runs: list[str] | None = None) -> str:
+    """Title, CPU/GPU lines, and (``runs``) the repo-relative JSON files the table was made from."""
     gpu = machine.get("gpu", {})
     lines = [f"# {title}", "", f"- CPU: {machine.get('cpu', {}).get('brand_raw', '?')}, "
              f"Python {machine.get('python_version', '?')}"]
+    if runs:
+        lines.append(f"- Data: {', '.join(f'`{r}`' for r in runs)} (pytest-benchmark JSON)")
     if gpu:
         lines.append(f"- GPU: {gpu.get('name')} (CUDA driver API {gpu.get('cuda_driver_api')}, CUDA runtime "
                      f"{gpu.get('runtime')}, CuPy {gpu.get('cupy')})")
@@ -177,11 +196,11 @@ def header(title: str, machine: dict) -> str:
 
 def write(out: Path, title: str, df: pd.DataFrame, machine: dict, repeat: pd.DataFrame | None = None,
           checks: list[ModeCheck] | None = None, skipped: dict[str, str] | None = None,
-          verdict: list[str] | None = None) -> str:
-    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown."""
+          verdict: list[str] | None = None, runs: list[str] | None = None) -> str:
+    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown (``runs``: the data's paths)."""
     if checks is None and repeat is not None:
         checks = thresholds(df, repeat)
-    parts = [header(title, machine), table(df, repeat, checks)]
+    parts = [header(title, machine, runs), table(df, repeat, checks)]
     if verdict is not None:
         parts.append("## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"))
     parts.append("## Modes\n\n" + modes_table(df, checks, skipped))

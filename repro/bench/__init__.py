@@ -1,21 +1,27 @@
 """The launch-overhead benchmark: what the controller costs per training step, each mode beside an empty kernel.
 
-``measure(contract, ...)`` runs the modes of :mod:`repro.bench.modes` that this
-machine can run and returns a :class:`Run`; ``analysis.cli.bench`` gates it
-against a saved baseline and ``tests/test_bench.py`` runs each mode once.
+Each mode × kernel is a pytest-benchmark benchmark in ``tests/test_bench.py``
+(its JSON is the saved format); ``python -m analysis bench`` runs them and
+gates the run against a saved baseline. ``measure(contract, ...)`` runs modes
+directly, for tests that judge runs without pytest-benchmark.
 """
 
 from __future__ import annotations
 
 import contextlib
+import platform
+import re
 from collections.abc import Callable
 
-from repro.backends import get_backend
-from repro.bench.modes import MODES, WHICH, Mode, Rig, run_mode, sources, unavailable
-from repro.bench.result import Run, Sample, frame, load_run, machine_info
+from repro.backends import get_backend, unavailable_reason
+from repro.backends.host import cpu_model
+from repro.bench.modes import MODES, WHICH, Mode, Rig, Sample, run_mode, sources, unavailable
 from repro.core.contract import Contract
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
+
+SLOW_NS_MAX = 100_000  # ns: the longest deliberate spin (2000 calls × 100 rounds of host ctypes call: 20 s a kernel)
+ROUNDS_MAX = 10_000  # timed rounds a mode may be asked for
 
 #: Defines the slowed controller's spin; NVRTC defines __CUDA_ARCH__, the host build does not.
 _SPIN = r"""#ifdef __CUDA_ARCH__
@@ -50,27 +56,18 @@ def slowed(source: KernelSource, ns: int, sm_clock_khz: int = 1_980_000) -> Kern
 
 
 def measure(contract: Contract, modes: tuple[Mode, ...] = MODES, rounds: Callable[[Mode], int] | None = None,
-            controller: KernelSource | None = None, which: tuple[str, ...] = WHICH,
-            progress: Callable[[str], None] | None = None) -> Run:
-    """One benchmark run of ``modes`` on this machine (those it cannot run are listed in ``Run.skipped``).
+            controller: KernelSource | None = None, which: tuple[str, ...] = WHICH) -> list[Sample]:
+    """The samples of ``modes`` that this machine can run (the others are left out), in one process.
 
     ``rounds`` picks each mode's timed rounds (default: the mode's own); ``controller`` replaces the
     fixed controller's source (e.g. :func:`slowed`).
     """
     rig = make_rig(contract, controller)
-    samples, skipped, errors = [], {}, {}
+    out = []
     for mode in modes:
-        why = unavailable(mode, rig)
-        if why:
-            skipped[mode.name] = why
-            continue
-        if progress:
-            progress(mode.name)
-        try:
-            samples += run_mode(mode, rig, which, rounds(mode) if rounds else mode.rounds)
-        except Exception as err:  # one broken mode must not cost the others; the run carries the error
-            errors[mode.name] = f"{type(err).__name__}: {err}".splitlines()[0]
-    return Run(machine_info(_gpu_info(rig)), samples, skipped, errors)
+        if not unavailable(mode, rig):
+            out += run_mode(mode, rig, which, rounds(mode) if rounds else mode.rounds)
+    return out
 
 
 def make_rig(contract: Contract, controller: KernelSource | None = None) -> Rig:
@@ -82,10 +79,11 @@ def make_rig(contract: Contract, controller: KernelSource | None = None) -> Rig:
     return rig
 
 
-def _gpu_info(rig: Rig) -> dict | None:
-    if rig.cupy is None:
+def gpu_info() -> dict | None:
+    """The GPU the cupy backend uses (name, CUDA driver API and runtime versions, CuPy, SM clock in kHz); None without."""
+    if unavailable_reason("cupy") is not None:
         return None
-    cp = rig.cupy.cp
+    cp = get_backend("cupy").cp
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     return {"name": name, "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
@@ -93,5 +91,16 @@ def _gpu_info(rig: Rig) -> dict | None:
             "sm_clock_khz": int(cp.cuda.Device().attributes.get("ClockRate", 0))}
 
 
-__all__ = ["MODES", "WHICH", "Mode", "Run", "Sample", "frame", "load_run", "make_rig", "measure", "run_mode", "slowed",
+def machine_tag(gpu: dict | None = None) -> str:
+    """A file-name-safe name of what the benchmark times: the GPU where there is one (``gpu_info()``), else the CPU.
+
+    Baselines are kept per tag (``reports/bench/baselines/<tag>/``); pytest-benchmark's JSON records it as
+    ``machine_info["rlq_machine"]``.
+    """
+    gpu = gpu if gpu is not None else gpu_info()
+    name = gpu["name"] if gpu else cpu_model(platform.processor() or "CPU")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
+
+
+__all__ = ["MODES", "WHICH", "Mode", "Sample", "gpu_info", "machine_tag", "make_rig", "measure", "run_mode", "slowed",
            "unavailable"]

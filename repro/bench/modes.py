@@ -14,6 +14,7 @@ benchmark.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,8 +23,7 @@ import numpy as np
 from repro.backends import Backend
 from repro.backends.base import chunked, unchunked
 from repro.backends.translation_unit import KERNELS
-from repro.bench.result import Sample
-from repro.bench.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, wall_time_us
+from repro.bench.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, mean_ci95, wall_time_us
 from repro.core import spec
 from repro.core.contract import Contract
 from repro.core.errors import BackendUnavailable, SuiteError
@@ -39,8 +39,13 @@ HOST_CALLS = 2000  # ctypes calls per timed round
 ASYNC_LAUNCHES = 2000  # launches per timed round, one synchronisation at its end
 SYNC_LAUNCHES = 200  # launch + synchronise pairs per timed round
 EVENT_LAUNCHES = 5000
-GRAPH_STEPS, GRAPH_REPLAYS = 500, 10  # controller nodes per graph, replays per timed round
-STEP_NODES, STEP_REPLAYS = 64, 50  # small kernels per training-step graph, replays per timed round
+GRAPH_STEPS = 500  # controller nodes per graph; a timed round replays each of the ISV_POOL graphs once
+STEP_NODES, STEP_REPLAYS = 64, 64  # small kernels per training-step graph; replays per timed window (4 per round)
+STEP_EXTRA = 16  # nodes of the kernel added to the step; their extra time / STEP_EXTRA is one node's
+#: Device modes spread the controller's ISV over this many addresses, each in its own 2 MiB page at its own
+#: offset: the latency of one thread's load/store depends on where the line lands (the L2 partition), so a
+#: single address per process made "graph replay: controller" move 10 % between runs; a round covers all of them.
+ISV_POOL, POOL_STRIDE = 16, (2 << 20) + 4352  # ISVs, bytes between two of them
 ONE_SCENARIO_STEPS = 100_000
 MANY_RUNS, MANY_STEPS = 1 << 20, 256
 
@@ -109,6 +114,34 @@ def same_bits(a, b) -> bool:
 
 
 @dataclass
+class Sample:
+    """One mode with one kernel (``controller`` or ``empty``): µs per step in each timed round, and what they are.
+
+    ``info()`` is what a benchmark stores in pytest-benchmark's ``extra_info``; ``summary()`` the row the gate
+    reads (pytest-benchmark's stats of the same rounds, in µs).
+    """
+
+    mode: str
+    kernel: str
+    clock: str  # "CUDA events", "wall clock (Python)" or "wall clock (C)"
+    set_by: str  # "device" or "host"
+    what: str  # what the mode measures, in words
+    steps_per_round: int
+    us: list[float]
+    extra: dict = field(default_factory=dict)
+
+    def info(self) -> dict:
+        return {"mode": self.mode, "kernel": self.kernel, "clock": self.clock, "set_by": self.set_by,
+                "what": self.what, "steps_per_round": self.steps_per_round, **self.extra}
+
+    def summary(self) -> dict:
+        per = np.asarray(self.us, dtype=float)
+        q1, med, q3 = np.percentile(per, [25, 50, 75])
+        return {**self.info(), "median_us": med, "q1_us": q1, "q3_us": q3, "min_us": per.min(), "max_us": per.max(),
+                "rounds": len(per)}
+
+
+@dataclass
 class Timed:
     """One mode × kernel, set up and checked: ``round()`` times one round (µs per step)."""
 
@@ -121,10 +154,12 @@ class Timed:
 
 
 def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[Sample]:
-    """Set up every kernel of ``mode``, then time their rounds in turn (controller, empty, controller, ...).
+    """Set up every kernel of ``mode``, then time their rounds interleaved: A B, B A, A B, ... (A/B = the kernels).
 
-    Alternating rounds puts both kernels under the same host and device conditions, so the
-    controller/empty ratio of one run does not carry the drift between two stretches of time.
+    Interleaving puts both kernels under the same host and device conditions, and reversing the order
+    every other round cancels a linear drift and any first-or-second effect, so the controller − empty
+    difference of one run (``extra["diff_us"]``, mean of the paired rounds, with its 95 % confidence
+    half-width ``extra["diff_ci95_us"]``, µs per step) does not carry the drift between two stretches of time.
     """
     timed = {w: mode.measure(mode, rig, w, rounds) for w in which}
     for _ in range(max(t.warmup for t in timed.values())):
@@ -132,11 +167,18 @@ def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[
             if t.warmup:
                 t.round()
     us: dict[str, list[float]] = {w: [] for w in which}
-    for _ in range(rounds):
-        for w, t in timed.items():
+    order = list(timed.items())
+    for r in range(rounds):
+        for w, t in order if r % 2 == 0 else order[::-1]:
             us[w].append(t.round())
-    return [Sample(mode.name, w, mode.clock, mode.set_by, mode.what, t.steps, us[w],
-                   {"matches_spec": t.ok, **t.extra(us[w])}) for w, t in timed.items()]
+    samples = [Sample(mode.name, w, mode.clock, mode.set_by, mode.what, t.steps, us[w],
+                      {"matches_spec": t.ok, **t.extra(us[w])}) for w, t in timed.items()]
+    if set(which) == set(WHICH):
+        diff = np.subtract(us["controller"], us["empty"])
+        mean, half = mean_ci95(diff)
+        for s in samples:
+            s.extra.update(diff_us=mean, diff_ci95_us=half)
+    return samples
 
 
 def _precomputed(values: list[float]) -> Callable[[], float]:
@@ -311,34 +353,60 @@ def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 
 
 def _graph_of(cp, launches: Callable[[object], None]):
+    """A CUDA graph of what ``launches(stream)`` enqueues (captured on a stream of its own, not run)."""
     stream = cp.cuda.Stream(non_blocking=True)
-    graph = capture_graph(cp, lambda: launches(stream), stream)
-    return graph, stream
+    return capture_graph(cp, lambda: launches(stream), stream)
 
 
-def _replay_us(cp, graph, stream, replays: int) -> float:
+def _replay_us(cp, graphs: list, stream, replays: int) -> float:
+    """Device time (µs) of ``replays`` replays of each graph in ``graphs``, back to back on ``stream``."""
     def work():
         for _ in range(replays):
-            graph.launch(stream)
+            for g in graphs:
+                g.launch(stream)
 
     return event_time_us(cp, work, stream)
+
+
+def isv_pool(rig: Rig):
+    """``ISV_POOL`` live ISVs on the device, ``POOL_STRIDE`` bytes apart (views into one allocation), refilled.
+
+    One pool per rig: a mode's controller and empty graphs use the same addresses, so their difference
+    carries no address effect. Each call writes the live ISV into every view again (a fresh start).
+    """
+    _, cp = rig.gpu()
+    isv0 = live_isv(rig.contract)
+    if "pool" not in rig.cache:
+        step = POOL_STRIDE // 4
+        buf = cp.zeros(step * ISV_POOL + isv0.size, dtype=cp.float32)
+        rig.cache["pool"] = buf, [buf[k * step:k * step + isv0.size] for k in range(ISV_POOL)]
+    buf, views = rig.cache["pool"]
+    for v in views:
+        v[...] = cp.asarray(isv0)
+    cp.cuda.Device().synchronize()  # filled on the current stream; the graphs replay on non-blocking ones
+    return isv0, buf, views
 
 
 def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
     feed = rig.helper("rlq_feed_ema", FEED_EMA) if with_feed else None
-    isv0 = live_isv(rig.contract)
-    isv, kl_new = cp.asarray(isv0), cp.asarray(np.array([KL_HIGH], dtype=F32))
+    isv0, buf, pool = isv_pool(rig)
+    kl_new = cp.asarray(np.array([KL_HIGH], dtype=F32))
+    cp.cuda.Device().synchronize()
 
-    def launches(stream):
-        for _ in range(GRAPH_STEPS):
-            if feed is not None:
-                feed((1,), (1,), (isv, kl_new, FEED_ALPHA), stream=stream)
-            fn((1,), (1,), (isv,), stream=stream)
+    def graph_for(isv):
+        def launches(stream):
+            for _ in range(GRAPH_STEPS):
+                if feed is not None:
+                    feed((1,), (1,), (isv, kl_new, FEED_ALPHA), stream=stream)
+                fn((1,), (1,), (isv,), stream=stream)
 
-    graph, stream = _graph_of(cp, launches)
-    graph.launch(stream)  # the correctness check: one replay from the live ISV
+        return _graph_of(cp, launches)
+
+    graphs, stream = [graph_for(isv) for isv in pool], cp.cuda.Stream(non_blocking=True)
+    for g in graphs:  # the correctness check: one replay of each graph from its live ISV
+        g.launch(stream)
     stream.synchronize()
     kl = np.full(GRAPH_STEPS, KL_HIGH)
     if feed is not None:  # the feed's EMA in float32, as the kernel computes it (no FMA contraction)
@@ -346,9 +414,11 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
         for t in range(GRAPH_STEPS):
             ema = F32(F32(F32(1) - FEED_ALPHA) * ema) + F32(FEED_ALPHA * KL_HIGH)
             kl[t] = ema
-    ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, kl))
-    return Timed(lambda: _replay_us(cp, graph, stream, GRAPH_REPLAYS) / (GRAPH_REPLAYS * GRAPH_STEPS),
-                 GRAPH_REPLAYS * GRAPH_STEPS, ok, hold=(isv, kl_new))  # the graph holds their addresses only
+    want = expected_isv(rig.contract, which, isv0, kl)
+    ok = all(same_bits(cp.asnumpy(isv), want) for isv in pool)
+    nodes = len(graphs) * GRAPH_STEPS
+    return Timed(lambda: _replay_us(cp, graphs, stream, 1) / nodes, nodes, ok,
+                 lambda us: {"isv_addresses": len(pool)}, hold=(buf, kl_new))  # the graphs hold addresses only
 
 
 def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -360,35 +430,56 @@ def graph_feed(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 
 
 def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    """A training step as one graph of 64 small kernels, with and without the controller as one more node."""
+    """A training step as one graph of 64 small kernels, and the same step with ``STEP_EXTRA`` more nodes of the kernel.
+
+    A round times four windows of ``STEP_REPLAYS`` replays, without / with / with / without the nodes (the
+    with-node windows cycle through one graph per pooled ISV address; the bare graph and the small kernels'
+    buffer are the rig's, shared by both kernels), and returns (mean with-node step − mean bare step) /
+    ``STEP_EXTRA``: µs one node adds to a step, a linear drift within the round cancelled. One node's
+    difference alone (≈ 1 µs in a 58 µs step) moved 30 % between processes on the H200, an offset
+    between two graph instances; over ``STEP_EXTRA`` nodes such an offset weighs 1/``STEP_EXTRA``.
+    """
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
     small = rig.helper("rlq_small_op", SMALL_OP)
-    isv0 = live_isv(rig.contract)
-    isv, work = cp.asarray(isv0), cp.ones(256, dtype=cp.float32)
+    if "step_bare" not in rig.cache:
+        work = cp.ones(256, dtype=cp.float32)
+        cp.cuda.Device().synchronize()  # filled on the current stream; the graphs replay on non-blocking ones
+        rig.cache["step_bare"] = work, _graph_of(cp, lambda stream: [small((1,), (256,), (work,), stream=stream)
+                                                                      for _ in range(STEP_NODES)])
+    work, bare = rig.cache["step_bare"]
+    isv0, buf, pool = isv_pool(rig)
 
-    def step(with_node: bool):
+    def step(isv):
         def launches(stream):
             for _ in range(STEP_NODES):
                 small((1,), (256,), (work,), stream=stream)
-            if with_node:
+            for _ in range(STEP_EXTRA):
                 fn((1,), (1,), (isv,), stream=stream)
 
         return _graph_of(cp, launches)
 
-    bare, with_node = step(False), step(True)
-    with_node[0].launch(with_node[1])  # the correctness check: one step from the live ISV
-    with_node[1].synchronize()
-    ok = same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, [KL_HIGH]))
+    with_node, stream = [step(isv) for isv in pool], cp.cuda.Stream(non_blocking=True)
+    for g in with_node:  # the correctness check: one step from each live ISV
+        g.launch(stream)
+    stream.synchronize()
+    want = expected_isv(rig.contract, which, isv0, np.full(STEP_EXTRA, KL_HIGH))
+    ok = all(same_bits(cp.asnumpy(isv), want) for isv in pool)
+    per = STEP_REPLAYS // len(with_node)  # replays of each with-node graph in a window
     bare_us = []
 
-    def marginal() -> float:  # both graphs timed in the same round, so drift between rounds cancels
-        base = _replay_us(cp, *bare, STEP_REPLAYS) / STEP_REPLAYS
-        bare_us.append(base)
-        return _replay_us(cp, *with_node, STEP_REPLAYS) / STEP_REPLAYS - base
+    def marginal() -> float:
+        b1 = _replay_us(cp, [bare], stream, STEP_REPLAYS) / STEP_REPLAYS
+        w1 = _replay_us(cp, with_node, stream, per) / (per * len(with_node))
+        w2 = _replay_us(cp, with_node, stream, per) / (per * len(with_node))
+        b2 = _replay_us(cp, [bare], stream, STEP_REPLAYS) / STEP_REPLAYS
+        bare_us.append((b1 + b2) / 2)
+        return (w1 + w2 - b1 - b2) / 2 / STEP_EXTRA
 
-    return Timed(marginal, STEP_REPLAYS, ok, lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES},
-                 hold=(isv, work))  # the graphs hold their addresses only
+    return Timed(marginal, 2 * STEP_REPLAYS, ok,
+                 lambda us: {"step_us": float(np.median(bare_us)), "nodes": STEP_NODES, "extra_nodes": STEP_EXTRA,
+                             "isv_addresses": len(pool)},
+                 hold=(buf, work))  # the graphs hold their addresses only
 
 
 # ------------------------------------------------------------------ the looped harness
@@ -458,6 +549,11 @@ class Mode:
     rounds: int
     measure: Callable[[Mode, Rig, str, int], Timed]  # set up one kernel (rounds: for programs that time their own)
 
+    @property
+    def slug(self) -> str:
+        """The name as a pytest id: lower case, words joined by '-'."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+
 
 MODES = (
     Mode("host ctypes call", WALL_PY, "host", f"one ctypes call of the CPU build, in a Python loop of {HOST_CALLS}",
@@ -479,12 +575,15 @@ MODES = (
          f"events around {EVENT_LAUNCHES} CuPy launches; the GPU waits for Python, so the host sets it", "cupy", 15,
          cupy_events),
     Mode("graph replay: controller", EVENTS, "device",
-         f"a CUDA graph of {GRAPH_STEPS} controller launches, replayed; µs per node", "cupy", 15, graph_controller),
+         f"CUDA graphs of {GRAPH_STEPS} controller launches, one per ISV address ({ISV_POOL}), replayed; "
+         "µs per node", "cupy", 30, graph_controller),
     Mode("graph replay: feed + controller", EVENTS, "device",
-         f"a CUDA graph of {GRAPH_STEPS} (KL feed, controller) pairs, replayed; µs per pair", "cupy", 15, graph_feed),
+         f"CUDA graphs of {GRAPH_STEPS} (KL feed, controller) pairs, one per ISV address ({ISV_POOL}), replayed; "
+         "µs per pair", "cupy", 30, graph_feed),
     Mode(f"graph of {STEP_NODES} kernels: controller node", EVENTS, "device",
          f"what one more node adds to a training step graphed as {STEP_NODES} small kernels "
-         "(step with the node minus step without, same round)", "cupy", 15, graph_step),
+         f"(steps with {STEP_EXTRA} more nodes minus steps without, interleaved in each round, / {STEP_EXTRA})", "cupy",
+         60, graph_step),
     Mode("looped harness, one scenario", EVENTS, "device",
          "the controller inlined in a loop, one thread, 100k steps; µs per step", "cupy", 10, looped_one),
     Mode("looped harness, 1M scenarios", EVENTS, "device",

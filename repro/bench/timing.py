@@ -6,8 +6,9 @@ what it times; none includes module load or NVRTC compilation (callers warm up).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 #: The training loop's feed: KL EMA update from a fresh KL value, as a loop would run it before the controller.
 FEED_EMA = r"""
@@ -58,3 +59,35 @@ def copy_bandwidth_gbs(cp, nbytes: int, repeats: int = 5) -> float:
     cp.copyto(dst, src)  # warm-up
     best = min(event_time_us(cp, lambda: cp.copyto(dst, src)) for _ in range(repeats))
     return 2 * src.nbytes / (best * 1e-6) / 1e9
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its two-sided 95 % Student-t confidence interval (same unit).
+
+    One value has no spread to speak of: its half-width is inf.
+    """
+    from scipy.special import stdtrit  # Student t's quantile; scipy.stats costs seconds to import
+
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, math.inf
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, float(stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
+
+
+# pytest-benchmark's clock for the suite's benchmarks: each round is timed by the mode's own clock (CUDA
+# events, or the wall clock around the work), which hands the round's µs to advance(); the benchmark's
+# timer reads this counter, so the stats pytest-benchmark stores are those rounds (in s per step).
+_clock_s = 0.0
+
+
+def round_clock() -> float:
+    """Seconds: the sum of every round handed to :func:`advance` so far (pytest-benchmark's ``timer``)."""
+    return _clock_s
+
+
+def advance(us: float) -> None:
+    """Move :func:`round_clock` on by one round's ``us`` µs (per step)."""
+    global _clock_s
+    _clock_s += us * 1e-6

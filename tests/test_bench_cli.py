@@ -1,0 +1,176 @@
+"""``python -m analysis bench``: pytest-benchmark runs recorded and judged, the table made from their JSON, bad input.
+
+One real baseline (the host mode, 5 rounds, two pytest-benchmark runs) is recorded per module
+and shared; every bad input is refused in-process, before a benchmark runs (no progress line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from argparse import Namespace
+
+import numpy as np
+import pytest
+
+from analysis.cli import bench as bench_run
+from analysis.judge.bench_verdict import baseline_runs, load_run
+from analysis.present import bench_report
+from repro import bench
+from repro.core.paths import ROOT
+
+HOST = ["--mode", "host ctypes", "--rounds", "5"]
+
+
+def _cli(*args: str) -> Namespace:
+    """The command as a user runs it, in this process (pytest-benchmark's run is in-process there too)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _main(list(args))
+    return Namespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        return bench_run.main(argv)
+    except SystemExit as done:  # argparse's usage errors
+        return done.code
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    done = _cli(*HOST, "--record", "--out", str(folder / "table"), "--baseline", str(folder / "base"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder, done
+
+
+def test_record_saves_two_pytest_benchmark_runs_and_says_so_on_stderr_as_it_goes(recorded):
+    folder, done = recorded
+    paths = baseline_runs(folder / "base")
+    assert [p.name for p in paths] == ["run-1.json", "run-2.json"]
+    data = json.loads(paths[0].read_text())
+    names = {b["name"] for b in data["benchmarks"]}
+    assert names == {"test_mode[host-ctypes-call-controller]", "test_mode[host-ctypes-call-empty]"}
+    first = data["benchmarks"][0]
+    assert first["options"]["timer"] == "round_clock"  # pytest-benchmark stores the bare name
+    assert first["extra_info"]["clock"] == "wall clock (Python)" and first["stats"]["rounds"] == 5
+    assert data["machine_info"]["rlq_machine"] == bench.machine_tag()
+    assert "bench: run 1 of 2" in done.stderr and "test_mode[host-ctypes-call-controller] PASSED" in done.stderr
+    assert "bench: saved the baseline" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_table_reports_the_stats_pytest_benchmark_stored(recorded):
+    folder, _ = recorded
+    first, second = (load_run(p) for p in baseline_runs(folder / "base"))
+    stats = {b["extra_info"]["kernel"]: b["stats"] for b in json.loads(first.path.read_text())["benchmarks"]}
+    text = bench_report.table(first.df, second.df)
+    row = next(line for line in text.splitlines() if line.startswith("| host ctypes call |"))
+    assert f"{stats['controller']['median'] / stats['empty']['median']:.2f}×" in row
+    moved = second.df.set_index("kernel").median_us["controller"] / first.df.set_index("kernel").median_us["controller"]
+    assert f"{moved - 1:+.1%}" in row  # the run-to-run column
+    table = (folder / "table" / "bench.md").read_text()
+    assert "## Modes" in table and "(pytest-benchmark JSON)" in table
+    assert (folder / "table" / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_judging_run_fails_one_line_per_regressed_mode(recorded, tmp_path):
+    """The recorded pair with the controller's stats cut to a tenth: the host run now regresses (exit 1).
+
+    A tenth and 21 rounds: a loaded machine (the GPU suite's 16 workers) moved a 5-round median 5×.
+    """
+    folder, _ = recorded
+    base = tmp_path / "base"
+    shutil.copytree(folder / "base", base)
+    for path in baseline_runs(base):
+        data = json.loads(path.read_text())
+        for b in data["benchmarks"]:
+            if b["extra_info"]["kernel"] == "controller":
+                b["stats"] = {k: v / 10 if k in ("min", "max", "mean", "median", "q1", "q3") else v
+                              for k, v in b["stats"].items()}
+        path.write_text(json.dumps(data))
+    shutil.copy(baseline_runs(base)[0], baseline_runs(base)[1])  # an identical pair: spread 0, threshold 5 %
+    done = _cli("--mode", "host ctypes", "--rounds", "21", "--out", str(tmp_path / "out"), "--baseline", str(base))
+    assert done.returncode == 1, done.stderr[-2000:]
+    regressed = [ln for ln in done.stdout.splitlines() if ln.startswith("REGRESSED")]
+    assert len(regressed) == 1 and regressed[0].startswith("REGRESSED host ctypes call:")
+    assert (tmp_path / "out" / "run.json").is_file() and "REGRESSED" in (tmp_path / "out" / "bench.md").read_text()
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert _main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "bench: run" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--slow-ns", "99999999999999"], f"--slow-ns must be 0 to {bench.SLOW_NS_MAX} ns"),
+    (["--slow-ns", "-5"], "--slow-ns must be 0"),
+    (["--add"], "--add adds a recorded pair to a baseline: it needs --record"),
+    (["--mode", ""], "--mode needs a piece of a mode's name"),
+    (["--mode", "  "], "--mode needs a piece of a mode's name"),
+    (["--mode", "no such mode"], "no mode matches"),
+    (["--rounds", "0"], "--rounds: must be a whole number of rounds from 1 to"),
+    (["--rounds", "1e9"], "--rounds: must be a whole number of rounds from 1 to"),
+    (["--record", "--slow-ns", "1000"], "would make a slowed controller the baseline"),
+])
+def test_bad_values_are_refused_before_any_benchmark(argv, says, capsys):
+    assert says in _refused(argv, capsys)
+
+
+def test_a_garbage_baseline_is_refused_before_the_benchmark_runs(tmp_path, capsys):
+    (tmp_path / "garbage.csv").write_text("a,b\n1,2\n")
+    assert "not a folder" in _refused(["--baseline", str(tmp_path / "garbage.csv")], capsys)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in (1, 2):
+        (bad / f"run-{i}.json").write_text("{}")
+    assert "not a pytest-benchmark JSON" in _refused(["--baseline", str(bad)], capsys)
+    assert "no such folder" in _refused(["--baseline", str(tmp_path / "none")], capsys)
+    (tmp_path / "empty").mkdir()
+    assert "at least two runs" in _refused(["--baseline", str(tmp_path / "empty")], capsys)
+
+
+def test_another_machines_baseline_is_refused_for_judging_and_adding(recorded, tmp_path, capsys):
+    folder, _ = recorded
+    other = tmp_path / "other"
+    shutil.copytree(folder / "base", other)
+    for path in baseline_runs(other):
+        data = json.loads(path.read_text())
+        data["machine_info"]["rlq_machine"] = "NVIDIA_H200" if bench.machine_tag() != "NVIDIA_H200" else "X"
+        path.write_text(json.dumps(data))
+    for argv in (["--baseline", str(other)], ["--record", "--add", "--baseline", str(other), "--out", str(tmp_path)]):
+        assert "this machine is" in _refused(argv, capsys)
+
+
+def test_record_rewrites_the_committed_table_only_on_the_reference_machine(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: "Some_CPU")
+    committed = {p: p.read_bytes() for p in (ROOT / "reports" / "bench").rglob("*") if p.is_file()}
+    err = _refused(["--record", *HOST, "--baseline", str(tmp_path / "b")], capsys)
+    assert "the committed table reports/bench/bench.md is the NVIDIA_H200's; give --out DIR" in err
+    assert {p: p.read_bytes() for p in committed} == committed
+    args = Namespace(slow_ns=0, add=False, record=False, mode=[], baseline=None, out=None, rounds=None)
+    bench_run.check(args)  # a judging run writes the git-ignored last-run folder
+    assert args.out == ROOT / "reports" / "bench" / "last-run"
+
+
+def test_interleaved_difference_and_interval_reach_the_json(recorded):
+    folder, _ = recorded
+    run = load_run(baseline_runs(folder / "base")[0])
+    row = run.df.set_index("kernel").loc["controller"]
+    assert np.isfinite(row["diff_us"]) and row["diff_ci95_us"] > 0
+
+
+def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent():
+    """reports/bench/baselines/NVIDIA_H200: runs of two fresh H200s; the training-step node and graph replay
+    reproduce within the 5 % goal across them, so both are gated (issue 19.6)."""
+    df, repeat, machine, paths, checks = bench_report.committed(ROOT / "reports" / "bench")
+    assert machine["rlq_machine"] == bench_report.REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
+    by_mode = {c.mode: c for c in checks}
+    for mode in ("graph replay: controller", f"graph of {bench.modes.STEP_NODES} kernels: controller node"):
+        assert by_mode[mode].gated and by_mode[mode].metric == "median" and by_mode[mode].spread <= 0.05, by_mode[mode]
+    text = (ROOT / "reports" / "bench" / "bench.md").read_text()
+    assert all(f"`{p.relative_to(ROOT).as_posix()}`" in text for p in paths)  # the table is made from these runs
