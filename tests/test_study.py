@@ -84,10 +84,15 @@ def test_agreement_counts_ties_and_visited_states_only():
     q = np.array([[[1.0, 1.0, 0.0], [0.0, 2.0, 0.0], [5.0, 0.0, 0.0]]])  # state 0: a tie of actions 0 and 1
     theta = np.log(np.array([[[0.2, 0.3, 0.5], [0.6, 0.3, 0.1], [1e-30, 0.5, 0.5]]]))
     visited = np.array([[True, True, False]])
-    mean, log_min = reference.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    log_pi = np.log(np.exp(theta) / np.exp(theta).sum(axis=2, keepdims=True))
+    mean, log_min = reference.agreement(np, q, log_pi, visited)
     assert np.isclose(mean[0], (0.5 + 0.3) / 2) and np.isclose(log_min[0], np.log10(0.3))
+    # ties excluded: only state 1 (greedy action 1 alone) is judged
+    unique = reference.unique_agreement(np, q, log_pi)
+    mean, log_min = reference.weighted_agreement(np, unique, visited.astype(float))
+    assert np.isnan(unique[0, 0]) and np.isclose(mean[0], 0.3) and np.isclose(log_min[0], np.log10(0.3))
     visited[0, 2] = True  # π gives Q's greedy action 1e-30 there
-    _, log_min = reference.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    _, log_min = reference.agreement(np, q, log_pi, visited)
     assert np.isclose(log_min[0], -30, atol=1e-9)
 
 
@@ -120,6 +125,37 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     assert (ours.lam != ours.lam[0]).any()  # λ moved: the controllers were in the loop
 
 
+@pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
+def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, prereg, env):
+    """The second study's axes (where and when the KL is measured, the auxiliary reward on odd states, the linear
+    policy) and its measurements (ties excluded, odd states, the replay ring, the quiet-floor run) in the compiled
+    loop against the array statement, as the test above."""
+    from dataclasses import replace
+
+    _, tables = make(env, prereg.learning.default_max_episode_steps)
+    contract = load()
+    groups = [controllers.group(backend, n, contract) for n in ("fixed", "original", "const:0")]
+    grid = {k: np.asarray(v, float) for k, v in
+            {"entropy_bonus": [0.0, 0.05, 0.0, 0.0, 0.0], "aux_reward": [1.0, 0.2, 1.0, 1.0, 0.0],
+             "pi_view": [1, 4, 1, 4, 1], "kl_site": [0, 1, 2, 1, 2], "kl_before": [1, 0, 0, 1, 1],
+             "aux_odd": [1, 1, 1, 0, 1], "features": [0, 0, 8, 8, 0]}.items()}
+    learning = replace(prereg.learning, steps=1600)
+    measure = agent.Measure(replay_capacity=64, replay_sample=4, quiet_kl=float(np.float32(0.1) / np.float32(1.5)),
+                            floor_lambda=0.001)
+    seeds = parse_seeds("0:4")
+    ours = agent.simulate(backend, tables, groups, learning, seeds, grid, measure)
+    ref = reference.simulate(host, tables, groups, learning, seeds, grid, measure)
+    for key in ("lam", "episode_return", "n_unique", "quiet_floor_run"):
+        assert np.array_equal(_bits(getattr(ours, key)), _bits(getattr(ref, key))), key
+    for key in ("agree_mean", "log10_agree_min", "kl_ema", "agree_unique", "log10_min_unique", "agree_odd",
+                "log10_min_odd", "agree_replay", "log10_min_replay"):
+        assert np.allclose(getattr(ours, key), getattr(ref, key), rtol=1e-9, atol=1e-12, equal_nan=True), key
+    n_points = len(grid["pi_view"])
+    runs = ours.lam.reshape(len(ours.steps), len(groups), n_points, len(seeds))
+    assert (runs[:, 0] != runs[0, 0]).any() and (runs[:, 2] == 0).all()  # λ moved; const:0 held it at 0
+    assert np.isfinite(ours.agree_replay[:, ours.n_unique[-1] > 0]).any() and (ours.quiet_floor_run > 0).any()
+
+
 def test_exact_interval_closed_form():
     n = 40
     lo, hi = exact_interval(0, n, 0.95)
@@ -142,7 +178,7 @@ def test_controller_names(host):
     names = controllers.expand(["fixed", "ablation", "fixed"])
     assert names[0] == "fixed" and len(names) == 15 and len(set(names)) == 15
     assert controllers.group(host, "ablation:seed").seed_lambda == load().controller("fixed").value("seed_lambda")
-    for bad in ("nope", "const:x", "const:0", "ablation:speed"):
+    for bad in ("nope", "const:x", "const:1e-40", "const:-0.5", "ablation:speed"):
         with pytest.raises(SuiteError):
             controllers.group(host, bad)
 
