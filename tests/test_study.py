@@ -360,3 +360,125 @@ def test_section_rows_read_the_study(reduced):
             assert f"{e['collapse_fraction']:.1%} [{e['ci_low']:.1%}, {e['ci_high']:.1%}]" in row
     for name in study_section.FIGURES:
         assert f"]({name})" in text
+
+
+# ---- the second study (issue 17) ----
+
+@pytest.fixture(scope="module")
+def prereg2():
+    from repro.learning.study2 import load_prereg2
+
+    return load_prereg2()
+
+
+@pytest.fixture(scope="module")
+def reduced2(host, prereg2):
+    from repro.learning.study2 import reduced_study as reduced_second
+
+    return reduced_second(host, prereg2)
+
+
+def test_mcnemar_and_sign_test_against_closed_forms():
+    """McNemar's exact test is the two-sided binomial test on the discordant pairs: 9 against 1 gives
+    2·(1 + 10)/2^10; the sign test counts seeds."""
+    from repro.learning.study2 import mcnemar, seed_sign_test
+
+    a = np.array([1] * 9 + [0] * 1 + [1] * 5 + [0] * 5, bool)
+    b = np.array([0] * 9 + [1] * 1 + [1] * 5 + [0] * 5, bool)
+    m = mcnemar(a, b)
+    assert (m["only_a"], m["only_b"], m["both"], m["n"]) == (9, 1, 5, 20)
+    assert np.isclose(m["p"], 2 * (1 + 10) / 2**10)
+    assert mcnemar(a, a)["p"] == 1.0
+    s = seed_sign_test(np.array([[1, 1, 0], [1, 0, 0]], bool), np.array([[0, 1, 1], [0, 0, 1]], bool))
+    assert (s["seeds_a_more"], s["seeds_b_more"]) == (1, 1) and s["p"] == 1.0
+
+
+def test_second_study_criteria_on_hand_made_traces(prereg2):
+    """The three criteria on traces built by hand: K low evaluations in a row (not K − 1), the minimum's threshold,
+    the signature's order (the λ side first)."""
+    from dataclasses import replace as dc_replace
+
+    from repro.learning.study2 import verdicts
+
+    c = dc_replace(prereg2.criteria, warmup=0, consecutive=3)
+    E, N = 8, 4
+    nan = np.full((E, N), np.nan)
+    steps = np.arange(1, E + 1) * 200
+    agree = np.full((E, N), 0.9)
+    agree[2:5, 0] = 0.1  # run 0: three low evaluations in a row
+    agree[2:4, 1] = 0.1  # run 1: two only
+    agree[5:8, 2] = 0.1  # run 2: three at the end, after the λ side
+    agree[0:3, 3] = 0.1  # run 3: three low, but the λ side comes after them
+    log_min = np.zeros((E, N))
+    log_min[4, 1] = -7
+    quiet = np.zeros((E, N))
+    quiet[4, 2] = 40
+    quiet[6, 3] = 40
+    traces = agent.Traces(steps, np.ones((E, N), np.float32), agree, log_min, nan, nan, agree, log_min, nan, agree,
+                          log_min, agree, log_min, quiet)
+    v = verdicts(traces, np.full((E, 1), 0.5), 1, N, c, quiet_steps=34)
+    assert v["relative"].tolist() == [True, False, True, True]
+    assert v["minimum"].tolist() == [False, True, False, False]
+    assert v["signature"].tolist() == [False, False, True, False]
+    assert v["relative_at_end"].tolist() == [False, False, True, False]
+
+
+def test_reduced_second_study(reduced2, prereg2):
+    """The CI-sized second study: strict JSON, intervals around their fractions, verdicts that add up, pairs paired
+    on the same runs, λ = 0 held, the bracket's sign kept, the incident's series as long as its steps."""
+    from repro.learning.study2 import CRITERIA, signature_steps
+
+    json.dumps(reduced2, allow_nan=False)
+    for block in reduced2["envs"].values():
+        P, ctrl = len(block["grid_points"]), block["controllers"]
+        for name, e in ctrl.items():
+            for crit in CRITERIA:
+                c = e[crit]
+                assert c["ci_low"] <= c["fraction"] <= c["ci_high"] and c["k"] == sum(c["verdicts"])
+                assert c["k"] == c["persisting"] + c["recovered"] == sum(x["k"] for x in c["per_point"])
+            assert e["signature"]["k"] <= min(e["relative"]["k"], e["lambda_side"]["k"])  # the signature needs both
+        lam0 = ctrl["const:0"]["median_over_steps_per_regime"]["lam"]
+        assert all(x == 0.0 for series in lam0 for x in series)
+        for pair in block["pairs"]:
+            a, b = (np.array(ctrl[pair[k]]["relative"]["verdicts"], bool) for k in ("a", "b"))
+            pooled = pair["relative"]["pooled"]
+            assert (pooled["only_a"], pooled["only_b"]) == (int((a & ~b).sum()), int((b & ~a).sum()))
+        for row in block["brackets"]:
+            gap = ctrl["const:1"]["final_agreement_median_per_point"][block["grid_points"].index(
+                {k: row[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")})] - \
+                ctrl["const:0.001"]["final_agreement_median_per_point"][block["grid_points"].index(
+                    {k: row[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")})]
+            assert np.isclose(row["agree_gap"], gap, atol=1e-6)
+            assert not (row["wide"] and not row["separated"] and gap < prereg2.criteria.bracket_min_agreement_gap)
+        assert P == len(block["regimes"]) * len(block["regimes"][0]["points"])
+    inc = reduced2["incident"]
+    assert all(len(s["lam"]) == len(inc["steps"]) for s in inc["series"].values())
+    # the original from its cold start: seeded λ decays to its floor in the contract's steps-to-floor (±1)
+    lam = np.array(inc["series"]["original"]["lam"], dtype=np.float32)
+    floor = np.float32(load().controller("original").value("floor"))
+    first = int(np.argmax(lam <= floor)) + 1
+    assert abs(first - signature_steps(prereg2)) <= 1
+
+
+def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
+    """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
+    from repro.learning import study2
+
+    grid = {"kl_site": ("replay", "even"), "kl_before": (0, 1), "policy": ("view:4", "linear"), "aux_reward": (1.0,)}
+    args = dict(envs=["FrozenLake-v1", "CliffWalking-v1"], names=["fixed", "original", "const:0", "const:0.001",
+                                                                  "const:1", "ablation:floor"],
+                seeds=parse_seeds("0:3"), grid=grid, steps=7800, incident_steps=600)
+    ours, ref = study2.run(backend, prereg2, **args), study2.run(host, prereg2, **args)
+    assert ours.pop("backend") == backend.name and ref.pop("backend") == "host"
+    assert json.dumps(ours) == json.dumps(ref)
+
+
+def test_second_study_cli(tmp_path, capsys):
+    out = tmp_path / "s2.json"
+    assert cli.main(["--second", "--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0", "--seeds", "0:2",
+                     "--steps", "5200", "--backend", "host", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["as_preregistered"] is False and set(data["envs"]["FrozenLake-v1"]["controllers"]) == {
+        "fixed", "original", "const:0"}
+    assert cli.main(["--second", "--controllers", "fixed,original", "--steps", "5200", "--backend", "host"]) == 2
+    assert "baseline const:0" in capsys.readouterr().err

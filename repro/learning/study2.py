@@ -396,7 +396,7 @@ def _incident_seed(result: dict, prereg: Prereg2, seeds: np.ndarray) -> int:
 
 
 #: The reduced second study (CI): fewer steps, seeds, grid points and controllers; same parameters.
-REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:6", "steps": 6000,
+REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:4", "steps": 8000,
            "controllers": ("fixed", "original", "const:0", "const:0.001", "const:1"),
            "grid": {"kl_site": ("visited", "replay", "even"), "kl_before": (0,), "policy": ("view:1",),
                     "aux_reward": (1.0,)}}
