@@ -20,7 +20,7 @@
 // RLQ_L_REPLAY_CAP visited states; the even states only), when (kl_before: π before or after this step's
 // update), where the auxiliary reward is paid (aux_odd: odd states only) and π's form (features: 0 = the
 // tabular aliased view; d > 0 = a linear softmax over d ±1 features of the state, fixed by seed, so that a
-// step at one state moves π at every other). Scratch then adds the replay ring [cap] and the features [S·D].
+// step at one state moves π at every other). Scratch then adds the replay ring [cap], its count per state [S] and the features [S·D].
 
 #define RLQ_L_MAX_A 8  // largest action count (toy-text tasks have at most 6); checked by the caller
 
@@ -169,25 +169,6 @@ __device__ static inline double rlq_l_kl_at(const double* w, long long es, int S
     return kl;
 }
 
-// log π(Q's greedy action | st) where that action is unique; false on a tie (the state is not judged).
-__device__ static inline bool rlq_l_unique_log_agree(const double* w, long long es, int S, int A, long long feat,
-                                                     long long pv, const double* phi, long long st, double* out) {
-    double x[RLQ_L_MAX_A], pi[RLQ_L_MAX_A], log_pi[RLQ_L_MAX_A];
-    double qmax = w[(st * A) * es];
-    for (int a = 1; a < A; ++a) qmax = rlq_l_max(qmax, w[(st * A + a) * es]);
-    int n_top = 0, top = 0;
-    for (int a = 0; a < A; ++a)
-        if (w[(st * A + a) * es] == qmax) {
-            n_top += 1;
-            top = a;
-        }
-    if (n_top != 1) return false;
-    rlq_l_logits(w, es, S, A, feat, pv, phi, st, x);
-    rlq_l_softmax(x, A, pi, log_pi);
-    *out = log_pi[top];
-    return true;
-}
-
 extern "C" __global__ void rlq_learn(
     float* isv,                                      // [N][RLQ_ISV_LEN], each row seeded with its run's λ
     const unsigned long long* seed,                  // [N]
@@ -226,8 +207,9 @@ extern "C" __global__ void rlq_learn(
 #define RLQ_L_V(o) w[((long long)2 * S * A + (o)) * es]
 #define RLQ_L_VISITED(s) w[((long long)2 * S * A + S + (s)) * es]
 #define RLQ_L_RING(i) w[((long long)2 * S * A + 2 * S + (i)) * es]
-        double* const phi = w + ((long long)2 * S * A + 2 * S + cap) * es;  // [S][feat] ±1
-        for (long long k = 0; k < (long long)2 * S * A + 2 * S + cap + S * feat_max; ++k) w[k * es] = 0.0;
+#define RLQ_L_COUNT(s) w[((long long)2 * S * A + 2 * S + cap + (s)) * es]
+        double* const phi = w + ((long long)2 * S * A + 3 * S + cap) * es;  // [S][feat] ±1
+        for (long long k = 0; k < (long long)2 * S * A + 3 * S + cap + S * feat_max; ++k) w[k * es] = 0.0;
         float* v = isv + r * RLQ_ISV_LEN;
         const unsigned long long sd = seed[r];
         const long long feat = features[r];
@@ -243,7 +225,11 @@ extern "C" __global__ void rlq_learn(
         double x[RLQ_L_MAX_A], pi[RLQ_L_MAX_A], log_pi[RLQ_L_MAX_A], p_q[RLQ_L_MAX_A], log_p_q[RLQ_L_MAX_A];
         for (long long t = 0; t < steps; ++t) {
             RLQ_L_VISITED(s) = 1.0;
-            if (cap > 0) RLQ_L_RING(t % cap) = (double)s;
+            if (cap > 0) {  // the ring of the last cap visited states, and how many entries hold each state
+                if (t >= cap) RLQ_L_COUNT((long long)RLQ_L_RING(t % cap)) -= 1.0;
+                RLQ_L_RING(t % cap) = (double)s;
+                RLQ_L_COUNT(s) += 1.0;
+            }
             const long long o = s / pv;
             rlq_l_logits(w, es, S, A, feat, pv, phi, s, x);
             rlq_l_softmax(x, A, pi, log_pi);
@@ -350,27 +336,21 @@ extern "C" __global__ void rlq_learn(
                 // agreement over the states visited so far: log Σ over Q's greedy actions of π(a | s's observation)
                 double total = 0.0, log_min = RLQ_L_INF;
                 double u_total = 0.0, u_min = RLQ_L_INF, o_total = 0.0, o_min = RLQ_L_INF;
+                double r_total = 0.0, r_min = RLQ_L_INF, n_ring = 0.0;  // the ring's entries, each state × its count
                 long long n_visited = 0, n_unique = 0, n_odd = 0;
                 for (int st = 0; st < S; ++st) {
                     if (RLQ_L_VISITED(st) == 0.0) continue;
-                    double lu;
-                    if (rlq_l_unique_log_agree(w, es, S, A, feat, pv, phi, st, &lu)) {
-                        u_total += rlq_l_exp(lu);
-                        u_min = rlq_l_min(u_min, lu);
-                        n_unique += 1;
-                        if (st & 1) {
-                            o_total += rlq_l_exp(lu);
-                            o_min = rlq_l_min(o_min, lu);
-                            n_odd += 1;
-                        }
-                    }
                     rlq_l_logits(w, es, S, A, feat, pv, phi, st, x);
                     rlq_l_softmax(x, A, pi, log_pi);
                     double qmax = RLQ_L_Q(st, 0);
                     for (int a = 1; a < A; ++a) qmax = rlq_l_max(qmax, RLQ_L_Q(st, a));
                     double top = -RLQ_L_INF;
+                    int n_top = 0, greedy = 0;
                     for (int a = 0; a < A; ++a) {
-                        x[a] = RLQ_L_Q(st, a) == qmax ? log_pi[a] : -RLQ_L_INF;
+                        const bool is_top = RLQ_L_Q(st, a) == qmax;
+                        n_top += is_top;
+                        greedy = is_top ? a : greedy;
+                        x[a] = is_top ? log_pi[a] : -RLQ_L_INF;
                         top = rlq_l_max(top, x[a]);
                     }
                     double mass = 0.0;
@@ -379,16 +359,21 @@ extern "C" __global__ void rlq_learn(
                     total += rlq_l_exp(log_agree);
                     log_min = rlq_l_min(log_min, log_agree);
                     n_visited += 1;
-                }
-                double r_total = 0.0, r_min = RLQ_L_INF;
-                long long n_ring = 0;
-                const long long filled = t + 1 < cap ? t + 1 : cap;
-                for (long long i = 0; i < filled; ++i) {
-                    double lu;
-                    if (!rlq_l_unique_log_agree(w, es, S, A, feat, pv, phi, (long long)RLQ_L_RING(i), &lu)) continue;
-                    r_total += rlq_l_exp(lu);
-                    r_min = rlq_l_min(r_min, lu);
-                    n_ring += 1;
+                    if (n_top != 1) continue;  // ties excluded from here on
+                    const double lu = log_pi[greedy], agree = rlq_l_exp(lu);
+                    u_total += agree;
+                    u_min = rlq_l_min(u_min, lu);
+                    n_unique += 1;
+                    if (st & 1) {
+                        o_total += agree;
+                        o_min = rlq_l_min(o_min, lu);
+                        n_odd += 1;
+                    }
+                    if (cap > 0 && RLQ_L_COUNT(st) > 0.0) {
+                        r_total += RLQ_L_COUNT(st) * agree;
+                        r_min = rlq_l_min(r_min, lu);
+                        n_ring += RLQ_L_COUNT(st);
+                    }
                 }
                 const long long e = (t + 1) / eval_every - 1;
                 const long long at = e * n_runs + r;
@@ -398,7 +383,7 @@ extern "C" __global__ void rlq_learn(
                 out_n_unique[at] = (double)n_unique;
                 out_agree_odd[at] = n_odd > 0 ? o_total / (double)n_odd : RLQ_L_NAN;
                 out_log10_min_odd[at] = o_min / ln10;
-                out_agree_replay[at] = n_ring > 0 ? r_total / (double)n_ring : RLQ_L_NAN;
+                out_agree_replay[at] = n_ring > 0.0 ? r_total / n_ring : RLQ_L_NAN;
                 out_log10_min_replay[at] = r_min / ln10;
                 out_quiet_floor_run[at] = (double)quiet_max;
                 quiet_max = quiet_run;
@@ -416,6 +401,7 @@ extern "C" __global__ void rlq_learn(
 #undef RLQ_L_V
 #undef RLQ_L_VISITED
 #undef RLQ_L_RING
+#undef RLQ_L_COUNT
     }
 }
 

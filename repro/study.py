@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prereg", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--second", action="store_true", help="the second pre-registered study (issue 17)")
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
+    parser.add_argument("--from-json", type=Path, help="with --second: draw --plot/--grid-plot/--markdown from this "
+                        "study JSON instead of running (the committed H200 result)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.second or args.calibrate:
@@ -117,7 +119,7 @@ def second(args, start: float) -> int:
                 raise SuiteError(f"{flag} {path}: the figure is a PNG; give a path ending in .png")
         for path in outputs:
             check_writable(path)
-        backend = get_backend(args.backend)
+        backend = None if args.from_json else get_backend(args.backend)
         say = lambda line: print(f"study: {line}", file=sys.stderr, flush=True)  # noqa: E731
         if args.calibrate:
             if prereg.criteria.consecutive < 0:
@@ -132,8 +134,14 @@ def second(args, start: float) -> int:
             names = _names(args.controllers, prereg.controllers) if args.controllers is not None else None
             if envs == [] or names == []:
                 raise SuiteError("--env and --controllers need at least one name each")
-            result = study2.run(backend, prereg, envs=envs, names=names,
-                                seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
+            if args.from_json:
+                try:
+                    result = json.loads(args.from_json.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as err:
+                    raise SuiteError(f"--from-json {args.from_json}: {err}") from None
+            else:
+                result = study2.run(backend, prereg, envs=envs, names=names,
+                                    seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
             for env, block in result["envs"].items():
                 for name, e in block["controllers"].items():
                     r, m, s = (e[k] for k in study2.CRITERIA)
@@ -168,11 +176,12 @@ def markdown(result: dict, args, figures: list[Path], second: bool = False) -> s
     here = args.markdown.resolve().parent
     rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
     link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
+    data = args.json or getattr(args, "from_json", None)
     title = "The second learning-loop study" if second else "The learning-loop study"
     body = study_section.second_section(result) if second else study_section.section(result, figures=False)
     lines = [f"# {title} (backend `{result['backend']}`)", "",
              "Written by `python -m repro.study` (see its `--help`)"
-             + (f" with its JSON in [`{rel(args.json)}`]({link(args.json)})" if args.json else "") + ".", "",
+             + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
              *body]
     lines += [f"![{p.stem}]({link(p)})" for p in figures]
     return "\n".join(lines) + "\n"

@@ -128,9 +128,9 @@ def parameters(learning: Learning, tables: Tables, measure: Measure = Measure())
 
 
 def scratch_doubles(tables: Tables, measure: Measure, features_max: int) -> int:
-    """Doubles of state per run: Q, θ, V, visited, the replay ring, the features."""
+    """Doubles of state per run: Q, θ, V, visited, the replay ring, its count per state, the features."""
     S, A = tables.n_states, tables.n_actions
-    return 2 * S * A + 2 * S + measure.replay_capacity + S * features_max
+    return 2 * S * A + 3 * S + measure.replay_capacity + S * features_max
 
 
 def check_axes(tables: Tables, runs: dict[str, np.ndarray], measure: Measure) -> int:

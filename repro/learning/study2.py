@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 import tomllib
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -371,6 +372,9 @@ def run(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, 
                              "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}},
               "as_preregistered": as_prereg, "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
               "run_order": "per controller: grid point-major (regime, policy, aux), then seed", "envs": {}}
+    contract = load()
+    with ThreadPoolExecutor(min(8, len(names))) as pool:  # every controller compiled at once (cached for run_env)
+        list(pool.map(lambda n: ctl.group(backend, n, contract), names))
     for env in envs:
         start = time.perf_counter()
         result["envs"][env] = run_env(backend, tables[env], names, seeds, prereg, points)
