@@ -129,3 +129,257 @@ def section(result: dict, figures: bool = True) -> list[str]:
     for name, caption in FIGURES.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines
+
+
+# ---- the second study (issue 17) ----
+
+#: Figures of the second study's section: file name -> caption.
+FIGURES_2 = {
+    "fig13_incident.png": "The incident as it happens in the learning loop (second study, one seed): λ, the KL the "
+    "controller sees (its EMA, with target/tolerance, below which the original decays) and agreement with ties "
+    "excluded on the visited and on the odd states, over steps; original beside fixed. Left: the first steps "
+    "(the cold start); right: the whole run.",
+    "fig14_study2.png": "The second study per regime of the KL axis (where the KL is measured × before/after π's "
+    "update): fraction of runs meeting each criterion with its 95 % Clopper–Pearson interval, for fixed, original "
+    "and the constant-λ bracket; one row per task.",
+}
+
+
+def _regime_name(r: dict) -> str:
+    where = {"visited": "visited state", "replay": "replay sample", "even": "even states only"}[r["kl_site"]]
+    return f"{where}, {'before' if r['kl_before'] else 'after'} π's update"
+
+
+def _ci(e: dict) -> str:
+    return f"{_pct(e['fraction'])} [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}]"
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _pair(block: dict, kind: str) -> dict | None:
+    return next((p for p in block["pairs"] if p["kind"] == kind), None)
+
+
+def headline2(result: dict) -> str:
+    """The summary's sentence on the second study, read from its data: the regime and agreement criterion
+    (relative or minimum) where the original's collapse exceeds the fixed's the most, beside the first study's
+    regime (KL at the visited state, after π's update). The signature is left out here: its λ side (λ at the
+    original's floor) cannot happen under the fixed kernel's higher floor, so it separates the two by construction."""
+    best = None
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        if not {"original", "fixed"} <= set(ctrl):
+            continue
+        pair = _pair(block, "original vs fixed")
+        for crit in ("relative", "minimum"):
+            for j, r in enumerate(block["regimes"]):
+                o, f = ctrl["original"][crit]["per_regime"][j], ctrl["fixed"][crit]["per_regime"][j]
+                if best is None or o["fraction"] - f["fraction"] > best[0]:
+                    best = (o["fraction"] - f["fraction"], env, crit, j, r, o, f, pair[crit]["per_regime"][j])
+    if best is None:
+        return "The second study ran without both original and fixed."
+    gap, env, crit, j, r, o, f, m = best
+    if gap <= 0:
+        return ("In the second study the original meets no agreement criterion more often than the fixed kernel, in "
+                "any regime of where the controller's KL is measured.")
+    block = result["envs"][env]
+    first = next(i for i, x in enumerate(block["regimes"]) if x["kl_site"] == "visited" and not x["kl_before"])
+    o0, f0 = (block["controllers"][n][crit]["per_regime"][first] for n in ("original", "fixed"))
+    m0 = _pair(block, "original vs fixed")[crit]["per_regime"][first]
+    return (f"When the controller's KL is measured on the {_regime_name(r)} ({env}), the original meets the {crit} "
+            f"collapse criterion in {_ci(o)} of runs and the fixed kernel in {_ci(f)} (McNemar p = {_p(m['p'])}: "
+            f"{m['only_a']} against {m['only_b']} discordant runs)"
+            + ("" if first == j else f"; with the KL at the visited state after π's update (the first study's loop): "
+               f"{_pct(o0['fraction'])} against {_pct(f0['fraction'])} (p = {_p(m0['p'])})") + ".")
+
+
+def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")) -> list[str]:
+    """Per task and regime: each criterion's fraction with its interval for ``names``, and original vs fixed's
+    McNemar test (discordant runs original-only / fixed-only, exact p)."""
+    lines = ["| task | KL measured on | criterion | " + " | ".join(names) + " | original vs fixed: discordant, McNemar p |",
+             "|---|---|---|" + "---|" * len(names) + "---|"]
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        for j, r in enumerate(block["regimes"]):
+            for crit in ("relative", "minimum", "signature"):
+                cells = [_ci(ctrl[n][crit]["per_regime"][j]) if n in ctrl else "—" for n in names]
+                m = pair[crit]["per_regime"][j] if pair else None
+                test = f"{m['only_a']} / {m['only_b']}, p = {_p(m['p'])}" if m else "—"
+                lines.append(f"| {env} | {_regime_name(r)} | {crit} | " + " | ".join(cells) + f" | {test} |")
+    return lines
+
+
+def fixes_table(result: dict, crit: str) -> list[str]:
+    """Per task and regime, for ``crit``: each fix alone against none and each fix removed against all (fraction of
+    the variant, McNemar discordant counts and p), so that the fix carrying the protection can be read off."""
+    out = []
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        rows = [p for p in block["pairs"] if p["kind"] != "original vs fixed"]
+        if not rows:
+            continue
+        out += [f"*{env}, {crit} criterion* (variant's fraction; discordant runs a-only / b-only; McNemar p):", "",
+                "| pair | " + " | ".join(_regime_name(r) for r in block["regimes"]) + " |",
+                "|---|" + "---|" * len(block["regimes"])]
+        for p in rows:
+            variant = p["b"] if p["kind"].endswith("vs none") else p["a"]
+            cells = [f"{_pct(ctrl[variant][crit]['per_regime'][j]['fraction'])}; {m['only_a']}/{m['only_b']}; "
+                     f"{_p(m['p'])}" for j, m in enumerate(p[crit]["per_regime"])]
+            out.append(f"| {p['kind']} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
+    """Per task and regime where the original vs fixed difference is significant (p < 0.05): which single fix
+    alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests)."""
+    out = []
+    for env, block in result["envs"].items():
+        pair = _pair(block, "original vs fixed")
+        if pair is None:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            m = pair[crit]["per_regime"][j]
+            if not (m["p"] < 0.05 and m["only_a"] > m["only_b"]):
+                continue
+            alone = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].endswith("alone vs none")]
+            removed = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].startswith("all but")]
+            protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
+            needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
+            out.append(f"- {env}, KL on the {_regime_name(r)}: original vs fixed {m['only_a']}/{m['only_b']} "
+                       f"(p = {_p(m['p'])}). Alone, a fix that protects significantly: "
+                       f"{', '.join(protect) or 'none'}; removed from the four, a fix whose loss costs significantly: "
+                       f"{', '.join(needed) or 'none'}.")
+    return out or [f"- Nowhere is the original's {crit} collapse significantly above the fixed's (p < 0.05)."]
+
+
+def agreement_sets(result: dict, name: str = "original") -> list[str]:
+    """Which agreement the incident's q_pi_agree = 1e-22 most plausibly was: per task and regime, the median over
+    runs of the lowest log10 agreement reached (visited states, odd states, replay ring; ties excluded) and the
+    fraction of runs that reached 1e-20."""
+    lines = ["| task | KL measured on | " + " | ".join(f"{s}: median lowest log10 / runs ≤ 1e-20" for s in
+                                                      ("visited", "odd", "replay")) + " |", "|---|---|---|---|---|"]
+    deepest = None
+    for env, block in result["envs"].items():
+        e = block["controllers"].get(name)
+        if e is None:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            cells = []
+            for s in ("visited", "odd", "replay"):
+                x = e["lowest_log10_agreement"][s][j]
+                cells.append(f"{x['median']:.1f} / {_pct(x['at_most_1e-20'])}" if x["median"] is not None else "—")
+                if x["median"] is not None and (deepest is None or x["median"] < deepest[0]):
+                    deepest = (x["median"], s, env, r, x["at_most_1e-20"])
+            lines.append(f"| {env} | {_regime_name(r)} | " + " | ".join(cells) + " |")
+    if deepest:
+        lines += ["", f"The {name}'s agreement goes lowest on the **{deepest[1]}** states (median lowest 10^"
+                  f"{deepest[0]:.1f}, {env_regime(deepest)}; {_pct(deepest[4])} of those runs reach 1e-20). A mean "
+                  "over states cannot reach 1e-22 unless every state does; the incident's value was a minimum or a "
+                  "single state's agreement, most plausibly on states the controller's KL did not see."]
+    return lines
+
+
+def env_regime(d) -> str:
+    return f"{d[2]}, KL on the {_regime_name(d[3])}"
+
+
+def ties_lines(result: dict) -> list[str]:
+    """How many states agreement is judged on once ties are excluded (at the last evaluation)."""
+    out = []
+    for env, block in result["envs"].items():
+        cells = []
+        for name in ("const:0", "const:1", "original", "fixed"):
+            e = block["controllers"].get(name)
+            if e:
+                med = e["final_unique_states_median_per_point"]
+                cells.append(f"{name} {min(med):g}–{max(med):g}")
+        out.append(f"- Ties excluded, {env} ({block['n_states']} states): at the last evaluation the median number "
+                   f"of visited states with a unique greedy action per grid point is {', '.join(cells)}; the rest "
+                   "tie and are not judged.")
+    return out
+
+
+def brackets2(result: dict) -> list[str]:
+    out = ["| task | KL measured on | policy | aux | relative collapse λ=0.001 / λ=1 | λ=1 − λ=0.001 final agreement "
+           "(signed) | wide enough |", "|---|---|---|---|---|---|---|"]
+    n_wide = n_all = 0
+    for env, block in result["envs"].items():
+        for r in block["brackets"] or []:
+            gap = "—" if r["agree_gap"] is None else f"{r['agree_gap']:+.3f}"
+            out.append(f"| {env} | {_regime_name(r)} | {r['policy']} | {r['aux_reward']:g} | "
+                       f"{_pct(r['relative_lambda_0.001'])} / {_pct(r['relative_lambda_1'])} | {gap} | "
+                       f"{'yes' if r['wide'] else 'no'} |")
+            n_wide, n_all = n_wide + r["wide"], n_all + 1
+    return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."] if n_all else []
+
+
+def per_point_table(result: dict, names=("original", "fixed")) -> list[str]:
+    lines = ["| task | KL measured on | policy | aux | " + " | ".join(f"{n}: relative / minimum [95 % CI]" for n in names)
+             + " | McNemar p (minimum) |", "|---|---|---|---|" + "---|" * len(names) + "---|"]
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        for i, p in enumerate(block["grid_points"]):
+            cells = [f"{_pct(ctrl[n]['relative']['per_point'][i]['fraction'])} / {_ci(ctrl[n]['minimum']['per_point'][i])}"
+                     for n in names if n in ctrl]
+            m = pair["minimum"]["per_point"][i] if pair else None
+            lines.append(f"| {env} | {_regime_name(p)} | {p['policy']} | {p['aux_reward']:g} | " + " | ".join(cells)
+                         + f" | {_p(m['p']) if m else '—'} |")
+    return lines
+
+
+def incident_lines(result: dict) -> list[str]:
+    inc = result.get("incident")
+    if not inc:
+        return []
+    lam = inc["series"]["original"]["lam"]
+    floor = result["parameters"]["signature"]["floor_lambda"]
+    at = next((k for k, x in enumerate(lam) if x is not None and x <= floor), None)
+    first = inc["steps"][at] if at is not None else None
+    return [f"- The λ half of the incident, from the EMA's cold start (figure's seed {inc['seed']}, {inc['env']}): "
+            + (f"the original goes from {result['envs'][inc['env']]['controllers']['original']['seed_lambda']:g} to "
+               f"its floor {floor:g} by step {first}" if first else "the original never reaches its floor")
+            + "; the fixed kernel's floor keeps λ above it by design (its floor is the signature's λ side's bar)."]
+
+
+def second_section(result: dict, figures: bool = True) -> list[str]:
+    """The second study's section (issue 17), every number read from its JSON."""
+    p, c = result["parameters"], result["parameters"]["criteria"]
+    sig = p["signature"]
+    kind = ("the pre-registered second study" if result["as_preregistered"]
+            else "a reduced run of the second study's parameters (fewer steps, seeds, grid points and controllers)")
+    lines = ["## The second learning-loop study: where the controller's KL is measured (issue 17)", "",
+             f"**{headline2(result)}**", "",
+             "What the first study's design could not show: its loop measured the KL at the state just visited, so "
+             "wherever π drifted from Q the KL EMA rose and λ came back; its primary criterion (mean agreement below "
+             "½·1/A) could hardly fire, since a π that follows a random per-state auxiliary action still matches Q's "
+             "greedy action in about 1/A of states; FrozenLake's ties (Q ≡ 0) read as agreement 1; its bracket check "
+             "took |gap|; and its tests were unpaired on paired seeds. This study measures the KL where deep RL "
+             "trainers do, judges agreement with ties excluded, against what π reaches on its own, and pairs its "
+             "tests.", "",
+             f"- {kind}, parameters from `{result['preregistration']}` (learners from `{result['learning_from']}`); "
+             f"backend `{result['backend']}`; seeds {result['seeds'][0]}–{result['seeds'][1] - 1}; "
+             f"{p['learning']['steps']} steps per run; grid "
+             + ", ".join(f"{k} ∈ {{{', '.join(str(x) for x in v)}}}" for k, v in p["grid"].items())
+             + f"; the auxiliary reward on odd states only; the linear policy over {p['features']} features; the "
+             f"replay ring holds {p['replay_capacity']} states, {p['replay_sample']} drawn per step.",
+             f"- Criteria: *relative* — agreement (ties excluded) at or below {c['baseline']}'s median at the same "
+             f"grid point and evaluation for {c['consecutive']} evaluations in a row after step {c['warmup']}; "
+             f"*minimum* — the minimum over visited states below {c['min_threshold']:g}; *signature* — λ ≤ "
+             f"{sig['floor_lambda']:g} for {sig['steps']} steps in a row while the KL the controller sees is below "
+             f"{sig['quiet_kl']:.4g}, then the relative criterion (under the fixed kernel, whose floor is higher, "
+             "the λ side cannot happen: the signature measures the original's mechanism, not the fix's "
+             "protection of agreement). Paired: McNemar's exact test on the same seeds "
+             "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
+             "not independent).", *incident_lines(result), *ties_lines(result), "",
+             "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
+             "Which single fix carries the protection (minimum criterion, where original vs fixed is significant):",
+             "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "",
+             *fixes_table(result, "minimum"), "Where the agreement goes lowest (original):", "",
+             *agreement_sets(result), "", "The constant-λ bracket per grid point, with its sign:", "",
+             *brackets2(result), "", "Per grid point (original and fixed):", "", *per_point_table(result), ""]
+    for name, caption in FIGURES_2.items() if figures else ():
+        lines += [f"![{caption}]({name})", ""]
+    return lines

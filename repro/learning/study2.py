@@ -269,15 +269,22 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
         entry["diverged"] = _interval(v["diverged"][s], c.confidence)
         # the lowest agreement each set reached at a judged evaluation (log10), per regime: the median over runs
         # and the fraction of runs that reached 1e-20 or below (the incident's q_pi_agree was 1e-22)
+        # and the lowest mean over the set (what a metric averaged over a batch of those states would read)
         lowest = {}
-        for set_name, (_, log_min) in SETS.items():
+        for set_name, (mean_key, log_min) in SETS.items():
             m = getattr(traces, log_min)[judged][:, s].min(axis=0).reshape(P, K)
+            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mm = np.log10(np.nanmin(getattr(traces, mean_key)[judged][:, s], axis=0)).reshape(P, K)
             rows = []
             for r in regs:
-                x = m[r["points"]].ravel()
-                fin = x[np.isfinite(x)]
+                x, y = m[r["points"]].ravel(), mm[r["points"]].ravel()
+                fin, fin_y = x[np.isfinite(x)], y[np.isfinite(y)]
                 rows.append({"median": _clean(np.median(fin)) if fin.size else None,
-                             "at_most_1e-20": float((x <= -20).mean())})
+                             "lowest": _clean(fin.min()) if fin.size else None,
+                             "at_most_1e-20": float((x <= -20).mean()),
+                             "mean_median": _clean(np.median(fin_y)) if fin_y.size else None,
+                             "mean_lowest": _clean(fin_y.min()) if fin_y.size else None})
             lowest[set_name] = rows
         entry["lowest_log10_agreement"] = lowest
         n_unique = traces.n_unique[-1, s].reshape(P, K)
