@@ -431,7 +431,7 @@ def test_reduced_second_study(reduced2, prereg2):
     json.dumps(reduced2, allow_nan=False)
     for block in reduced2["envs"].values():
         P, ctrl = len(block["grid_points"]), block["controllers"]
-        for name, e in ctrl.items():
+        for e in ctrl.values():
             for crit in CRITERIA:
                 c = e[crit]
                 assert c["ci_low"] <= c["fraction"] <= c["ci_high"] and c["k"] == sum(c["verdicts"])
@@ -450,7 +450,7 @@ def test_reduced_second_study(reduced2, prereg2):
                     {k: row[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")})]
             assert np.isclose(row["agree_gap"], gap, atol=1e-6)
             assert not (row["wide"] and not row["separated"] and gap < prereg2.criteria.bracket_min_agreement_gap)
-        assert P == len(block["regimes"]) * len(block["regimes"][0]["points"])
+        assert len(block["regimes"]) * len(block["regimes"][0]["points"]) == P
     inc = reduced2["incident"]
     assert all(len(s["lam"]) == len(inc["steps"]) for s in inc["series"].values())
     # the original from its cold start: seeded λ decays to its floor in the contract's steps-to-floor (±1)

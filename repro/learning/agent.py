@@ -89,6 +89,10 @@ class Measure:
     floor_lambda: float = 0.0  # the signature's "λ at the floor": λ at or below this (float32)
 
 
+#: The first study's loop: no ring, no signature thresholds.
+FIRST_STUDY = Measure()
+
+
 @dataclass
 class Traces:
     """Per evaluation point × run (NumPy, ``[E, N]``): what the study judges."""
@@ -119,7 +123,7 @@ def per_run(grid: dict[str, np.ndarray], seeds: np.ndarray, n_groups: int) -> di
             **{k: tile(grid[k] if k in grid else np.zeros(P), np.int64) for k in AXES}}
 
 
-def parameters(learning: Learning, tables: Tables, measure: Measure = Measure()) -> np.ndarray:
+def parameters(learning: Learning, tables: Tables, measure: Measure = FIRST_STUDY) -> np.ndarray:
     """The loop's ``par[]`` (the order of the enum in ``learning_loop.cuh``)."""
     L = learning
     return np.array([L.gamma, L.q_lr, L.q_temperature, L.actor_lr, L.critic_lr, L.distill_lr, L.kl_ema_rate,
@@ -146,7 +150,7 @@ def check_axes(tables: Tables, runs: dict[str, np.ndarray], measure: Measure) ->
 
 
 def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
-             grid: dict[str, np.ndarray], measure: Measure = Measure()) -> Traces:
+             grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor

@@ -12,7 +12,7 @@ import numpy as np
 from repro.backends.base import LEARN_OUTPUTS
 from repro.isv import new_isv
 from repro.learning import rng
-from repro.learning.agent import KL_SITES, Group, Learning, Measure, Traces, per_run
+from repro.learning.agent import FIRST_STUDY, KL_SITES, Group, Learning, Measure, Traces, per_run
 from repro.learning.env import BatchedEnv, Tables
 
 
@@ -23,7 +23,7 @@ def _softmax(xp, logits):
 
 
 def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
-             grid: dict[str, np.ndarray], measure: Measure = Measure()) -> Traces:
+             grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
@@ -56,7 +56,6 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
     ar = xp.arange(N)
     # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
     aux_action = xp.stack([(rng.bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
-    obs_of = xp.arange(S)[None, :] // view[:, None]  # [N, S]
     # the linear policy's features: φ[run, state, k] = ±1 from the run's seed (k < its feature count)
     phi = xp.stack([xp.where((rng.bits(xp, run_seed, i, rng.FEATURE) >> np.uint64(63)) == 1, 1.0, -1.0)
                     for i in range(S * D)], 1).reshape(N, S, D) if D else xp.zeros((N, S, 0))

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
 import tomllib
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -137,7 +137,8 @@ def loop_grid(points: list[dict], features: int) -> dict[str, np.ndarray]:
     return {"entropy_bonus": col(lambda p: 0.0), "aux_reward": col(lambda p: p["aux_reward"]),
             "pi_view": col(lambda p: int(p["policy"].split(":")[1]) if p["policy"].startswith("view:") else 1),
             "kl_site": col(lambda p: KL_SITES[p["kl_site"]], np.int64), "kl_before": col(lambda p: p["kl_before"], np.int64),
-            "aux_odd": col(lambda p: 1, np.int64), "features": col(lambda p: features if p["policy"] == "linear" else 0, np.int64)}
+            "aux_odd": col(lambda p: 1, np.int64),
+            "features": col(lambda p: features if p["policy"] == "linear" else 0, np.int64)}
 
 
 def regimes(points: list[dict]) -> list[dict]:
@@ -259,7 +260,8 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
         for crit in CRITERIA:
             hit = v[crit][s]
             e = _interval(hit, c.confidence)
-            e["persisting"], e["recovered"] = int((hit & v[f"{crit}_at_end"][s]).sum()), int((hit & ~v[f"{crit}_at_end"][s]).sum())
+            at_end = v[f"{crit}_at_end"][s]
+            e["persisting"], e["recovered"] = int((hit & at_end).sum()), int((hit & ~at_end).sum())
             by_point = hit.reshape(P, K)
             e["per_point"] = [_interval(by_point[i], c.confidence) for i in range(P)]
             e["per_regime"] = [_interval(by_point[r["points"]].ravel(), c.confidence) for r in regs]
