@@ -393,6 +393,20 @@ def test_mcnemar_and_sign_test_against_closed_forms():
     assert (s["seeds_a_more"], s["seeds_b_more"]) == (1, 1) and s["p"] == 1.0
 
 
+def test_closed_forms_equal_scipys_binomtest():
+    """The second study's exact p-values and Clopper–Pearson intervals against scipy's binomtest itself (which
+    finds the interval's bounds by a root search, to about 1e-9 relative: the beta quantiles are the definition)."""
+    from scipy.stats import binomtest
+
+    from repro.learning.study2 import clopper_pearson, sign_p
+
+    for x, y in [(0, 1), (1, 0), (3, 3), (9, 1), (151, 1), (124, 5), (19, 70), (0, 40), (250, 260)]:
+        assert np.isclose(sign_p(x, y), binomtest(x, x + y, 0.5).pvalue, rtol=1e-9, atol=1e-300)
+    for k, n in [(0, 100), (1, 100), (50, 100), (99, 100), (100, 100), (3, 3600), (811, 3600)]:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert np.allclose(clopper_pearson(k, n, 0.95), (ci.low, ci.high), rtol=1e-6, atol=1e-15)
+
+
 def test_second_study_criteria_on_hand_made_traces(prereg2):
     """The three criteria on traces built by hand: K low evaluations in a row (not K − 1), the minimum's threshold,
     the signature's order (the λ side first)."""
