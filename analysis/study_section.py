@@ -195,6 +195,45 @@ def headline2(result: dict) -> str:
                f"{_pct(o0['fraction'])} against {_pct(f0['fraction'])} (p = {_p(m0['p'])})") + ".")
 
 
+def regime_answers(result: dict) -> list[str]:
+    """Per task and regime, for each agreement criterion: does the original collapse (more often than λ = 1, by
+    McNemar's test on the same runs), and does the fix prevent it (original vs fixed)?"""
+    out = []
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        if pair is None or "const:1" not in ctrl:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            parts = []
+            for crit in ("relative", "minimum"):
+                o, f = (ctrl[n][crit] for n in ("original", "fixed"))
+                vs_one = _mcnemar_lists(o["verdicts"], ctrl["const:1"][crit]["verdicts"], block, j)
+                m = pair[crit]["per_regime"][j]
+                collapses = vs_one["p"] < 0.05 and vs_one["only_a"] > vs_one["only_b"]
+                if not collapses:
+                    answer = "the original does not collapse more than λ = 1"
+                elif m["p"] < 0.05 and m["only_a"] > m["only_b"]:
+                    answer = f"the original collapses and the fix prevents it (p = {_p(m['p'])})"
+                elif m["p"] < 0.05:
+                    answer = f"the original collapses and the fixed kernel more often still (p = {_p(m['p'])})"
+                else:
+                    answer = f"the original collapses and the fix does not prevent it (p = {_p(m['p'])})"
+                parts.append(f"{crit}: original {_pct(o['per_regime'][j]['fraction'])}, fixed "
+                             f"{_pct(f['per_regime'][j]['fraction'])}, λ = 1 "
+                             f"{_pct(ctrl['const:1'][crit]['per_regime'][j]['fraction'])} — {answer}")
+            out.append(f"- {env}, KL on the {_regime_name(r)}: " + "; ".join(parts) + ".")
+    return out
+
+
+def _mcnemar_lists(a: list, b: list, block: dict, j: int) -> dict:
+    """McNemar's test of two controllers' per-run verdicts over regime ``j``'s runs."""
+    from repro.learning.study2 import mcnemar
+
+    K = len(a) // len(block["grid_points"])
+    idx = np.concatenate([np.arange(i * K, (i + 1) * K) for i in block["regimes"][j]["points"]])
+    return mcnemar(np.asarray(a, bool)[idx], np.asarray(b, bool)[idx])
+
+
 def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")) -> list[str]:
     """Per task and regime: each criterion's fraction with its interval for ``names``, and original vs fixed's
     McNemar test (discordant runs original-only / fixed-only, exact p)."""
@@ -364,9 +403,17 @@ def incident_lines(result: dict) -> list[str]:
         return []
     lam = inc["series"]["original"]["lam"]
     floor = result["parameters"]["signature"]["floor_lambda"]
+    block = result["envs"][inc["env"]]
+    i = block["grid_points"].index(inc["point"])
+    K = result["seeds"][1] - result["seeds"][0]
+    shows = block["controllers"]["original"]["signature"]["verdicts"][i * K + inc["seed"] - result["seeds"][0]]
+    how = ("the first seed whose original run shows the whole signature there" if shows else
+           "no original run shows the whole signature there, so by the pre-registered rule the first seed")
     at = next((k for k, x in enumerate(lam) if x is not None and x <= floor), None)
     first = inc["steps"][at] if at is not None else None
-    return [f"- The λ half of the incident, from the EMA's cold start (figure's seed {inc['seed']}, {inc['env']}): "
+    return [f"- The incident figure: {inc['env']}, KL on the {_regime_name(inc['point'])}, {inc['point']['policy']}, "
+            f"aux {inc['point']['aux_reward']:g}, seed {inc['seed']} ({how}).",
+            f"- The λ half of the incident, from the EMA's cold start (figure's seed {inc['seed']}, {inc['env']}): "
             + (f"the original goes from {result['envs'][inc['env']]['controllers']['original']['seed_lambda']:g} to "
                f"its floor {floor:g} by step {first}" if first else "the original never reaches its floor")
             + "; the fixed kernel's floor keeps λ above it by design (its floor is the signature's λ side's bar)."]
@@ -402,6 +449,8 @@ def second_section(result: dict, figures: bool = True) -> list[str]:
              "protection of agreement). Paired: McNemar's exact test on the same seeds "
              "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
              "not independent).", *incident_lines(result), *ties_lines(result), "",
+             "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
+             "runs), and does the fix prevent it?", "", *regime_answers(result), "",
              "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
              "Which single fix carries the protection (minimum criterion, where original vs fixed is significant):",
              "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "", *fix_worse(result), "",

@@ -178,7 +178,7 @@ def markdown(result: dict, args, figures: list[Path], second: bool = False) -> s
     link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
     data = args.json or getattr(args, "from_json", None)
     title = "The second learning-loop study" if second else "The learning-loop study"
-    body = study_section.second_section(result) if second else study_section.section(result, figures=False)
+    body = (study_section.second_section if second else study_section.section)(result, figures=False)
     lines = [f"# {title} (backend `{result['backend']}`)", "",
              "Written by `python -m repro.study` (see its `--help`)"
              + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
