@@ -166,7 +166,7 @@ def test_interleaved_difference_and_interval_reach_the_json(recorded):
 
 def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent():
     """reports/bench/baselines/NVIDIA_H200: runs of two fresh H200s; the training-step node and graph replay
-    reproduce within the 5 % goal across them, so both are gated (issue 19.6)."""
+    reproduce within the 5 % goal across them, so both are gated."""
     df, repeat, machine, paths, checks = bench_report.committed(ROOT / "reports" / "bench")
     assert machine["rlq_machine"] == bench_report.REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
     by_mode = {c.mode: c for c in checks}

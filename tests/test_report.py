@@ -90,6 +90,34 @@ def test_noise_table_matches_data(made):
     assert f"{fixed:.3f} /" in row
 
 
+def test_second_study_section_reads_its_data(made):
+    """The summary's second-study section: its headline and its per-regime rows recompute from data/study2.json."""
+    from analysis.present import study_section
+
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    study2 = json.loads((out / "data" / "study2.json").read_text())
+    assert f"**{study_section.headline2(study2)}**" in text
+    for env, block in study2["envs"].items():
+        for j, r in enumerate(block["regimes"]):
+            e = block["controllers"]["original"]["minimum"]["per_regime"][j]
+            row = next(line for line in text.splitlines()
+                       if line.startswith(f"| {env} | {study_section._regime_name(r)} | minimum | "))
+            assert row.split(" | ")[3] == study_section._ci(e)
+    assert "- second learning-loop study: run here (backend host, reduced)" in text
+
+
+def test_report_reads_committed_studies(contract, host, tmp_path, monkeypatch):
+    """--studies: the committed H200 studies in the report, its header naming them (the rest measured here)."""
+    from repro.core.paths import ROOT
+
+    results = ROOT / "studies" / "results"
+    studies = {"first": results / "preregistered_cupy.json", "second": results / "preregistered_2_cupy.json"}
+    rep = report.measure(host, in_repo_sources(contract), contract, progress=lambda *_: None, studies=studies, **QUICK)
+    assert rep.study2 == json.loads(studies["second"].read_text()) and rep.study2["as_preregistered"]
+    assert rep.header["studies"]["second"] == "studies/results/preregistered_2_cupy.json (backend cupy, as pre-registered)"
+
+
 def test_report_cli_bad_kernel_exits_2(tmp_path, capsys):
     assert report.main(["--out", str(tmp_path), "--backend", "host", "--kernel", str(tmp_path / "nope.cu")]) == 2
     assert "kernel file not found" in capsys.readouterr().err

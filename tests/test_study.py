@@ -1,4 +1,4 @@
-"""The learning-loop study (issue 13): the batched stepper against gymnasium, the compiled loop against the
+"""The learning-loop study: the batched stepper against gymnasium, the compiled loop against the
 array reference, determinism, the constant-λ baseline, the CLI's errors, and a reduced study (the full
 pre-registered one is marked slow)."""
 
@@ -84,10 +84,15 @@ def test_agreement_counts_ties_and_visited_states_only():
     q = np.array([[[1.0, 1.0, 0.0], [0.0, 2.0, 0.0], [5.0, 0.0, 0.0]]])  # state 0: a tie of actions 0 and 1
     theta = np.log(np.array([[[0.2, 0.3, 0.5], [0.6, 0.3, 0.1], [1e-30, 0.5, 0.5]]]))
     visited = np.array([[True, True, False]])
-    mean, log_min = reference.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    log_pi = np.log(np.exp(theta) / np.exp(theta).sum(axis=2, keepdims=True))
+    mean, log_min = reference.agreement(np, q, log_pi, visited)
     assert np.isclose(mean[0], (0.5 + 0.3) / 2) and np.isclose(log_min[0], np.log10(0.3))
+    # ties excluded: only state 1 (greedy action 1 alone) is judged
+    unique = reference.unique_agreement(np, q, log_pi)
+    mean, log_min = reference.weighted_agreement(np, unique, visited.astype(float))
+    assert np.isnan(unique[0, 0]) and np.isclose(mean[0], 0.3) and np.isclose(log_min[0], np.log10(0.3))
     visited[0, 2] = True  # π gives Q's greedy action 1e-30 there
-    _, log_min = reference.agreement(np, q, theta, np.arange(3)[None, :], visited)
+    _, log_min = reference.agreement(np, q, log_pi, visited)
     assert np.isclose(log_min[0], -30, atol=1e-9)
 
 
@@ -120,6 +125,37 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     assert (ours.lam != ours.lam[0]).any()  # λ moved: the controllers were in the loop
 
 
+@pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
+def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, prereg, env):
+    """The second study's axes (where and when the KL is measured, the auxiliary reward on odd states, the linear
+    policy) and its measurements (ties excluded, odd states, the replay ring, the quiet-floor run) in the compiled
+    loop against the array statement, as the test above."""
+    from dataclasses import replace
+
+    _, tables = make(env, prereg.learning.default_max_episode_steps)
+    contract = load()
+    groups = [controllers.group(backend, n, contract) for n in ("fixed", "original", "const:0")]
+    grid = {k: np.asarray(v, float) for k, v in
+            {"entropy_bonus": [0.0, 0.05, 0.0, 0.0, 0.0], "aux_reward": [1.0, 0.2, 1.0, 1.0, 0.0],
+             "pi_view": [1, 4, 1, 4, 1], "kl_site": [0, 1, 2, 1, 2], "kl_before": [1, 0, 0, 1, 1],
+             "aux_odd": [1, 1, 1, 0, 1], "features": [0, 0, 8, 8, 0]}.items()}
+    learning = replace(prereg.learning, steps=1600)
+    measure = agent.Measure(replay_capacity=64, replay_sample=4, quiet_kl=float(np.float32(0.1) / np.float32(1.5)),
+                            floor_lambda=0.001)
+    seeds = parse_seeds("0:4")
+    ours = agent.simulate(backend, tables, groups, learning, seeds, grid, measure)
+    ref = reference.simulate(host, tables, groups, learning, seeds, grid, measure)
+    for key in ("lam", "episode_return", "n_unique", "quiet_floor_run"):
+        assert np.array_equal(_bits(getattr(ours, key)), _bits(getattr(ref, key))), key
+    for key in ("agree_mean", "log10_agree_min", "kl_ema", "agree_unique", "log10_min_unique", "agree_odd",
+                "log10_min_odd", "agree_replay", "log10_min_replay"):
+        assert np.allclose(getattr(ours, key), getattr(ref, key), rtol=1e-9, atol=1e-12, equal_nan=True), key
+    n_points = len(grid["pi_view"])
+    runs = ours.lam.reshape(len(ours.steps), len(groups), n_points, len(seeds))
+    assert (runs[:, 0] != runs[0, 0]).any() and (runs[:, 2] == 0).all()  # λ moved; const:0 held it at 0
+    assert np.isfinite(ours.agree_replay[:, ours.n_unique[-1] > 0]).any() and (ours.quiet_floor_run > 0).any()
+
+
 def test_exact_interval_closed_form():
     n = 40
     lo, hi = exact_interval(0, n, 0.95)
@@ -142,7 +178,7 @@ def test_controller_names(host):
     names = controllers.expand(["fixed", "ablation", "fixed"])
     assert names[0] == "fixed" and len(names) == 15 and len(set(names)) == 15
     assert controllers.group(host, "ablation:seed").seed_lambda == load().controller("fixed").value("seed_lambda")
-    for bad in ("nope", "const:x", "const:0", "ablation:speed"):
+    for bad in ("nope", "const:x", "const:1e-40", "const:-0.5", "ablation:speed"):
         with pytest.raises(SuiteError):
             controllers.group(host, bad)
 
@@ -324,3 +360,139 @@ def test_section_rows_read_the_study(reduced):
             assert f"{e['collapse_fraction']:.1%} [{e['ci_low']:.1%}, {e['ci_high']:.1%}]" in row
     for name in study_section.FIGURES:
         assert f"]({name})" in text
+
+
+# ---- the second study ----
+
+@pytest.fixture(scope="module")
+def prereg2():
+    from repro.learning.study2 import load_prereg2
+
+    return load_prereg2()
+
+
+@pytest.fixture(scope="module")
+def reduced2(host, prereg2):
+    from repro.learning.study2 import reduced_study as reduced_second
+
+    return reduced_second(host, prereg2)
+
+
+def test_mcnemar_and_sign_test_against_closed_forms():
+    """McNemar's exact test is the two-sided binomial test on the discordant pairs: 9 against 1 gives
+    2·(1 + 10)/2^10; the sign test counts seeds."""
+    from repro.learning.study2 import mcnemar, seed_sign_test
+
+    a = np.array([1] * 9 + [0] * 1 + [1] * 5 + [0] * 5, bool)
+    b = np.array([0] * 9 + [1] * 1 + [1] * 5 + [0] * 5, bool)
+    m = mcnemar(a, b)
+    assert (m["only_a"], m["only_b"], m["both"], m["n"]) == (9, 1, 5, 20)
+    assert np.isclose(m["p"], 2 * (1 + 10) / 2**10)
+    assert mcnemar(a, a)["p"] == 1.0
+    s = seed_sign_test(np.array([[1, 1, 0], [1, 0, 0]], bool), np.array([[0, 1, 1], [0, 0, 1]], bool))
+    assert (s["seeds_a_more"], s["seeds_b_more"]) == (1, 1) and s["p"] == 1.0
+
+
+def test_closed_forms_equal_scipys_binomtest():
+    """The second study's exact p-values and Clopper–Pearson intervals against scipy's binomtest itself (which
+    finds the interval's bounds by a root search, to about 1e-9 relative: the beta quantiles are the definition)."""
+    from scipy.stats import binomtest
+
+    from repro.learning.study2 import clopper_pearson, sign_p
+
+    for x, y in [(0, 1), (1, 0), (3, 3), (9, 1), (151, 1), (124, 5), (19, 70), (0, 40), (250, 260)]:
+        assert np.isclose(sign_p(x, y), binomtest(x, x + y, 0.5).pvalue, rtol=1e-9, atol=1e-300)
+    for k, n in [(0, 100), (1, 100), (50, 100), (99, 100), (100, 100), (3, 3600), (811, 3600)]:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert np.allclose(clopper_pearson(k, n, 0.95), (ci.low, ci.high), rtol=1e-6, atol=1e-15)
+
+
+def test_second_study_criteria_on_hand_made_traces(prereg2):
+    """The three criteria on traces built by hand: K low evaluations in a row (not K − 1), the minimum's threshold,
+    the signature's order (the λ side first)."""
+    from dataclasses import replace as dc_replace
+
+    from repro.learning.study2 import verdicts
+
+    c = dc_replace(prereg2.criteria, warmup=0, consecutive=3)
+    E, N = 8, 4
+    nan = np.full((E, N), np.nan)
+    steps = np.arange(1, E + 1) * 200
+    agree = np.full((E, N), 0.9)
+    agree[2:5, 0] = 0.1  # run 0: three low evaluations in a row
+    agree[2:4, 1] = 0.1  # run 1: two only
+    agree[5:8, 2] = 0.1  # run 2: three at the end, after the λ side
+    agree[0:3, 3] = 0.1  # run 3: three low, but the λ side comes after them
+    log_min = np.zeros((E, N))
+    log_min[4, 1] = -7
+    quiet = np.zeros((E, N))
+    quiet[4, 2] = 40
+    quiet[6, 3] = 40
+    traces = agent.Traces(steps, np.ones((E, N), np.float32), agree, log_min, nan, nan, agree, log_min, nan, agree,
+                          log_min, agree, log_min, quiet)
+    v = verdicts(traces, np.full((E, 1), 0.5), 1, N, c, quiet_steps=34)
+    assert v["relative"].tolist() == [True, False, True, True]
+    assert v["minimum"].tolist() == [False, True, False, False]
+    assert v["signature"].tolist() == [False, False, True, False]
+    assert v["relative_at_end"].tolist() == [False, False, True, False]
+
+
+def test_reduced_second_study(reduced2, prereg2):
+    """The CI-sized second study: strict JSON, intervals around their fractions, verdicts that add up, pairs paired
+    on the same runs, λ = 0 held, the bracket's sign kept, the incident's series as long as its steps."""
+    from repro.learning.study2 import CRITERIA, signature_steps
+
+    json.dumps(reduced2, allow_nan=False)
+    for block in reduced2["envs"].values():
+        P, ctrl = len(block["grid_points"]), block["controllers"]
+        for e in ctrl.values():
+            for crit in CRITERIA:
+                c = e[crit]
+                assert c["ci_low"] <= c["fraction"] <= c["ci_high"] and c["k"] == sum(c["verdicts"])
+                assert c["k"] == c["persisting"] + c["recovered"] == sum(x["k"] for x in c["per_point"])
+            assert e["signature"]["k"] <= min(e["relative"]["k"], e["lambda_side"]["k"])  # the signature needs both
+        lam0 = ctrl["const:0"]["median_over_steps_per_regime"]["lam"]
+        assert all(x == 0.0 for series in lam0 for x in series)
+        for pair in block["pairs"]:
+            a, b = (np.array(ctrl[pair[k]]["relative"]["verdicts"], bool) for k in ("a", "b"))
+            pooled = pair["relative"]["pooled"]
+            assert (pooled["only_a"], pooled["only_b"]) == (int((a & ~b).sum()), int((b & ~a).sum()))
+        for row in block["brackets"]:
+            gap = ctrl["const:1"]["final_agreement_median_per_point"][block["grid_points"].index(
+                {k: row[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")})] - \
+                ctrl["const:0.001"]["final_agreement_median_per_point"][block["grid_points"].index(
+                    {k: row[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")})]
+            assert np.isclose(row["agree_gap"], gap, atol=1e-6)
+            assert not (row["wide"] and not row["separated"] and gap < prereg2.criteria.bracket_min_agreement_gap)
+        assert len(block["regimes"]) * len(block["regimes"][0]["points"]) == P
+    inc = reduced2["incident"]
+    assert all(len(s["lam"]) == len(inc["steps"]) for s in inc["series"].values())
+    # the original from its cold start: seeded λ decays to its floor in the contract's steps-to-floor (±1)
+    lam = np.array(inc["series"]["original"]["lam"], dtype=np.float32)
+    floor = np.float32(load().controller("original").value("floor"))
+    first = int(np.argmax(lam <= floor)) + 1
+    assert abs(first - signature_steps(prereg2)) <= 1
+
+
+def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
+    """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
+    from repro.learning import study2
+
+    grid = {"kl_site": ("replay", "even"), "kl_before": (0, 1), "policy": ("view:4", "linear"), "aux_reward": (1.0,)}
+    args = dict(envs=["FrozenLake-v1", "CliffWalking-v1"], names=["fixed", "original", "const:0", "const:0.001",
+                                                                  "const:1", "ablation:floor"],
+                seeds=parse_seeds("0:3"), grid=grid, steps=7800, incident_steps=600)
+    ours, ref = study2.run(backend, prereg2, **args), study2.run(host, prereg2, **args)
+    assert ours.pop("backend") == backend.name and ref.pop("backend") == "host"
+    assert json.dumps(ours) == json.dumps(ref)
+
+
+def test_second_study_cli(tmp_path, capsys):
+    out = tmp_path / "s2.json"
+    assert cli.main(["--second", "--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0", "--seeds", "0:2",
+                     "--steps", "5200", "--backend", "host", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["as_preregistered"] is False and set(data["envs"]["FrozenLake-v1"]["controllers"]) == {
+        "fixed", "original", "const:0"}
+    assert cli.main(["--second", "--controllers", "fixed,original", "--steps", "5200", "--backend", "host"]) == 2
+    assert "baseline const:0" in capsys.readouterr().err

@@ -33,8 +33,9 @@ from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.core.outputs import check_writable
-from repro.core.paths import ROOT
+from repro.core.paths import ROOT, shown
 from repro.learning import prereg as learning_study
+from repro.learning import study2 as learning_study2
 from repro.runners import experiments
 from repro.runners.campaign import Evidence, collect
 from repro.runners.runner import to_frame
@@ -60,6 +61,7 @@ FIGURES = {
     "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "
     "adaptive-KL rule (a cross marks λ reaching exactly 0).",
     **study_section.FIGURES,
+    **study_section.FIGURES_2,
 }
 
 
@@ -79,7 +81,8 @@ class Report:
     written: list[Path] = field(default_factory=list)
     peers: dict[str, Verdict] = field(default_factory=dict)  # each peer against its own contract
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
-    study: dict | None = None  # the learning-loop study's JSON (issue 13)
+    study: dict | None = None  # the learning-loop study's JSON
+    study2: dict | None = None  # the second learning-loop study's JSON
 
 
 def _git_commit() -> str:
@@ -119,7 +122,7 @@ def _bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
 
 
 def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
-            closed_loop_seeds: int = 20, grid: dict | None = None) -> Report:
+            closed_loop_seeds: int = 20, grid: dict | None = None, studies: dict[str, Path] | None = None) -> Report:
     """Run every experiment the report needs on ``sources`` (one per controller in CONTROLLERS; nothing is written).
 
     ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
@@ -165,11 +168,31 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         "device": backend.describe(),
         "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
     }
-    progress("      learning loop: " + ("the pre-registered study" if backend.name == "cupy" else "the reduced study (CPU)"))
-    study = (learning_study.preregistered_study if backend.name == "cupy" else learning_study.reduced_study)(
+    if studies:  # the full studies as committed (made on the H200), not re-run here
+        progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
+        study, study2 = (_read_study(studies[k]) for k in ("first", "second"))
+        header["studies"] = {k: f"{shown(p)} (backend {s['backend']}, "
+                             f"{'as pre-registered' if s['as_preregistered'] else 'reduced'})"
+                             for (k, p), s in zip(studies.items(), (study, study2), strict=True)}
+        return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
+                      robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
+    full = backend.name == "cupy"
+    progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
+    study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
         backend, sources={"fixed": sources["fixed"]} if candidate else None)
+    # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
+    study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
+    header["studies"] = {k: f"run here (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
+                         for k, s in (("first", study), ("second", study2))}
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                  robustness, header, peers=peers, peer_loop=peer_toy, study=study)
+                  robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
+
+
+def _read_study(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SuiteError(f"{path}: not a study JSON ({err})") from None
 
 
 def _steps(verdict: Verdict, key: str) -> int:
@@ -205,6 +228,8 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces({**report.verdicts, **report.peers})),
         "fig11_study.png": lambda: study_plots.overview(report.study),
         "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
+        "fig13_incident.png": lambda: study_plots.incident(report.study2),
+        "fig14_study2.png": lambda: study_plots.second_overview(report.study2),
     }
     for i, (name, make) in enumerate(figures.items(), start=1):
         plots.save(make(), out / name)
@@ -232,6 +257,7 @@ def write_data(report: Report, out: Path) -> None:
         report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
     (data / "study.json").write_text(json.dumps(report.study, indent=1))
+    (data / "study2.json").write_text(json.dumps(report.study2, separators=(",", ":")))
     report.written += sorted(data.iterdir())
 
 
@@ -253,6 +279,8 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
     for n in CONTROLLERS:
         k = h["kernels"][n]
         lines.append(f"- {n} kernel: `{k['path']}` sha256 `{k['sha256']}`")
+    for k, text in h.get("studies", {}).items():
+        lines.append(f"- {k} learning-loop study: {text}")
     lines += ["", "## Verdicts", ""]
     for n in CONTROLLERS:
         ver = v[n]
@@ -278,6 +306,7 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
     all_verdicts = {**v, **report.peers}
     lines += [""] + peers_section.markdown(all_verdicts, peers_section.table(all_verdicts, report.peer_loop))
     lines += ["", *study_section.section(report.study, figures=False)]
+    lines += ["", *study_section.second_section(report.study2, figures=False)]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
@@ -392,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "reports", help="output folder (default: reports/)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--kernel", type=Path, help="candidate kernel to report in the fixed controller's place")
+    parser.add_argument("--studies", nargs=2, type=Path, metavar=("FIRST", "SECOND"),
+                        help="read both learning-loop studies from these JSONs (the committed H200 results) "
+                        "instead of running them")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -400,7 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         sources = {n: contract.source(n) for n in CONTROLLERS}
         if args.kernel:
             sources["fixed"] = contract.source("fixed", args.kernel)
-        report = measure(get_backend(args.backend), sources, contract)
+        if args.studies and args.kernel:
+            raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+        studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
+        report = measure(get_backend(args.backend), sources, contract, studies=studies)
         write(report, args.out)
     except SuiteError as err:
         print(f"report: error: {err}", file=sys.stderr)

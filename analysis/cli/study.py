@@ -10,6 +10,11 @@ Defaults come from the pre-registered file (studies/preregistered.toml): its env
 the pre-registered study). Prints one line per environment × controller (progress on stderr); ``--markdown``
 writes the report's section on the study with the figures drawn here linked; exit 2 on bad input.
 
+``--second`` runs the second pre-registered study (studies/preregistered_2.toml: where the controller's
+KL is measured, criteria that can fire, paired tests) with the same output flags (``--plot``: collapse per regime,
+``--grid-plot``: the incident figure) and ``--env``/``--controllers``/``--seeds``/``--steps``; ``--calibrate``
+runs its calibration (constant λ only, seeds 500:508) and writes ``--json``.
+
 The committed CPU result is ``python -m analysis study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
 and ``--markdown`` under ``studies/results/preregistered_host*``.
 """
@@ -42,9 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid-plot", type=Path, help="draw the per-grid-point collapse heatmap into this PNG")
     parser.add_argument("--markdown", type=Path, help="write the study's section (tables, brackets) as markdown here")
     parser.add_argument("--steps", type=int, help="override the pre-registered steps per run (not the pre-registered study)")
-    parser.add_argument("--prereg", type=Path, default=PREREGISTERED, help=argparse.SUPPRESS)
+    parser.add_argument("--prereg", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--second", action="store_true", help="the second pre-registered study")
+    parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
+    parser.add_argument("--from-json", type=Path, help="with --second: draw --plot/--grid-plot/--markdown from this "
+                        "study JSON instead of running (the committed H200 result)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.second or args.calibrate:
+        return second(args, start)
+    args.prereg = args.prereg or PREREGISTERED
     try:
         prereg = load_prereg(args.prereg)
         L, warmup = prereg.learning, prereg.collapse.warmup
@@ -89,22 +101,88 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def second(args, start: float) -> int:
+    """``--second``: the second study (or ``--calibrate``, its calibration)."""
+    from repro.learning import study2
+
+    try:
+        prereg = study2.load_prereg2(args.prereg or study2.PREREGISTERED_2)
+        L = prereg.learning
+        if args.steps is not None and not (prereg.criteria.warmup < args.steps <= MAX_STEPS and args.steps % L.eval_every == 0):
+            raise SuiteError(f"--steps must be a multiple of {L.eval_every} (the evaluation interval) above the "
+                             f"warm-up of {prereg.criteria.warmup} steps, at most {MAX_STEPS}")
+        outputs = [p for p in (args.json, args.plot, args.grid_plot, args.markdown) if p]
+        if len({p.resolve() for p in outputs}) < len(outputs):
+            raise SuiteError("--json, --plot, --grid-plot and --markdown must name different files")
+        for flag, path in (("--plot", args.plot), ("--grid-plot", args.grid_plot)):
+            if path and path.suffix.lower() != ".png":
+                raise SuiteError(f"{flag} {path}: the figure is a PNG; give a path ending in .png")
+        for path in outputs:
+            check_writable(path)
+        backend = None if args.from_json else get_backend(args.backend)
+        say = lambda line: print(f"study: {line}", file=sys.stderr, flush=True)  # noqa: E731
+        if args.calibrate:
+            if prereg.criteria.consecutive < 0:
+                raise SuiteError("consecutive must be at least 0")
+            result = study2.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
+            print(f"calibration: consecutive = {result['chosen_consecutive']}; trip rates at the effective points "
+                  f"{result['pooled_effective_points']}")
+        else:
+            if prereg.criteria.consecutive < 1:
+                raise SuiteError(f"{prereg.path}: [criteria] consecutive is not set (run --calibrate first)")
+            envs = _names(args.env, prereg.envs) if args.env is not None else None
+            names = _names(args.controllers, prereg.controllers) if args.controllers is not None else None
+            if envs == [] or names == []:
+                raise SuiteError("--env and --controllers need at least one name each")
+            if args.from_json:
+                try:
+                    result = json.loads(args.from_json.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as err:
+                    raise SuiteError(f"--from-json {args.from_json}: {err}") from None
+            else:
+                result = study2.run(backend, prereg, envs=envs, names=names,
+                                    seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
+            for env, block in result["envs"].items():
+                for name, e in block["controllers"].items():
+                    r, m, s = (e[k] for k in study2.CRITERIA)
+                    print(f"{env:16s} {name:36s} relative {r['fraction']:6.1%} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]  "
+                          f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
+            figures = {p: d for p, d in ((args.plot, "second_overview"), (args.grid_plot, "incident")) if p}
+            if figures:
+                from analysis.present import plots, study_plots
+
+                for path, draw in figures.items():
+                    plots.save(getattr(study_plots, draw)(result), path)
+            if args.markdown:
+                write_text(args.markdown, markdown(result, args, list(figures), second=True))
+        if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
+            write_text(args.json, json.dumps(result, separators=(",", ":")))
+    except SuiteError as err:
+        print(f"study: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def _names(text: str | None, default) -> list[str]:
     """Comma-separated names, stripped, empty ones and repeats dropped (order kept); ``default`` when not given."""
     return list(dict.fromkeys(n.strip() for n in (text.split(",") if text is not None else default) if n.strip()))
 
 
-def markdown(result: dict, args, figures: list[Path]) -> str:
+def markdown(result: dict, args, figures: list[Path], second: bool = False) -> str:
     """The study's section under a title naming the backend, the files beside it linked by relative path."""
     from analysis.present import study_section
 
     here = args.markdown.resolve().parent
     rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
     link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
-    lines = [f"# The learning-loop study (backend `{result['backend']}`)", "",
+    data = args.json or getattr(args, "from_json", None)
+    title = "The second learning-loop study" if second else "The learning-loop study"
+    body = (study_section.second_section if second else study_section.section)(result, figures=False)
+    lines = [f"# {title} (backend `{result['backend']}`)", "",
              "Written by `python -m analysis study` (see its `--help`)"
-             + (f" with its JSON in [`{rel(args.json)}`]({link(args.json)})" if args.json else "") + ".", "",
-             *study_section.section(result, figures=False)]
+             + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
+             *body]
     lines += [f"![{p.stem}]({link(p)})" for p in figures]
     return "\n".join(lines) + "\n"
 

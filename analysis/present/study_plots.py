@@ -1,4 +1,4 @@
-"""Figures of the learning-loop study (issue 13), drawn from the study's JSON; no kernel runs here."""
+"""Figures of the learning-loop study, drawn from the study's JSON; no kernel runs here."""
 
 from __future__ import annotations
 
@@ -84,5 +84,60 @@ def grid_heatmap(result: dict, key: str = "deep_"):
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         for (i, j), v in np.ndenumerate(data):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v > 0.6 else "black")
+    fig.tight_layout()
+    return fig
+
+
+def incident(result: dict):
+    """The second study's incident figure: one seed, original beside fixed; λ, the KL the controller sees (with
+    target/tolerance), agreement (ties excluded) on visited and odd states; left the first steps, right the run."""
+    inc = result["incident"]
+    steps = np.asarray(inc["steps"])
+    early = steps <= min(400, steps[-1])
+    fig, axes = plt.subplots(3, 2, figsize=(15, 9), sharex="col", squeeze=False)
+    for col, keep in enumerate((early, np.ones_like(early))):
+        for name in ("original", "fixed"):
+            s = inc["series"][name]
+            color = COLORS[name]
+            arr = {k: np.array([np.nan if x is None else x for x in s[k]], float)[keep] for k in s}
+            axes[0, col].plot(steps[keep], arr["lam"], color=color, lw=1.4, label=name)
+            axes[1, col].plot(steps[keep], arr["kl_ema"], color=color, lw=1.0, label=name)
+            axes[2, col].plot(steps[keep], arr["agree_unique"], color=color, lw=1.2, label=f"{name}: visited states")
+            axes[2, col].plot(steps[keep], arr["agree_odd"], color=color, lw=1.0, ls="--", label=f"{name}: odd states")
+        axes[1, col].axhline(inc["quiet_kl"], color="k", ls=":", lw=0.8, label="target / original's tolerance")
+        axes[1, col].axhline(inc["kl_target"], color="grey", ls="-.", lw=0.8, label="target")
+        axes[0, col].set(yscale="log", ylabel="λ")
+        axes[1, col].set(yscale="log", ylabel="KL the controller sees (nats)")
+        axes[2, col].set(yscale="log", ylabel="π(Q's unique greedy action)", xlabel="step")
+        axes[0, col].set_title(f"{inc['env']}, seed {inc['seed']}, KL on {inc['point']['kl_site']} states, "
+                               f"{inc['point']['policy']}, aux {inc['point']['aux_reward']:g}"
+                               + (": the first steps" if col == 0 else ": the whole run"))
+    axes[0, 0].legend(fontsize=8)
+    axes[1, 0].legend(fontsize=7)
+    axes[2, 1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def second_overview(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")):
+    """Per task (rows) and criterion (columns): fraction per regime of the KL axis with 95 % intervals."""
+    envs = list(result["envs"])
+    crits = ("relative", "minimum", "signature")
+    fig, axes = plt.subplots(len(envs), len(crits), figsize=(6.2 * len(crits), 3.8 * len(envs)), squeeze=False)
+    for row, env in zip(axes, envs, strict=True):
+        block = result["envs"][env]
+        regs = [f"{r['kl_site']}\n{'before' if r['kl_before'] else 'after'}" for r in block["regimes"]]
+        shown = [n for n in names if n in block["controllers"]]
+        width = 0.8 / max(len(shown), 1)
+        for ax, crit in zip(row, crits, strict=True):
+            for i, n in enumerate(shown):
+                e = block["controllers"][n][crit]["per_regime"]
+                f = np.array([x["fraction"] for x in e])
+                err = [f - np.array([x["ci_low"] for x in e]), np.array([x["ci_high"] for x in e]) - f]
+                ax.bar(np.arange(len(regs)) + (i - (len(shown) - 1) / 2) * width, f, width, yerr=err,
+                       color=_color(n, i), label=n, error_kw={"lw": 0.7})
+            ax.set(xticks=range(len(regs)), ylim=(0, 1), title=f"{env}: {crit}", ylabel="fraction of runs")
+            ax.set_xticklabels(regs, fontsize=7)
+        row[0].legend(fontsize=7)
     fig.tight_layout()
     return fig

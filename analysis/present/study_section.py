@@ -1,4 +1,4 @@
-"""The report's section on the learning-loop study (issue 13): markdown built from the study's JSON.
+"""The report's section on the learning-loop study: markdown built from the study's JSON.
 
 Pure functions; every number is read from the JSON (see :mod:`repro.learning.prereg`).
 """
@@ -9,7 +9,7 @@ import numpy as np
 
 #: Figures of the section: file name -> caption.
 FIGURES = {
-    "fig11_study.png": "The learning loop (issue 13): collapse fraction per controller with its 95 % Clopper–Pearson "
+    "fig11_study.png": "The learning loop: collapse fraction per controller with its 95 % Clopper–Pearson "
     "interval (both criteria), and q_pi_agree (mean and minimum over visited states), λ and episode return over "
     "steps (median; band: interquartile range for fixed and original), Q-learning and an actor on gymnasium tasks.",
     "fig12_study_grid.png": "The learning loop per grid point of the declared conflicts (entropy bonus H, auxiliary "
@@ -106,7 +106,7 @@ def section(result: dict, figures: bool = True) -> list[str]:
     L, c = p["learning"], p["collapse"]
     kind = ("the pre-registered study" if result["as_preregistered"]
             else "a reduced run of the pre-registered parameters (fewer steps, seeds, grid points and controllers)")
-    lines = ["## The learning loop: Q-learning and an actor on gymnasium tasks (issue 13)", "",
+    lines = ["## The learning loop: Q-learning and an actor on gymnasium tasks", "",
              "The closed loop of the report is the toy. Here the loop learns: tabular Q-learning and a softmax actor "
              "(one-step actor-critic with a learned baseline, entropy bonus and an auxiliary reward as declared "
              "conflicts, π possibly seeing less state than Q) on gymnasium's toy-text tasks, coupled by λ × the "
@@ -127,5 +127,336 @@ def section(result: dict, figures: bool = True) -> list[str]:
              "Where the original collapses (min-agreement criterion, at least 5 % of a grid point's seeds):", "",
              *where_it_collapses(result), "", *mean_vs_min(result), ""]
     for name, caption in FIGURES.items() if figures else ():
+        lines += [f"![{caption}]({name})", ""]
+    return lines
+
+
+# ---- the second study ----
+
+#: Figures of the second study's section: file name -> caption.
+FIGURES_2 = {
+    "fig13_incident.png": "The incident as it happens in the learning loop (second study, one seed): λ, the KL the "
+    "controller sees (its EMA, with target/tolerance, below which the original decays) and agreement with ties "
+    "excluded on the visited and on the odd states, over steps; original beside fixed. Left: the first steps "
+    "(the cold start); right: the whole run.",
+    "fig14_study2.png": "The second study per regime of the KL axis (where the KL is measured × before/after π's "
+    "update): fraction of runs meeting each criterion with its 95 % Clopper–Pearson interval, for fixed, original "
+    "and the constant-λ bracket; one row per task.",
+}
+
+
+def _regime_name(r: dict) -> str:
+    where = {"visited": "visited state", "replay": "replay sample", "even": "even states only"}[r["kl_site"]]
+    return f"{where}, {'before' if r['kl_before'] else 'after'} π's update"
+
+
+def _ci(e: dict) -> str:
+    return f"{_pct(e['fraction'])} [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}]"
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _pair(block: dict, kind: str) -> dict | None:
+    return next((p for p in block["pairs"] if p["kind"] == kind), None)
+
+
+def headline2(result: dict) -> str:
+    """The summary's sentence on the second study, read from its data: the regime and agreement criterion
+    (relative or minimum) where the original's collapse exceeds the fixed's the most, beside the first study's
+    regime (KL at the visited state, after π's update). The signature is left out here: its λ side (λ at the
+    original's floor) cannot happen under the fixed kernel's higher floor, so it separates the two by construction."""
+    best = None
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        if not {"original", "fixed"} <= set(ctrl):
+            continue
+        pair = _pair(block, "original vs fixed")
+        for crit in ("relative", "minimum"):
+            for j, r in enumerate(block["regimes"]):
+                o, f = ctrl["original"][crit]["per_regime"][j], ctrl["fixed"][crit]["per_regime"][j]
+                if best is None or o["fraction"] - f["fraction"] > best[0]:
+                    best = (o["fraction"] - f["fraction"], env, crit, j, r, o, f, pair[crit]["per_regime"][j])
+    if best is None:
+        return "The second study ran without both original and fixed."
+    gap, env, crit, j, r, o, f, m = best
+    if gap <= 0:
+        return ("In the second study the original meets no agreement criterion more often than the fixed kernel, in "
+                "any regime of where the controller's KL is measured.")
+    block = result["envs"][env]
+    first = next(i for i, x in enumerate(block["regimes"]) if x["kl_site"] == "visited" and not x["kl_before"])
+    o0, f0 = (block["controllers"][n][crit]["per_regime"][first] for n in ("original", "fixed"))
+    m0 = _pair(block, "original vs fixed")[crit]["per_regime"][first]
+    return (f"When the controller's KL is measured on the {_regime_name(r)} ({env}), the original meets the {crit} "
+            f"collapse criterion in {_ci(o)} of runs and the fixed kernel in {_ci(f)} (McNemar p = {_p(m['p'])}: "
+            f"{m['only_a']} against {m['only_b']} discordant runs)"
+            + ("" if first == j else f"; with the KL at the visited state after π's update (the first study's loop): "
+               f"{_pct(o0['fraction'])} against {_pct(f0['fraction'])} (p = {_p(m0['p'])})") + ".")
+
+
+def regime_answers(result: dict) -> list[str]:
+    """Per task and regime, for each agreement criterion: does the original collapse (more often than λ = 1, by
+    McNemar's test on the same runs), and does the fix prevent it (original vs fixed)?"""
+    out = []
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        if pair is None or "const:1" not in ctrl:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            parts = []
+            for crit in ("relative", "minimum"):
+                o, f = (ctrl[n][crit] for n in ("original", "fixed"))
+                vs_one = _mcnemar_lists(o["verdicts"], ctrl["const:1"][crit]["verdicts"], block, j)
+                m = pair[crit]["per_regime"][j]
+                collapses = vs_one["p"] < 0.05 and vs_one["only_a"] > vs_one["only_b"]
+                if not collapses:
+                    answer = "the original does not collapse more than λ = 1"
+                elif m["p"] < 0.05 and m["only_a"] > m["only_b"]:
+                    answer = f"the original collapses and the fix prevents it (p = {_p(m['p'])})"
+                elif m["p"] < 0.05:
+                    answer = f"the original collapses and the fixed kernel more often still (p = {_p(m['p'])})"
+                else:
+                    answer = f"the original collapses and the fix does not prevent it (p = {_p(m['p'])})"
+                parts.append(f"{crit}: original {_pct(o['per_regime'][j]['fraction'])}, fixed "
+                             f"{_pct(f['per_regime'][j]['fraction'])}, λ = 1 "
+                             f"{_pct(ctrl['const:1'][crit]['per_regime'][j]['fraction'])} — {answer}")
+            out.append(f"- {env}, KL on the {_regime_name(r)}: " + "; ".join(parts) + ".")
+    return out
+
+
+def _mcnemar_lists(a: list, b: list, block: dict, j: int) -> dict:
+    """McNemar's test of two controllers' per-run verdicts over regime ``j``'s runs."""
+    from repro.learning.study2 import mcnemar
+
+    K = len(a) // len(block["grid_points"])
+    idx = np.concatenate([np.arange(i * K, (i + 1) * K) for i in block["regimes"][j]["points"]])
+    return mcnemar(np.asarray(a, bool)[idx], np.asarray(b, bool)[idx])
+
+
+def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")) -> list[str]:
+    """Per task and regime: each criterion's fraction with its interval for ``names``, and original vs fixed's
+    McNemar test (discordant runs original-only / fixed-only, exact p)."""
+    lines = ["| task | KL measured on | criterion | " + " | ".join(names) + " | original vs fixed: discordant, McNemar p |",
+             "|---|---|---|" + "---|" * len(names) + "---|"]
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        for j, r in enumerate(block["regimes"]):
+            for crit in ("relative", "minimum", "signature"):
+                cells = [_ci(ctrl[n][crit]["per_regime"][j]) if n in ctrl else "—" for n in names]
+                m = pair[crit]["per_regime"][j] if pair else None
+                test = f"{m['only_a']} / {m['only_b']}, p = {_p(m['p'])}" if m else "—"
+                lines.append(f"| {env} | {_regime_name(r)} | {crit} | " + " | ".join(cells) + f" | {test} |")
+    return lines
+
+
+def fixes_table(result: dict, crit: str) -> list[str]:
+    """Per task and regime, for ``crit``: each fix alone against none and each fix removed against all (fraction of
+    the variant, McNemar discordant counts and p), so that the fix carrying the protection can be read off."""
+    out = []
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        rows = [p for p in block["pairs"] if p["kind"] != "original vs fixed"]
+        if not rows:
+            continue
+        out += [f"*{env}, {crit} criterion* (variant's fraction; discordant runs a-only / b-only; McNemar p):", "",
+                "| pair | " + " | ".join(_regime_name(r) for r in block["regimes"]) + " |",
+                "|---|" + "---|" * len(block["regimes"])]
+        for p in rows:
+            variant = p["b"] if p["kind"].endswith("vs none") else p["a"]
+            cells = [f"{_pct(ctrl[variant][crit]['per_regime'][j]['fraction'])}; {m['only_a']}/{m['only_b']}; "
+                     f"{_p(m['p'])}" for j, m in enumerate(p[crit]["per_regime"])]
+            out.append(f"| {p['kind']} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def fix_worse(result: dict) -> list[str]:
+    """Where the fixed kernel meets an agreement criterion significantly more often than the original (p < 0.05)."""
+    out = []
+    for env, block in result["envs"].items():
+        pair = _pair(block, "original vs fixed")
+        for crit in ("relative", "minimum") if pair else ():
+            for j, r in enumerate(block["regimes"]):
+                m = pair[crit]["per_regime"][j]
+                if m["p"] < 0.05 and m["only_b"] > m["only_a"]:
+                    o, f = (block["controllers"][n][crit]["per_regime"][j] for n in ("original", "fixed"))
+                    out.append(f"- {env}, KL on the {_regime_name(r)}, {crit}: fixed {_ci(f)} against original "
+                               f"{_ci(o)} ({m['only_b']} against {m['only_a']} discordant runs, p = {_p(m['p'])}).")
+    return (["Where the fixed kernel does worse than the original (significant, either agreement criterion):", "", *out]
+            if out else ["Nowhere does the fixed kernel meet an agreement criterion significantly more often than the "
+                         "original."])
+
+
+def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
+    """Per task and regime where the original vs fixed difference is significant (p < 0.05): which single fix
+    alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests)."""
+    out = []
+    for env, block in result["envs"].items():
+        pair = _pair(block, "original vs fixed")
+        if pair is None:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            m = pair[crit]["per_regime"][j]
+            if not (m["p"] < 0.05 and m["only_a"] > m["only_b"]):
+                continue
+            alone = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].endswith("alone vs none")]
+            removed = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].startswith("all but")]
+            protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
+            needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
+            out.append(f"- {env}, KL on the {_regime_name(r)}: original vs fixed {m['only_a']}/{m['only_b']} "
+                       f"(p = {_p(m['p'])}). Alone, a fix that protects significantly: "
+                       f"{', '.join(protect) or 'none'}; removed from the four, a fix whose loss costs significantly: "
+                       f"{', '.join(needed) or 'none'}.")
+    return out or [f"- Nowhere is the original's {crit} collapse significantly above the fixed's (p < 0.05)."]
+
+
+def agreement_sets(result: dict, name: str = "original") -> list[str]:
+    """Which agreement the incident's q_pi_agree = 1e-22 most plausibly was: per task and regime, for each set
+    (visited states, odd states: those the even-state KL never sees, the replay ring; ties excluded) the median
+    over runs of the lowest minimum and of the lowest mean it reached (log10), the lowest over runs, and the
+    fraction of runs whose minimum reached 1e-20; then a sentence read from those numbers."""
+    sets = ("visited", "odd", "replay")
+    lines = ["| task | KL measured on | " + " | ".join(f"{s}: min (median / lowest / ≤ 1e-20) · mean (median / lowest)"
+                                                      for s in sets) + " |", "|---|---|---|---|---|"]
+    deepest, mean_low = None, None
+    fmt = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+    for env, block in result["envs"].items():
+        e = block["controllers"].get(name)
+        if e is None:
+            continue
+        for j, r in enumerate(block["regimes"]):
+            cells = []
+            for s in sets:
+                x = e["lowest_log10_agreement"][s][j]
+                cells.append(f"{fmt(x['median'])} / {fmt(x['lowest'])} / {_pct(x['at_most_1e-20'])} · "
+                             f"{fmt(x['mean_median'])} / {fmt(x['mean_lowest'])}")
+                if x["median"] is not None and (deepest is None or x["median"] < deepest[0]):
+                    deepest = (x["median"], s, env, r, j)
+                if x["mean_lowest"] is not None and (mean_low is None or x["mean_lowest"] < mean_low[0]):
+                    mean_low = (x["mean_lowest"], s, env, r)
+            lines.append(f"| {env} | {_regime_name(r)} | " + " | ".join(cells) + " |")
+    if deepest is None:
+        return lines
+    _, s, env, r, j = deepest
+    low = result["envs"][env]["controllers"][name]["lowest_log10_agreement"]
+    blind = low["odd"][j]["median"] == low["visited"][j]["median"]
+    lines += ["", f"The {name}'s agreement goes lowest with the KL on the {_regime_name(r)} ({env}): the median run's "
+              f"lowest state reaches 10^{low['visited'][j]['median']:.1f}, the lowest run 10^{low['visited'][j]['lowest']:.1f}, "
+              f"and {_pct(low['visited'][j]['at_most_1e-20'])} of its runs reach 1e-20"
+              + (" — and that lowest state is an odd one (the median run's minimum over odd states equals its minimum "
+                 "over all visited states), a state the controller's KL never sees." if blind else ".")
+              + f" No mean over a set gets near: the lowest mean over any set in any run is 10^{mean_low[0]:.1f} "
+              f"({mean_low[1]} states, {mean_low[2]}, KL on the {_regime_name(mean_low[3])}). So a q_pi_agree of 1e-22 "
+              "was not an average over visited states or over a replay sample; it was one state's agreement (a "
+              "minimum)" + (", most plausibly on states the KL the controller sees does not cover." if blind else ".")]
+    return lines
+
+
+def ties_lines(result: dict) -> list[str]:
+    """How many states agreement is judged on once ties are excluded (at the last evaluation)."""
+    out = []
+    for env, block in result["envs"].items():
+        cells = []
+        for name in ("const:0", "const:1", "original", "fixed"):
+            e = block["controllers"].get(name)
+            if e:
+                med = e["final_unique_states_median_per_point"]
+                cells.append(f"{name} {min(med):g}–{max(med):g}")
+        out.append(f"- Ties excluded, {env} ({block['n_states']} states): at the last evaluation the median number "
+                   f"of visited states with a unique greedy action per grid point is {', '.join(cells)}; the rest "
+                   "tie and are not judged.")
+    return out
+
+
+def brackets2(result: dict) -> list[str]:
+    out = ["| task | KL measured on | policy | aux | relative collapse λ=0.001 / λ=1 | λ=1 − λ=0.001 final agreement "
+           "(signed) | wide enough |", "|---|---|---|---|---|---|---|"]
+    n_wide = n_all = 0
+    for env, block in result["envs"].items():
+        for r in block["brackets"] or []:
+            gap = "—" if r["agree_gap"] is None else f"{r['agree_gap']:+.3f}"
+            out.append(f"| {env} | {_regime_name(r)} | {r['policy']} | {r['aux_reward']:g} | "
+                       f"{_pct(r['relative_lambda_0.001'])} / {_pct(r['relative_lambda_1'])} | {gap} | "
+                       f"{'yes' if r['wide'] else 'no'} |")
+            n_wide, n_all = n_wide + r["wide"], n_all + 1
+    return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."] if n_all else []
+
+
+def per_point_table(result: dict, names=("original", "fixed")) -> list[str]:
+    lines = ["| task | KL measured on | policy | aux | " + " | ".join(f"{n}: relative / minimum [95 % CI]" for n in names)
+             + " | McNemar p (minimum) |", "|---|---|---|---|" + "---|" * len(names) + "---|"]
+    for env, block in result["envs"].items():
+        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        for i, p in enumerate(block["grid_points"]):
+            cells = [f"{_pct(ctrl[n]['relative']['per_point'][i]['fraction'])} / {_ci(ctrl[n]['minimum']['per_point'][i])}"
+                     for n in names if n in ctrl]
+            m = pair["minimum"]["per_point"][i] if pair else None
+            lines.append(f"| {env} | {_regime_name(p)} | {p['policy']} | {p['aux_reward']:g} | " + " | ".join(cells)
+                         + f" | {_p(m['p']) if m else '—'} |")
+    return lines
+
+
+def incident_lines(result: dict) -> list[str]:
+    inc = result.get("incident")
+    if not inc:
+        return []
+    lam = inc["series"]["original"]["lam"]
+    floor = result["parameters"]["signature"]["floor_lambda"]
+    block = result["envs"][inc["env"]]
+    i = block["grid_points"].index(inc["point"])
+    K = result["seeds"][1] - result["seeds"][0]
+    shows = block["controllers"]["original"]["signature"]["verdicts"][i * K + inc["seed"] - result["seeds"][0]]
+    how = ("the first seed whose original run shows the whole signature there" if shows else
+           "no original run shows the whole signature there, so by the pre-registered rule the first seed")
+    at = next((k for k, x in enumerate(lam) if x is not None and x <= floor), None)
+    first = inc["steps"][at] if at is not None else None
+    return [f"- The incident figure: {inc['env']}, KL on the {_regime_name(inc['point'])}, {inc['point']['policy']}, "
+            f"aux {inc['point']['aux_reward']:g}, seed {inc['seed']} ({how}).",
+            f"- The λ half of the incident, from the EMA's cold start (figure's seed {inc['seed']}, {inc['env']}): "
+            + (f"the original goes from {result['envs'][inc['env']]['controllers']['original']['seed_lambda']:g} to "
+               f"its floor {floor:g} by step {first}" if first else "the original never reaches its floor")
+            + "; the fixed kernel's floor keeps λ above it by design (its floor is the signature's λ side's bar)."]
+
+
+def second_section(result: dict, figures: bool = True) -> list[str]:
+    """The second study's section, every number read from its JSON."""
+    p, c = result["parameters"], result["parameters"]["criteria"]
+    sig = p["signature"]
+    kind = ("the pre-registered second study" if result["as_preregistered"]
+            else "a reduced run of the second study's parameters (fewer steps, seeds, grid points and controllers)")
+    lines = ["## The second learning-loop study: where the controller's KL is measured", "",
+             f"**{headline2(result)}**", "",
+             "What the first study's design could not show: its loop measured the KL at the state just visited, so "
+             "wherever π drifted from Q the KL EMA rose and λ came back; its primary criterion (mean agreement below "
+             "½·1/A) could hardly fire, since a π that follows a random per-state auxiliary action still matches Q's "
+             "greedy action in about 1/A of states; FrozenLake's ties (Q ≡ 0) read as agreement 1; its bracket check "
+             "took |gap|; and its tests were unpaired on paired seeds. This study measures the KL where deep RL "
+             "trainers do, judges agreement with ties excluded, against what π reaches on its own, and pairs its "
+             "tests.", "",
+             f"- {kind}, parameters from `{result['preregistration']}` (learners from `{result['learning_from']}`); "
+             f"backend `{result['backend']}`; seeds {result['seeds'][0]}–{result['seeds'][1] - 1}; "
+             f"{p['learning']['steps']} steps per run; grid "
+             + ", ".join(f"{k} ∈ {{{', '.join(str(x) for x in v)}}}" for k, v in p["grid"].items())
+             + f"; the auxiliary reward on odd states only; the linear policy over {p['features']} features; the "
+             f"replay ring holds {p['replay_capacity']} states, {p['replay_sample']} drawn per step.",
+             f"- Criteria: *relative* — agreement (ties excluded) at or below {c['baseline']}'s median at the same "
+             f"grid point and evaluation for {c['consecutive']} evaluations in a row after step {c['warmup']}; "
+             f"*minimum* — the minimum over visited states below {c['min_threshold']:g}; *signature* — λ ≤ "
+             f"{sig['floor_lambda']:g} for {sig['steps']} steps in a row while the KL the controller sees is below "
+             f"{sig['quiet_kl']:.4g}, then the relative criterion (under the fixed kernel, whose floor is higher, "
+             "the λ side cannot happen: the signature measures the original's mechanism, not the fix's "
+             "protection of agreement). Paired: McNemar's exact test on the same seeds "
+             "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
+             "not independent).", *incident_lines(result), *ties_lines(result), "",
+             "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
+             "runs), and does the fix prevent it?", "", *regime_answers(result), "",
+             "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
+             "Which single fix carries the protection (minimum criterion, where original vs fixed is significant):",
+             "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "", *fix_worse(result), "",
+             *fixes_table(result, "minimum"), "Where the agreement goes lowest (original):", "",
+             *agreement_sets(result), "", "The constant-λ bracket per grid point, with its sign:", "",
+             *brackets2(result), "", "Per grid point (original and fixed):", "", *per_point_table(result), ""]
+    for name, caption in FIGURES_2.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines

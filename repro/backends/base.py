@@ -79,11 +79,14 @@ class CompiledKernel(ABC):
 
 #: ``rlq_learn``'s array arguments after the ISV, in its parameter order (``kernels/learning_loop.cuh``), with dtypes.
 LEARN_INPUTS = {"seed": np.uint64, "beta": np.float64, "aux_reward": np.float64, "view": np.int64,
+                "kl_site": np.int64, "kl_before": np.int64, "aux_odd": np.int64, "features": np.int64,
                 "cum": np.float64, "next_state": np.int64, "reward": np.float64, "terminated": np.uint8,
                 "initial_cum": np.float64, "par": np.float64, "dims": np.int64}
 #: Its outputs, ``[evaluations, runs]`` each, in parameter order.
 LEARN_OUTPUTS = {"lam": np.float32, "agree_mean": np.float64, "log10_agree_min": np.float64, "kl_ema": np.float64,
-                 "episode_return": np.float64}
+                 "episode_return": np.float64, "agree_unique": np.float64, "log10_min_unique": np.float64,
+                 "n_unique": np.float64, "agree_odd": np.float64, "log10_min_odd": np.float64,
+                 "agree_replay": np.float64, "log10_min_replay": np.float64, "quiet_floor_run": np.float64}
 
 
 class Learner(ABC):

@@ -1,4 +1,4 @@
-"""The real learning loop of issue 13: tabular Q-learning and a softmax actor on gymnasium toy-text tasks,
+"""The real learning loop: tabular Q-learning and a softmax actor on gymnasium toy-text tasks,
 coupled by λ-weighted distillation, with the compiled controller kernel driving λ.
 
 Modules: ``env`` (batched stepper from gymnasium's transition table), ``rng`` (counter-based uniforms, the

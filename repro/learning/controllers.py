@@ -44,8 +44,9 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
             value = float(name.split(":", 1)[1])
         except ValueError:
             raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
-        if not np.finfo(np.float32).tiny <= value <= 1:  # λ lives in a float32 slot: no 0, no subnormal
-            raise SuiteError(f"controller {name!r}: a constant λ must lie in (0, 1] and be a normal float32 "
+        # λ lives in a float32 slot: no subnormal; 0 exactly is no distillation (the kernel's guard holds λ ≤ 0)
+        if not (value == 0 or np.finfo(np.float32).tiny <= value <= 1):
+            raise SuiteError(f"controller {name!r}: a constant λ must be 0 or lie in (0, 1] as a normal float32 "
                              f"(at least {np.finfo(np.float32).tiny:.3g})")
         return _checked(backend, Group(name, constant_source(contract), contract.slots, value))
     if name.startswith("ablation:"):

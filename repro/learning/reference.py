@@ -12,7 +12,7 @@ import numpy as np
 from repro.backends.base import LEARN_OUTPUTS
 from repro.core.isv import new_isv
 from repro.learning import rng
-from repro.learning.agent import Group, Learning, Traces, per_run
+from repro.learning.agent import FIRST_STUDY, KL_SITES, Group, Learning, Measure, Traces, per_run
 from repro.learning.env import BatchedEnv, Tables
 
 
@@ -23,7 +23,7 @@ def _softmax(xp, logits):
 
 
 def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
-             grid: dict[str, np.ndarray]) -> Traces:
+             grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
@@ -31,17 +31,23 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
     """
     # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _simulate(backend, tables, groups, learning, seeds, grid)
+        return _simulate(backend, tables, groups, learning, seeds, grid, measure)
 
 
 def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
-              grid: dict[str, np.ndarray]) -> Traces:
+              grid: dict[str, np.ndarray], measure: Measure) -> Traces:
     """The loop of :func:`simulate`."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions
     runs = {k: xp.asarray(v) for k, v in per_run(grid, seeds, len(groups)).items()}
-    beta, aux_r, view, run_seed = runs["beta"], runs["aux_reward"], runs["view"], runs["seed"]
+    beta, aux_r, run_seed = runs["beta"], runs["aux_reward"], runs["seed"]
+    feat, site, before, odd_only = runs["features"], runs["kl_site"], runs["kl_before"] != 0, runs["aux_odd"] != 0
+    view = xp.where(feat > 0, 1, runs["view"])  # the linear policy's critic is tabular over states
+    linear = feat > 0
+    D = int(feat.max()) if len(feat) else 0
+    cap, n_sample = measure.replay_capacity, measure.replay_sample
+    quiet32, floor32 = xp.float32(measure.quiet_kl), xp.float32(measure.floor_lambda)
     N = len(run_seed)
     base = N // len(groups)
     kernels = [backend.compile(g.source, g.slots) for g in groups]
@@ -50,7 +56,35 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
     ar = xp.arange(N)
     # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
     aux_action = xp.stack([(rng.bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
-    obs_of = xp.arange(S)[None, :] // view[:, None]  # [N, S]
+    # the linear policy's features: φ[run, state, k] = ±1 from the run's seed (k < its feature count)
+    phi = xp.stack([xp.where((rng.bits(xp, run_seed, i, rng.FEATURE) >> np.uint64(63)) == 1, 1.0, -1.0)
+                    for i in range(S * D)], 1).reshape(N, S, D) if D else xp.zeros((N, S, 0))
+    phi = xp.where(xp.arange(D)[None, None, :] < feat[:, None, None], phi, 0.0)
+    ring = xp.zeros((N, max(cap, 1)), dtype=xp.int64)
+    quiet_run, quiet_max = xp.zeros(N, dtype=xp.int64), xp.zeros(N, dtype=xp.int64)
+
+    def logits(states):
+        """π's logits at one state per run: θ at its observation, or Σ_k ±W_k summed in k order (linear)."""
+        x = theta[ar, states // view]
+        w = xp.zeros((N, A))
+        for k in range(D):
+            signs = phi[ar, states, k][:, None]
+            w = xp.where((k < feat)[:, None], w + xp.where(signs > 0, theta[:, k], -theta[:, k]), w)
+        return xp.where(linear[:, None], w, x)
+
+    def kl_at(states):
+        p, log_p = _softmax(xp, q[ar, states] / L.q_temperature)
+        return (p * (log_p - _softmax(xp, logits(states))[1])).sum(axis=1)
+
+    def replay_kl(t):
+        if cap == 0:
+            return xp.zeros(N)
+        filled = min(t + 1, cap)
+        total = xp.zeros(N)
+        for j in range(n_sample):
+            z = ring[ar, (rng.bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
+            total = total + kl_at(z)
+        return total / n_sample
     slots = groups[0].slots
     isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
     target32 = xp.float32(L.kl_target)
@@ -69,8 +103,10 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
     to_np = xp.asnumpy if xp is not np else np.asarray
     for t in range(L.steps):
         visited[ar, s] = True
+        if cap:
+            ring[:, t % cap] = s
         o = s // view
-        pi, log_pi = _softmax(xp, theta[ar, o])
+        pi, log_pi = _softmax(xp, logits(s))
         u = rng.uniforms(xp, run_seed, [(t, rng.ACTION), (t, rng.ENV), (t + 1, rng.RESET)])
         a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, :1]).sum(axis=1), A - 1)
         s2, r, term = env.step(s, a, u[:, 1])
@@ -81,22 +117,31 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
         q_sa = q[ar, s, a]
         q[ar, s, a] = q_sa + L.q_lr * (rn + cont * q[ar, s2].max(axis=1) - q_sa)
         o2 = s2 // view
-        r_pi = rn + aux_r * (a == aux_action[ar, s])
+        r_pi = rn + aux_r * ((a == aux_action[ar, s]) & (~odd_only | (s % 2 == 1)))
         delta = r_pi + cont * v[ar, o2] - v[ar, o]
         v[ar, o] += L.critic_lr * delta
         p_q, log_p_q = _softmax(xp, q[ar, s] / L.q_temperature)
         entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
         grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
                 + L.distill_lr * lam[:, None] * (p_q - pi))
-        theta[ar, o] += grad
-        _, log_pi2 = _softmax(xp, theta[ar, o])
-        kl = (p_q * (log_p_q - log_pi2)).sum(axis=1)
-        ema = (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl
+        is_replay = site == KL_SITES["replay"]
+        kl_first = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi)).sum(axis=1))  # π before its update
+        theta[ar, o] += xp.where(linear[:, None], 0.0, grad)
+        for k in range(D):  # W_k += φ_k(s)·grad / d
+            step = grad / xp.maximum(feat, 1)[:, None]
+            theta[:, k] += xp.where((linear & (k < feat))[:, None], xp.where(phi[ar, s, k][:, None] > 0, step, -step), 0.0)
+        _, log_pi2 = _softmax(xp, logits(s))
+        kl_then = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi2)).sum(axis=1))
+        kl = xp.where(before, kl_first, kl_then)
+        measured = (site != KL_SITES["even"]) | (s % 2 == 0)
+        ema = xp.where(measured, (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl, ema)
         isv[:, slots.kl] = ema.astype(xp.float32)
         isv[:, slots.target] = target32
         for g, kernel in enumerate(kernels):
             kernel.batched_step(isv[g * base:(g + 1) * base])
         lam = isv[:, slots.lambda_].astype(xp.float64)
+        quiet_run = xp.where((isv[:, slots.lambda_] <= floor32) & (isv[:, slots.kl] < quiet32), quiet_run + 1, 0)
+        quiet_max = xp.maximum(quiet_max, quiet_run)
         ep_ret += r
         win_ret += xp.where(done, ep_ret, 0.0)
         win_done += done
@@ -105,23 +150,55 @@ def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, 
         s = xp.where(done, env.reset(u[:, 2]), s2)
         if (t + 1) % L.eval_every == 0:
             e = (t + 1) // L.eval_every - 1
-            mean, log_min = agreement(xp, q, theta, obs_of, visited)
-            for key, value in (("lam", isv[:, slots.lambda_]), ("agree_mean", mean), ("log10_agree_min", log_min),
-                               ("kl_ema", ema), ("episode_return", win_ret / xp.where(win_done > 0, win_done, xp.nan))):
+            log_pi_all = xp.stack([_softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
+            mean, log_min = agreement(xp, q, log_pi_all, visited)
+            unique = unique_agreement(xp, q, log_pi_all)
+            odd = (xp.arange(S) % 2 == 1)[None, :]
+            filled = min(t + 1, cap)
+            in_ring = xp.zeros((N, S))  # how many ring entries hold each state
+            for i in range(filled):
+                in_ring[ar, ring[:, i]] += 1
+            sets = {"unique": visited.astype(float), "odd": (visited & odd).astype(float), "replay": in_ring}
+            values = {"lam": isv[:, slots.lambda_], "agree_mean": mean, "log10_agree_min": log_min, "kl_ema": ema,
+                      "episode_return": win_ret / xp.where(win_done > 0, win_done, xp.nan),
+                      "n_unique": (visited & xp.isfinite(unique)).sum(axis=1),
+                      "quiet_floor_run": quiet_max}
+            for name, weight in sets.items():
+                values[f"agree_{name}"], values[f"log10_min_{name}"] = weighted_agreement(xp, unique, weight)
+            for key, value in values.items():
                 out[key][e] = to_np(value)
             win_ret[...], win_done[...] = 0.0, 0.0
+            quiet_max = quiet_run.copy()
     return Traces(steps=np.arange(1, n_eval + 1) * L.eval_every, **out)
 
 
-def agreement(xp, q, theta, obs_of, visited):
-    """(mean, log10 min) over visited states of π's probability of Q's greedy action(s), per run."""
-    N = q.shape[0]
+def agreement(xp, q, log_pi, visited):
+    """(mean, log10 min) over visited states of π's probability of Q's greedy action(s), per run (``log_pi``:
+    ``[N, S, A]``, π's log-probabilities at every state)."""
     greedy = q == q.max(axis=2, keepdims=True)  # [N, S, A]: ties count together
-    _, log_pi = _softmax(xp, theta[xp.arange(N)[:, None], obs_of])  # π at each state's observation
     masked = xp.where(greedy, log_pi, -xp.inf)
     top = masked.max(axis=2, keepdims=True)
     log_agree = (top + xp.log(xp.exp(masked - top).sum(axis=2, keepdims=True)))[..., 0]  # log Σ_greedy π
     n_visited = visited.sum(axis=1)
     mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(n_visited, 1)
     log_min = xp.where(visited, log_agree, xp.inf).min(axis=1) / np.log(10)
+    return mean, log_min
+
+
+def unique_agreement(xp, q, log_pi):
+    """``[N, S]`` log π(Q's greedy action) where that action is unique, NaN at a tie."""
+    greedy = q == q.max(axis=2, keepdims=True)
+    one = greedy.sum(axis=2) == 1
+    return xp.where(one, xp.where(greedy, log_pi, 0.0).sum(axis=2), xp.nan)
+
+
+def weighted_agreement(xp, log_agree, weight):
+    """(mean, log10 min) of π(greedy) over states with ``weight`` > 0 and a unique greedy action, each state
+    counted ``weight`` times (the replay ring's entries); NaN mean and +inf minimum where there is none."""
+    judged = (weight > 0) & xp.isfinite(log_agree)
+    w = xp.where(judged, weight, 0.0)
+    n = w.sum(axis=1)
+    total = xp.where(judged, w * xp.exp(xp.where(judged, log_agree, 0.0)), 0.0).sum(axis=1)
+    mean = xp.where(n > 0, total / xp.where(n > 0, n, 1.0), xp.nan)
+    log_min = xp.where(judged, log_agree, xp.inf).min(axis=1) / np.log(10)
     return mean, log_min

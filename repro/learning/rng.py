@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 #: Streams: one per use, so that no two uses share a draw.
-ACTION, ENV, RESET, AUX = 0, 1, 2, 3
+ACTION, ENV, RESET, AUX, REPLAY, FEATURE = 0, 1, 2, 3, 4, 5
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
