@@ -403,7 +403,8 @@ def _limit_text(ev: Evidence) -> str:
     if lim.fixed is not None:
         return f"{lim.fixed:g} s per experiment group"
     low, high = min(lim.per_group.values()), max(lim.per_group.values())
-    return (f"{low:.2g}–{high:.2g} s per experiment group: {lim.factor:g}× the reference's time, at least "
+    span = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}–{high:.2g}"
+    return (f"{span} s per experiment group: {lim.factor:g}× the reference's time, at least "
             f"{lim.floor:g} s; budget {lim.budget:.3g} s")
 
 

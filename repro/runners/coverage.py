@@ -26,6 +26,7 @@ from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM, compile_err
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
+from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, Coverage
 from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
 
@@ -97,32 +98,39 @@ def reference_times(backend: HostBackend, source: KernelSource, slots: Slots, co
 def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller: Controller,
             timeout: float | None = None, seed: int = 0, skip: frozenset[str] = frozenset(),
             reference: dict[str, float] | None = None, clock: Clock | None = None,
-            progress: Callable[[str], None] | None = None) -> Coverage:
+            progress: Callable[[str], None] | None = None, hung: dict[str, str] | None = None) -> Coverage:
     """Build with ``--coverage``, run every experiment group in a worker, read the counts back.
 
     Limits: ``timeout`` s per group, else derived from ``reference`` (:func:`reference_times`), within
     ``clock``'s budget. Groups in ``skip`` (those that crashed or hung in the gated build) are not run
-    again; once a group hangs in this build, the groups after it are not run either.
+    again, nor are the scenarios in ``hung`` (name → why: they hung in the gated build); once a group
+    hangs in this build, the groups after it are not run either.
     """
     gcov = _gcov()
     if timeout is None and reference is None:
         raise ValueError("coverage.measure needs a fixed timeout or the reference's times")
     per = dict.fromkeys(("startup", *GROUPS), timeout) if timeout is not None else derive_limits(reference)
     clock = clock or Clock(None)
+    skipped = [(g, "it crashed or hung in the gated build") for g in GROUPS if g in skip]
+    sized = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
+    if all(g in skip or sized.get(g) == 0 for g in GROUPS):  # nothing left to run: no build to make
+        return Coverage(source.origin, {}, {}, (), tuple(skipped))
     folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-"))
     try:
         lib = _build(backend, source, slots, folder)
         worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
                         load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
         runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
-        faults, skipped = [], [(g, "it crashed or hung in the gated build") for g in GROUPS if g in skip]
+        runner.known.update(hung or {})
+        faults = []
         try:
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
                     skipped.append((group, f"the coverage build hung in {faults[0].group}"))
                     continue
-                got, bad, _ = runner.run(group)
+                got, bad, left = runner.run(group)
                 faults += bad
+                skipped += [(g, f"{name}: {why}") for g, name, why in left]
                 if progress is not None:
                     progress("coverage " + said(group, bool(got), bad, per[group]))
             if clock.limit(LIMIT_DUMP) > 0:

@@ -124,7 +124,10 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                     ref_times = _COVERAGE_REFERENCE[key]
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
                                               skip=frozenset(f.group for f in evidence.faults),
-                                              reference=ref_times, clock=clock, progress=progress)
+                                              reference=ref_times, clock=clock, progress=progress,
+                                              hung={name: why for _, name, why in evidence.skipped}
+                                              | {f.scenario: f"it hung in {f.group}" for f in evidence.faults
+                                                 if f.kind == "timeout" and f.scenario})
             except BackendUnavailable as err:
                 notes.append(f"coverage not measured: {err}")
                 unavailable.add("coverage")

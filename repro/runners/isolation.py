@@ -43,7 +43,7 @@ BUDGET_FACTOR = 10.0
 BUDGET_FLOOR = 10.0
 #: The reference's own limit per request (s): the contract's kernel, trusted; generous for a GPU's first call.
 DEFAULT_TIMEOUT = 20.0
-#: Culprits named per group before the rest of its scenarios are left unrun.
+#: Culprits that crash named per group before the rest of its scenarios are left unrun (a hang: the first).
 MAX_CULPRITS = 3
 #: The request for :func:`repro.runners.inference.infer`, served beside the experiment groups.
 INFERENCE = "inference"
@@ -263,8 +263,9 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
 class GroupRunner:
     """Runs experiment groups in ``worker`` under their limits, one at a time, keeping what it learnt.
 
-    A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits; a scenario
-    that hung is not run again in a later group (same name, same inputs). Once the candidate has
+    A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits that crash,
+    or the first that hangs (the search ends there); a scenario that hung is not run again in a later group
+    (same name, same inputs). Once the candidate has
     hung, a later group that hangs ends at once, without the scenario-by-scenario search.
     """
 
@@ -312,7 +313,7 @@ class GroupRunner:
                 if one.fault[0] == "timeout":  # a crash costs nothing to meet again; a hang costs its limit
                     self.known[names[i]] = f"it hung in {group}"
                 culprits += 1
-                if culprits >= MAX_CULPRITS:
+                if culprits >= MAX_CULPRITS or one.fault[0] == "timeout":  # a hang ends its group at once
                     break
         if not culprits:  # the group failed as a whole only (e.g. it ran out of time in total)
             faults.insert(0, Fault(group, "", *answer.fault))
@@ -334,7 +335,8 @@ class GroupRunner:
 
 def said(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
     """One progress line: the group, how it ended, its limit."""
-    state = "ran" if ran and not faults else "; ".join(f.describe() for f in faults[:2]) or "not run"
+    shown = [f"{f.scenario}: {f.kind}" if f.scenario else f.kind for f in faults[:3]]
+    state = "ran" if ran and not faults else ", ".join(shown) + (" …" if len(faults) > 3 else "") or "not run"
     return f"{group}: {state} (limit {limit:.2g} s)"
 
 
@@ -372,7 +374,12 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             skipped += skip
             if progress is not None:
                 progress(said(group, bool(got), bad, per[group]))
-        if inference:
+        whole = [f.group for f in faults if f.kind == "timeout" and not f.scenario]
+        if inference and whole:  # it hangs on ordinary inputs, which are what the inference feeds it
+            skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
+            if progress is not None:
+                progress(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
+        elif inference:
             behaviour, bad = runner.ask(INFERENCE)
             faults += bad
             if progress is not None:
