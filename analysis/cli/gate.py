@@ -89,6 +89,11 @@ def _text(verdict: Verdict, args, contract_file: str) -> str:
     return "\n".join(out)
 
 
+def _progress(line: str) -> None:
+    """One line per experiment group on stderr (a terminal only: a log or a pipe gets the verdict alone)."""
+    print(f"gate: {line}", file=sys.stderr, flush=True)
+
+
 def _error_dict(args, error: str) -> dict:
     return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
             "exit_code": 2, "error": error, "properties": []}
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel_file = shown(path)
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
                            timeout=args.timeout, require_coverage=args.require_coverage, sanitize=args.sanitize,
-                           progress=lambda line: print(f"gate: {line}", file=sys.stderr, flush=True))
+                           progress=_progress if sys.stderr.isatty() else None)
         for extra in EXTRA_ROWS:
             verdict.findings.extend(extra(args, verdict))
     except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2

@@ -40,6 +40,7 @@ class Scenario:
     lambda0: float  # λ in slot 486 before step 1
     description: str
     params: dict = field(default_factory=dict)
+    inputs: tuple[tuple[str, str], ...] = ()  # a case's unusual inputs as written: (slot, text), in order
 
     @property
     def steps(self) -> int:
@@ -67,12 +68,14 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
     any value is parsed by ``float`` (nan, +inf, -0, 1e-40 …).
     """
     values = {"lambda": controller.value("seed_lambda"), "target": REF_TARGET, "kl": "band"}
+    inputs = []
     for part in spec.split(","):
         key, _, raw = part.partition("=")
         key, raw = key.strip(), raw.strip()
         if key not in values or not raw:
             raise SuiteError(f"malformed case {spec!r}: expected slot=value with slot in lambda, kl, target")
         values[key] = raw if key == "kl" and raw in REGIMES else _parse_value(raw, spec)
+        inputs.append((key, raw))
     target = values["target"]
     kl = values["kl"]
     if isinstance(kl, str):
@@ -85,6 +88,7 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
         lambda0=values["lambda"],
         description=f"unusual input {spec}",
         params={"case": spec},
+        inputs=tuple(inputs),
     )
 
 
