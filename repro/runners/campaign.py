@@ -19,13 +19,13 @@ from repro.runners.evidence import GROUPS, Evidence, Fault, MissingEvidence
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
 from repro.runners.scenarios import (
-    PROBE_TARGETS,
     REF_TARGET,
     Scenario,
     case,
     catalogue,
     dead_zone_probes,
     guard_cases,
+    onset_targets,
     vanishing,
 )
 
@@ -53,7 +53,7 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
     Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`.
     """
     if group == "onsets":
-        return onsets(kernel, np.asarray(PROBE_TARGETS, dtype=np.float32), controller.value("seed_lambda"))
+        return onsets(kernel, onset_targets(controller), controller.value("seed_lambda"))
     if group == "threads":
         return single_thread(kernel, controller.value("seed_lambda"), REF_TARGET)
     scenarios, mode = scenario_groups(controller, seed)[group]
@@ -73,7 +73,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         got = results.get(name, {})
         got = dict(enumerate(got)) if isinstance(got, list) else got
         runs[name] = [Run(sc, *got[i]) for i, sc in enumerate(scenarios) if i in got]
-    targets = np.asarray(PROBE_TARGETS, dtype=np.float32)
+    targets = onset_targets(controller)
     missing = {"ramp": np.full(targets.shape, np.nan, np.float32), "decay": np.full(targets.shape, np.nan, np.float32)}
     return Evidence(
         controller=controller,
