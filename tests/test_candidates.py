@@ -2,8 +2,9 @@
 
 Each file's header says what the gate must answer: ``// expect-exit: N``, the
 failing row (``// expect-row: KEY``), a text the output must contain
-(``// expect-text: …``), extra gate arguments (``// gate-args: …``) and tools it
-needs (``// needs: nvrtc``). Refactors (exit 0) are also compared bit for bit
+(``// expect-text: …``), the wall-clock seconds the whole gate must end within
+(``// expect-seconds-under: S``, start-up included), extra gate arguments
+(``// gate-args: …``) and tools it needs (``// needs: nvrtc``). Refactors (exit 0) are also compared bit for bit
 with the fixed kernel on each backend: on cupy that is the NVRTC build against
 the host build of the same file.
 """
@@ -15,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,7 @@ def header(path: Path) -> dict[str, str]:
         if not line.startswith("//"):
             break
         key, sep, value = line[2:].strip().partition(":")
-        if sep and key in ("expect-exit", "expect-row", "expect-text", "gate-args", "needs"):
+        if sep and key in ("expect-exit", "expect-row", "expect-text", "expect-seconds-under", "gate-args", "needs"):
             out[key] = value.strip()
     return out
 
@@ -57,8 +59,12 @@ def test_gate_answers_each_candidate(path, tmp_path):
     out_json = tmp_path / "verdict.json"
     cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
+    start = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - start
     shown = done.stdout + done.stderr
+    if "expect-seconds-under" in spec:
+        assert seconds < float(spec["expect-seconds-under"]), f"{seconds:.1f} s\n{shown}"
     assert done.returncode == int(spec["expect-exit"]), shown
     assert "Traceback" not in shown
     if "expect-text" in spec:
