@@ -4,9 +4,9 @@
 (``analysis.judge``) is a pure function of it. The gate, the report and the
 tests call it alike. Limits are derived from the reference kernel (the
 contract entry's own kernel) timed in the same run (see
-:mod:`repro.runners.isolation`); the reference's times are measured once per
-process and backend, and a candidate that *is* the reference takes the
-reference's results instead of running twice.
+:mod:`repro.runners.isolation`); in one process the reference's times are
+reused for :data:`REFERENCE_TTL` s, and a candidate that *is* the reference
+takes the reference's results instead of running twice.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ from repro.runners.isolation import (
 #: s per launch path under compute-sanitizer (asked for explicitly; slow by nature, outside the budget).
 SANITIZER_TIMEOUT = 600.0
 
-_REFERENCE: dict[tuple, tuple[dict[str, float], dict]] = {}
-_COVERAGE_REFERENCE: dict[tuple, dict[str, float]] = {}
+#: s a reference timing is reused for (in one process: the report, a test session): the machine's load moves.
+REFERENCE_TTL = 60.0
+
+_REFERENCE: dict[tuple, tuple[float, dict[str, float], dict]] = {}
+_COVERAGE_REFERENCE: dict[tuple, tuple[float, dict[str, float]]] = {}
 
 
 def reference_source(controller: Controller) -> KernelSource:
@@ -50,9 +53,9 @@ def reference_source(controller: Controller) -> KernelSource:
 def _reference(backend: Backend, ref: KernelSource, slots: Slots, controller: Controller, seed: int,
                inference: bool) -> tuple[dict[str, float], dict]:
     key = (backend.name, ref.sha256, controller.name, seed, inference, slots)
-    if key not in _REFERENCE:
-        _REFERENCE[key] = time_reference(backend, ref, slots, controller, seed, inference)
-    return _REFERENCE[key]
+    if key not in _REFERENCE or time.monotonic() - _REFERENCE[key][0] > REFERENCE_TTL:
+        _REFERENCE[key] = (time.monotonic(), *time_reference(backend, ref, slots, controller, seed, inference))
+    return _REFERENCE[key][1:]
 
 
 def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Controller, *,
@@ -119,9 +122,10 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                 if timeout is None:
                     ref = reference_source(controller)
                     key = (ref.sha256, controller.name, seed, slots)
-                    if key not in _COVERAGE_REFERENCE:
-                        _COVERAGE_REFERENCE[key] = cov.reference_times(host, ref, slots, controller, seed)
-                    ref_times = _COVERAGE_REFERENCE[key]
+                    if key not in _COVERAGE_REFERENCE or time.monotonic() - _COVERAGE_REFERENCE[key][0] > REFERENCE_TTL:
+                        _COVERAGE_REFERENCE[key] = (time.monotonic(),
+                                                    cov.reference_times(host, ref, slots, controller, seed))
+                    ref_times = _COVERAGE_REFERENCE[key][1]
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
                                               skip=frozenset(f.group for f in evidence.faults),
                                               reference=ref_times, clock=clock, progress=progress,
