@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 import math
-
-import numpy as np
-
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from analysis.judge import reading
 from analysis.judge.findings import Finding, Where
 from analysis.judge.memory_findings import memory_findings
-from analysis.judge.reading import g, rate_form, value
+from analysis.judge.reading import g, rate_form
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.spec import Rule, band_edges
@@ -586,7 +585,7 @@ def _fraction(what: str) -> Callable[[Finding], str]:
 
 
 def _default_predicted(f: Finding) -> str:
-    return value(f.predicted, f.unit, RECORDS[f.key].reads.documented(f))
+    return reading.value(f.predicted, f.unit, RECORDS[f.key].reads.documented(f))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -651,7 +650,7 @@ _ONSET = Reads(documented=lambda f: f"KL {f.detail['relation']} {f.detail['edge'
                                             for x in f.detail["ratios"]) + " × target")
 _IDENTICAL = Reads(documented=lambda f: "identical", predicted=_same_as_documented,
                    measured=lambda f: "identical" if f.ok else "differs")
-_SANITIZER = Reads(documented=lambda f: value(f.documented, f.unit, "required"), measured=_sanitizer_measured)
+_SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "required"), measured=_sanitizer_measured)
 
 #: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
 RECORDS: dict[str, Property] = {p.key: p for p in (

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import gzip
-import json
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -27,7 +27,7 @@ from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import scenario_groups
-from repro.runners.evidence import GROUPS, Coverage
+from repro.runners.evidence import GROUPS, Coverage, Fault
 from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
 
 __all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "unavailable_reason"]

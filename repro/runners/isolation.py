@@ -24,7 +24,7 @@ import multiprocessing as mp
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
