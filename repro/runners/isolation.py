@@ -43,7 +43,7 @@ BUDGET_FACTOR = 10.0
 BUDGET_FLOOR = 10.0
 #: The reference's own limit per request (s): the contract's kernel, trusted; generous for a GPU's first call.
 DEFAULT_TIMEOUT = 20.0
-#: Culprits that crash named per group before the rest of its scenarios are left unrun (a hang: the first).
+#: Culprits named per group before the rest of its scenarios are left unrun (the search ends at a hang).
 MAX_CULPRITS = 3
 #: The request for :func:`repro.runners.inference.infer`, served beside the experiment groups.
 INFERENCE = "inference"
@@ -263,9 +263,9 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
 class GroupRunner:
     """Runs experiment groups in ``worker`` under their limits, one at a time, keeping what it learnt.
 
-    A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits that crash,
-    or the first that hangs (the search ends there); a scenario that hung is not run again in a later group
-    (same name, same inputs). Once the candidate has
+    A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits; the search
+    ends at the first that hangs, and the rest of the group runs as one request (a hang there ends the group).
+    A scenario that hung is not run again in a later group (same name, same inputs). Once the candidate has
     hung, a later group that hangs ends at once, without the scenario-by-scenario search.
     """
 
@@ -298,7 +298,9 @@ class GroupRunner:
             return {}, [Fault(group, "", *answer.fault)], skipped
         self.hung |= timed_out
         partial, faults, culprits = {}, [], 0
-        for i in todo:
+        pending = list(todo)
+        while pending:
+            i = pending.pop(0)
             one_limit = clock.limit(self.limits[group])
             if one_limit <= 0:
                 faults.append(clock.over(group))
@@ -306,15 +308,31 @@ class GroupRunner:
             one = worker.ask((group, i), one_limit)
             if one.ok:
                 partial[i] = one.value[0]
-            elif one.fault is None:
+                continue
+            if one.fault is None:
                 raise SuiteFailure(f"{group}/{names[i]}: {one.value}")
-            else:
-                faults.append(Fault(group, names[i], *one.fault))
-                if one.fault[0] == "timeout":  # a crash costs nothing to meet again; a hang costs its limit
-                    self.known[names[i]] = f"it hung in {group}"
-                culprits += 1
-                if culprits >= MAX_CULPRITS or one.fault[0] == "timeout":  # a hang ends its group at once
-                    break
+            faults.append(Fault(group, names[i], *one.fault))
+            culprits += 1
+            if culprits >= MAX_CULPRITS:
+                break
+            if one.fault[0] != "timeout":  # a crash costs nothing to meet again: search on
+                continue
+            # A hang: the search ends here; the rest of the group runs as one request, and if that hangs
+            # too, the group ends (the candidate hangs on more than one input).
+            self.known[names[i]] = f"it hung in {group}"
+            rest = tuple(pending)
+            pending = []
+            if not rest or clock.limit(self.limits[group]) <= 0:
+                break
+            batch = worker.ask((group, rest), clock.limit(self.limits[group]))
+            if batch.ok:
+                partial |= dict(zip(rest, batch.value, strict=True))
+            elif batch.fault is None:
+                raise SuiteFailure(f"{group}: {batch.value}")
+            elif batch.fault[0] == "timeout":
+                faults.append(Fault(group, "", *batch.fault))
+            else:  # a crash among the rest: search it scenario by scenario
+                pending = list(rest)
         if not culprits:  # the group failed as a whole only (e.g. it ran out of time in total)
             faults.insert(0, Fault(group, "", *answer.fault))
         return {group: partial}, faults, skipped
