@@ -119,18 +119,30 @@ class Worker:
         self.proc = None
         self.conn = None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
+        # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
+        # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
+        self.spare = None
+        self.lost = False
 
-    def _start(self) -> _Answer | None:
+    def _launch(self):
+        """A new worker process and its pipe, not yet waited for."""
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
         args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
                 self.controller, self.seed)
-        self.proc = ctx.Process(target=_serve, args=args, daemon=True)
-        self.proc.start()
+        proc = ctx.Process(target=_serve, args=args, daemon=True)
+        proc.start()
         child.close()
-        self.conn = parent
-        return self._receive(self.startup)
+        return proc, parent
+
+    def _start(self) -> _Answer | None:
+        self.proc, self.conn = self.spare or self._launch()
+        self.spare = None
+        answer = self._receive(self.startup)
+        if answer is None and self.lost and self.method == "spawn":
+            self.spare = self._launch()
+        return answer
 
     def ask(self, request, timeout: float) -> _Answer:
         """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
@@ -169,6 +181,7 @@ class Worker:
                 return _Answer(False, None, ("timeout", f"no answer within {timeout:g} s"))
 
     def _died(self) -> _Answer:
+        self.lost = True
         self.proc.join(1.0)
         code = self.proc.exitcode
         self._reset()
@@ -187,9 +200,16 @@ class Worker:
         self.proc, self.conn = None, None
 
     def stop(self, kill: bool = False) -> None:
-        """End the worker (politely, or by SIGKILL for a hung one)."""
+        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
+        if not kill and self.spare is not None:
+            proc, conn = self.spare
+            self.spare = None
+            proc.kill()
+            proc.join()
+            conn.close()
         if self.proc is None:
             return
+        self.lost |= kill
         if kill:
             self.proc.kill()
         else:
