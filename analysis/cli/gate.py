@@ -23,7 +23,6 @@ import traceback
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.memory_findings import memory_findings
 from analysis.judge.verdict import Verdict, evaluate
 from analysis.present import render
 from repro.backends import NAMES, get_backend
@@ -32,8 +31,7 @@ from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import check_writable, write_text
 from repro.core.paths import shown
-from repro.runners.isolation import DEFAULT_TIMEOUT
-from repro.runners.sanitize import sanitize
+from repro.runners.isolation import LIMIT_FACTOR, LIMIT_FLOOR
 
 FORMATS = ("text", "json", "junit", "github")
 
@@ -53,8 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
     parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
     parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
-                        help=f"wall-clock limit per experiment group, run in a child process (default {DEFAULT_TIMEOUT:g} s)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="wall-clock limit per experiment group, run in a child process (default: "
+                             f"{LIMIT_FACTOR:g}× the reference kernel's time for the group, at least {LIMIT_FLOOR:g} s)")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
@@ -90,6 +89,11 @@ def _text(verdict: Verdict, args, contract_file: str) -> str:
     return "\n".join(out)
 
 
+def _progress(line: str) -> None:
+    """One line per experiment group on stderr (a terminal only: a log or a pipe gets the verdict alone)."""
+    print(f"gate: {line}", file=sys.stderr, flush=True)
+
+
 def _error_dict(args, error: str) -> dict:
     return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
             "exit_code": 2, "error": error, "properties": []}
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
-        if not args.timeout > 0:
+        if args.timeout is not None and not args.timeout > 0:
             raise SuiteError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
         for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
             if path is not None:
@@ -113,9 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.kernel) if args.kernel else controller.kernel
         kernel_file = shown(path)
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
-                           timeout=args.timeout, require_coverage=args.require_coverage)
-        if args.sanitize:  # memcheck + initcheck rows, one per report (see repro/runners/sanitize.py)
-            verdict.findings += memory_findings(sanitize(verdict.source, contract.slots))
+                           timeout=args.timeout, require_coverage=args.require_coverage, sanitize=args.sanitize,
+                           progress=_progress if sys.stderr.isatty() else None)
         for extra in EXTRA_ROWS:
             verdict.findings.extend(extra(args, verdict))
     except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2

@@ -24,7 +24,7 @@ import pandas as pd
 
 from analysis.cli import policy
 from analysis.judge.properties import Finding, classify
-from analysis.judge.verdict import Verdict, evaluate, verdict_of
+from analysis.judge.verdict import Verdict, evaluate, judge
 from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from repro import toy as closed_loop
 from repro.backends import NAMES, Backend, get_backend
@@ -37,7 +37,8 @@ from repro.core.paths import ROOT, shown
 from repro.learning import prereg as learning_study
 from repro.learning import study2 as learning_study2
 from repro.runners import experiments
-from repro.runners.campaign import Evidence, collect
+from repro.runners.evidence import Evidence
+from repro.runners.gather import gather
 from repro.runners.runner import to_frame
 
 CONTROLLERS = ("fixed", "original")
@@ -110,7 +111,7 @@ def _bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
         for r in ev.catalogue:
             if r.scenario.family != "bad_values":
                 continue
-            parts = dict(p.split("=", 1) for p in r.scenario.name.split(","))
+            parts = dict(r.scenario.inputs)
             if "lambda" in parts:
                 column, value = f"λ (KL {parts['kl']})", parts["lambda"]
             else:
@@ -133,10 +134,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
     kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
     evidence, verdicts = {}, {}
-    for name in CONTROLLERS:
+    for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
-        evidence[name] = collect(kernels[name], entries[name])
-        verdicts[name] = verdict_of(sources[name], name, backend, evidence[name], time.perf_counter() - start)
+        evidence[name] = gather(backend, sources[name], contract.slots, entries[name], static=False, coverage=False)
+        verdicts[name] = judge(evidence[name], sources[name], name, contract, backend, time.perf_counter() - start)
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)

@@ -10,44 +10,18 @@ finds the candidate's source line holding the differing constant or comparison.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import outcomes, same
+from analysis.judge.properties import RECORDS, outcomes, same
 from repro.core import spec
 from repro.core.contract import Contract, Controller
 from repro.runners.inference import Behaviour
 
 F32 = np.float32
 
-#: The quantity each row measures first; a row is blamed on these when they differ, else on DEPENDS.
-PRIMARY = {
-    "floor": {"floor"}, "ceiling": {"ceiling"}, "ramp": {"ramp"}, "decay": {"decay"},
-    "steps_to_double": {"ramp"}, "steps_to_halve": {"decay"}, "steps_to_floor": {"decay", "floor"},
-    "nonfinite": {"nonfinite"},
-    "dead_zone": {"upper", "lower"},
-    "ramp_onset": {"upper"},
-    "decay_onset": {"lower"},
-}
-#: The rule quantities each row's measurement depends on (``slot`` differences explain every row).
-DEPENDS = {
-    "floor": {"floor"},
-    "ceiling": {"ceiling"},
-    "ramp": {"ramp", "floor", "ceiling"},
-    "decay": {"decay", "floor", "ceiling"},
-    "steps_to_double": {"ramp", "ceiling"},
-    "steps_to_halve": {"decay", "floor"},
-    "steps_to_floor": {"decay", "floor"},
-    "dead_zone": {"upper", "lower"},
-    "ramp_onset": {"upper", "ceiling"},  # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
-    "decay_onset": {"lower", "floor"},
-    "guards": {"guard"},
-    "nonfinite": {"nonfinite", "floor", "ceiling", "ramp", "decay"},
-    "isolation": {"writes"},
-    "spec_agreement": {"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"},
-    "launch_modes": set(),
-}
 _ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
 
 
@@ -156,15 +130,20 @@ def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
     return out
 
 
-def explain(findings: list[Finding], diffs: list[Difference]) -> None:
-    """Attach to each failing row the differences it depends on (slot differences explain every row)."""
+def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
+    """Each failing row with the differences it depends on (its record's ``blames``, else its ``depends``;
+    slot differences explain every row); passing rows as they are."""
     slots = [d for d in diffs if d.kind == "slot" and d.name not in ("writes", "reads")]
+    out = []
     for f in findings:
         if f.ok:
+            out.append(f)
             continue
-        mine = [d for d in diffs if _quantity(d) in PRIMARY.get(f.key, set())]
-        mine = mine or [d for d in diffs if _quantity(d) in DEPENDS.get(f.key, set())]
-        f.causes = slots + [d for d in mine if d not in slots]
+        record = RECORDS.get(f.key)
+        blames, depends = (record.blames, record.depends) if record else (frozenset(), frozenset())
+        mine = [d for d in diffs if _quantity(d) in blames] or [d for d in diffs if _quantity(d) in depends]
+        out.append(replace(f, causes=tuple(slots + [d for d in mine if d not in slots])))
+    return out
 
 
 def _quantity(d: Difference) -> str:
@@ -257,10 +236,8 @@ def stray_write_causes(f: Finding, text: str) -> list[Difference]:
     return [Difference("slot", "writes", f.detail["lambda_slot"], listed, source_line=line)]
 
 
-def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding], text: str) -> list[Difference]:
-    """The differences, each with the candidate's source line; failing rows get their causes."""
-    from dataclasses import replace
-
+def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding],
+             text: str) -> tuple[list[Difference], list[Finding]]:
+    """The differences, each with the candidate's source line, and the rows with their causes."""
     diffs = [replace(d, source_line=locate(text, d)) for d in differences(b, ctrl, contract, findings)]
-    explain(findings, diffs)
-    return diffs
+    return diffs, explain(findings, diffs)

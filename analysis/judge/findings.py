@@ -52,14 +52,15 @@ class Difference:
     note: str = ""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """One row of the gate: a property, its documented, predicted and measured values, a verdict.
 
     ``unit`` is the unit of ``documented``/``predicted``/``measured`` (``λ``, ``×/step``, ``steps``,
     ``×target``, ``probes``, ``cases``, ``runs``, ``steps compared``). ``detail`` holds the
-    property's other measurements (JSON-able). ``causes`` are filled by the diagnosis: the
-    measured differences that explain a failure.
+    property's other measurements (JSON-able; ``detail["not_measured"]`` says why a row has no
+    evidence: such a row fails). ``causes`` are the diagnosis's: the measured differences that
+    explain a failure (a new row: :func:`dataclasses.replace`).
     """
 
     key: str
@@ -73,13 +74,14 @@ class Finding:
     where: Where | None = None
     line: int = 0  # line of contracts.toml holding the documented value (0: none)
     doc: str = ""  # the sentence that documents it
-    causes: list[Difference] = field(default_factory=list)
+    causes: tuple[Difference, ...] = ()
 
     def __post_init__(self) -> None:
-        self.ok = bool(self.ok)  # NumPy bools do not serialise
+        object.__setattr__(self, "ok", bool(self.ok))  # NumPy bools do not serialise
+        object.__setattr__(self, "causes", tuple(self.causes))
         for name in ("documented", "predicted", "measured"):
             value = getattr(self, name)
-            setattr(self, name, None if value is None else float(value))
+            object.__setattr__(self, name, None if value is None else float(value))
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -16,11 +16,13 @@ def memory_findings(reports: list[SanitizerReport], tools: tuple[str, ...] = TOO
     for tool in tools:
         mine = [r for r in reports if r.tool == tool]
         if not mine:
-            rows.append(Finding(tool, f"compute-sanitizer {tool}", True, "errors", 0, 0, 0,
-                                {"tool": tool, "paths": list(paths)}, None, 0, _TITLE[tool]))
+            rows.append(Finding(key=tool, title=f"compute-sanitizer {tool}", ok=True, unit="errors", documented=0,
+                                predicted=0, measured=0, detail={"tool": tool, "paths": list(paths)}, where=None, line=0,
+                                doc=_TITLE[tool]))
         for r in mine:
             detail = {"tool": tool, "kind": r.kind, "kernel": r.kernel, "location": r.location, "path": r.path,
                       "detail": r.detail}
-            rows.append(Finding(tool, f"compute-sanitizer {tool}", False, "errors", 0, 0, len(mine), detail,
-                                Where(f"{r.location}, {r.path} path", "sanitizer"), 0, _TITLE[tool]))
+            rows.append(Finding(key=tool, title=f"compute-sanitizer {tool}", ok=False, unit="errors", documented=0,
+                                predicted=0, measured=len(mine), detail=detail,
+                                where=Where(f"{r.location}, {r.path} path", "sanitizer"), line=0, doc=_TITLE[tool]))
     return rows

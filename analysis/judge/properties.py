@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.judge import reading
 from analysis.judge.findings import Finding, Where
+from analysis.judge.memory_findings import memory_findings
+from analysis.judge.reading import g, rate_form
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.spec import Rule, band_edges
-from repro.runners.campaign import Evidence, MissingEvidence
+from repro.runners.evidence import GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.runner import Run
 
 F32 = np.float32
@@ -97,8 +102,10 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Findi
             r = ev.run(name)
             where = Where(name, "never_settles", r.scenario.steps, _f(r.lam[-1]), _f(bound), "contract")
     ok = where is None and extreme == bound
-    return Finding(key, f"{key} (never crossed, reached and held)", ok, "λ", doc.value, bound, extreme,
-                   {"extreme": "lowest" if key == "floor" else "highest", "held_from": held}, where, doc.line, doc.doc)
+    return Finding(key=key, title=f"{key} (never crossed, reached and held)", ok=ok, unit="λ", documented=doc.value,
+                   predicted=bound, measured=extreme,
+                   detail={"extreme": "lowest" if key == "floor" else "highest", "held_from": held}, where=where,
+                   line=doc.line, doc=doc.doc)
 
 
 def floor(ev: Evidence) -> Finding:
@@ -148,15 +155,16 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     detail = {"form": form, "rtol": rtol, "free_steps": int(ratios.size)}
     title = f"{key} rate (× per step, rtol {rtol:g})"
     if ratios.size == 0:
-        return Finding(key, title, False, "×/step", factor, factor, None, detail, Where(scenario, "no_free_step"),
-                       line, doc)
+        return Finding(key=key, title=title, ok=False, unit="×/step", documented=factor, predicted=factor, measured=None,
+                       detail=detail, where=Where(scenario, "no_free_step"), line=line, doc=doc)
     median = float(np.median(ratios))
     worst_at = int(np.argmax(np.abs(ratios - factor)))
     worst = ratios[worst_at]
     ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
     step = int(np.flatnonzero(free)[worst_at]) + 1
     where = None if ok else _at(r, step, "ratio", worst, "step ratio")
-    return Finding(key, title, ok, "×/step", factor, factor, median, detail, where, line, doc)
+    return Finding(key=key, title=title, ok=ok, unit="×/step", documented=factor, predicted=factor, measured=median,
+                   detail=detail, where=where, line=line, doc=doc)
 
 
 def ramp(ev: Evidence) -> Finding:
@@ -192,9 +200,11 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, pr
         r, c = ev.run(bad[0]), counts[bad[0]]
         where = Where(bad[0], "count", c, _f(r.lam[c - 1] if c is not None else r.lam[-1]), _f(r.scenario.lambda0), "λ0")
     lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
-    return Finding(key, title, not bad, "steps", documented, predicted, next(iter(counts.values())),
-                   {"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
-                    "closed_form_only": documented is None}, where, line, text)
+    return Finding(key=key, title=title, ok=not bad, unit="steps", documented=documented, predicted=predicted,
+                   measured=next(iter(counts.values())),
+                   detail={"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
+                    "closed_form_only": documented is None},
+                   where=where, line=line, doc=text)
 
 
 def steps_to_double(ev: Evidence) -> Finding:
@@ -216,9 +226,11 @@ def steps_to_floor(ev: Evidence) -> Finding:
     predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
     before = _f(r.lam[step - 2]) if step and step > 1 else None
     where = None if ok else Where("aligned", "count", step, before, _f(ctrl.value("floor")), "floor")
-    return Finding("steps_to_floor", "steps from seed λ to the floor (the collapse)", ok, "steps",
-                   doc.value, predicted, step, {"floor": ctrl.value("floor"), "lambda_before": before,
-                                                "tolerance": doc.tolerance}, where, doc.line, doc.doc)
+    return Finding(key="steps_to_floor", title="steps from seed λ to the floor (the collapse)", ok=ok, unit="steps",
+                   documented=doc.value, predicted=predicted, measured=step,
+                   detail={"floor": ctrl.value("floor"), "lambda_before": before,
+                                                "tolerance": doc.tolerance},
+                   where=where, line=doc.line, doc=doc.doc)
 
 
 _EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
@@ -246,9 +258,11 @@ def dead_zone(ev: Evidence) -> Finding:
     else:
         title = f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit"
     n = len(ev.dead_zone)
-    return Finding("dead_zone", title, not moved, "probes", n, n, n - len(moved),
-                   {"lower": lo, "upper": up, "tolerance": doc.value, "steps": steps,
-                    "edges_documented": ctrl.has("upper_edge")}, where, doc.line, doc.doc)
+    return Finding(key="dead_zone", title=title, ok=not moved, unit="probes", documented=n, predicted=n,
+                   measured=n - len(moved),
+                   detail={"lower": lo, "upper": up, "tolerance": doc.value, "steps": steps,
+                    "edges_documented": ctrl.has("upper_edge")},
+                   where=where, line=doc.line, doc=doc.doc)
 
 
 def _onset(ev: Evidence, which: str) -> Finding:
@@ -268,11 +282,12 @@ def _onset(ev: Evidence, which: str) -> Finding:
     rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
-    return Finding(f"{which}_onset", f"{which} begins at KL {rel} {sym} (strict, float32)", ok, "×target",
-                   documented, documented, measured,
-                   {"edge": sym, "relation": rel, "ratios": [_f(x) for x in ratio],
+    return Finding(key=f"{which}_onset", title=f"{which} begins at KL {rel} {sym} (strict, float32)", ok=ok, unit="×target",
+                   documented=documented, predicted=documented, measured=measured,
+                   detail={"edge": sym, "relation": rel, "ratios": [_f(x) for x in ratio],
                     "targets": [_f(t) for t in ev.probe_targets], "onsets": [_f(x) for x in found],
-                    "expected": [_f(x) for x in expected]}, where, doc.line, doc.doc)
+                    "expected": [_f(x) for x in expected]},
+                   where=where, line=doc.line, doc=doc.doc)
 
 
 def ramp_onset(ev: Evidence) -> Finding:
@@ -302,8 +317,9 @@ def guards(ev: Evidence) -> Finding:
         step = first_step(differs_beyond_nan(r.lam, expected[id(r)]))
         where = _at(r, step, "moved" if ctrl.guarded else "differs", expected[id(r)][step - 1], reference)
     n = len(ev.guards)
-    return Finding("guards", title, not broken, "cases", n, n, n - len(broken),
-                   {"broken": [r.scenario.name for r in broken], "guarded": ctrl.guarded}, where, 0, ctrl.guards_doc)
+    return Finding(key="guards", title=title, ok=not broken, unit="cases", documented=n, predicted=n,
+                   measured=n - len(broken), detail={"broken": [r.scenario.name for r in broken], "guarded": ctrl.guarded},
+                   where=where, line=0, doc=ctrl.guards_doc)
 
 
 def isolation(ev: Evidence) -> Finding:
@@ -316,9 +332,9 @@ def isolation(ev: Evidence) -> Finding:
     where = Where(first.scenario.name, "stray", slots=tuple(first.stray), expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
-    return Finding("isolation", "only the λ slot is written", not stray, "runs", n, n, n - len(stray),
-                   {"lambda_slot": slot, "written": written, "isv_len": ev.isv_len}, where, 0,
-                   "the controller writes λ's ISV slot and nothing else")
+    return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
+                   measured=n - len(stray), detail={"lambda_slot": slot, "written": written, "isv_len": ev.isv_len},
+                   where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
 
 
 def spec_agreement(ev: Evidence) -> Finding:
@@ -330,21 +346,24 @@ def spec_agreement(ev: Evidence) -> Finding:
         if where is None and differs_beyond_nan(r.lam, expected).any():
             step = first_step(differs_beyond_nan(r.lam, expected))
             where = _at(r, step, "differs", expected[step - 1], "spec")
-    return Finding("spec_agreement", "bit-identical to the float32 spec model", where is None, "steps compared",
-                   None, None, total, {}, where, 0,
-                   "the kernel matches the spec model bit for bit on every scenario (a NaN matches a NaN: "
+    return Finding(key="spec_agreement", title="bit-identical to the float32 spec model", ok=where is None,
+                   unit="steps compared", documented=None, predicted=None, measured=total, detail={}, where=where, line=0,
+                   doc="the kernel matches the spec model bit for bit on every scenario (a NaN matches a NaN: "
                    "payloads are the backend's)")
 
 
 def launch_modes(ev: Evidence) -> Finding:
     where = None
-    for a, b in zip(ev.catalogue, ev.per_step, strict=True):
+    per_step = {r.scenario.name: r for r in ev.per_step}
+    # Paired by scenario: a scenario that crashed in one launch mode only is the execution row's.
+    for a, b in ((a, per_step[a.scenario.name]) for a in ev.catalogue if a.scenario.name in per_step):
         if not same(a.lam, b.lam):
             step = first_step(bits(a.lam) != bits(b.lam))
             where = _at(a, step, "differs", b.lam[step - 1], "per-step launches")
             break
-    return Finding("launch_modes", "per-step launches and the looped harness agree", where is None, "runs",
-                   None, None, len(ev.catalogue), {}, where, 0, "both launch paths give the same bits")
+    return Finding(key="launch_modes", title="per-step launches and the looped harness agree", ok=where is None, unit="runs",
+                   documented=None, predicted=None, measured=len(ev.catalogue), detail={}, where=where, line=0,
+                   doc="both launch paths give the same bits")
 
 
 def outcomes(lam0: np.float32, rule: spec.Rule) -> dict[str, np.float32 | None]:
@@ -380,21 +399,46 @@ def nonfinite(ev: Evidence) -> Finding:
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
-    return Finding("nonfinite", "NaN and ±inf inputs behave as characterised", not wrong, "cases", n, n,
-                   n - len(wrong), {"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where,
-                   ev.controller.nonfinite_line,
-                   "characterised by measurement and pinned in the contract's [nonfinite] table")
+    return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised", ok=not wrong, unit="cases",
+                   documented=n, predicted=n, measured=n - len(wrong),
+                   detail={"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where=where,
+                   line=ev.controller.nonfinite_line,
+                   doc="characterised by measurement and pinned in the contract's [nonfinite] table")
+
+
+def _limit_text(ev: Evidence) -> str:
+    """The limits the candidate ran under, in words."""
+    lim = ev.limits
+    if lim is None:
+        return "in process"
+    if lim.fixed is not None:
+        return f"{lim.fixed:g} s per experiment group"
+    low, high = min(lim.per_group.values()), max(lim.per_group.values())
+    span = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}–{high:.2g}"
+    return (f"{span} s per experiment group: {lim.factor:g}× the reference's time, at least "
+            f"{lim.floor:g} s; budget {lim.budget:.3g} s")
 
 
 def execution(ev: Evidence) -> Finding:
-    """Every experiment ran to its end: no crash (signal), no time-out."""
-    faults = ev.faults
-    limit = f"{ev.timeout:g} s per experiment group" if ev.timeout else "in process"
-    described = "; ".join(f.describe() for f in faults[:3]) + (f"; {len(faults) - 3} more" if len(faults) > 3 else "")
-    return Finding("execution", "runs every experiment to its end (no crash, no hang)", not faults, "faults", 0, 0,
-                   len(faults), {"limit": limit, "faults": [f.describe() for f in faults]},
-                   Where(described, "fault") if faults else None, 0,
-                   "a controller step is a bounded, memory-safe function of the ISV")
+    """Every experiment ran to its end in every build: no crash (signal), no time-out, nothing left unrun.
+
+    A fault in the coverage build (host, ``-O0 --coverage``) where the gated build ran the group is a
+    difference between the builds (a loop one compiler removes, a hang only under coverage): it fails too."""
+    faults = [f.describe() for f in ev.faults]
+    if ev.coverage is not None:
+        gated = ev.backend or "gated"
+        for f in ev.coverage.faults:
+            differs = f.group in ev.groups_run and not any(g.group == f.group for g in ev.faults)
+            faults.append(f"coverage build: {f.describe()}"
+                          + (f" where the {gated} build ran it (the builds behave differently)" if differs else ""))
+    described = "; ".join(faults[:3]) + (f"; {len(faults) - 3} more" if len(faults) > 3 else "")
+    detail = {"limit": _limit_text(ev), "faults": faults}
+    if ev.skipped:  # a scenario that hung is not run again in a later group
+        detail["not_run_again"] = [f"{group}: {scenario} ({why})" for group, scenario, why in ev.skipped]
+    return Finding(key="execution", title="runs every experiment to its end (no crash, no hang)", ok=not faults,
+                   unit="faults", documented=0, predicted=0, measured=len(faults), detail=detail,
+                   where=Where(described, "fault") if faults else None, line=0,
+                   doc="a controller step is a bounded, memory-safe function of the ISV")
 
 
 def single_thread(ev: Evidence) -> Finding:
@@ -403,47 +447,52 @@ def single_thread(ev: Evidence) -> Finding:
     probe = ev.threads
     title = "only thread 0 of block 0 changes the ISV"
     if probe is None:
-        return Finding("single_thread", title, False, "threads", None, None, None,
-                       {"not_measured": "the thread probe did not finish (see the execution row)"}, None, 0, doc)
+        return Finding(key="single_thread", title=title, ok=False, unit="threads", documented=None, predicted=None,
+                       measured=None, detail={"not_measured": "the thread probe did not finish (see the execution row)"},
+                       where=None, line=0, doc=doc)
     others = [(regime, probe.coords[i]) for regime, row in probe.changed.items() for i, c in enumerate(row)
               if c and probe.coords[i] != (0, 0)]
     n = len(probe.coords) - 1
     quiet = n - len({c for _, c in others})
     described = "; ".join(f"KL {r}: threadIdx.x {t}, blockIdx.x {b} changed the ISV" for r, (t, b) in others[:3])
-    return Finding("single_thread", f"{title} (blockDim {probe.dims[0]}, gridDim {probe.dims[3]})", not others,
-                   "other threads left the ISV unchanged", n, n, quiet, {"acting": [list(c) for _, c in others]},
-                   Where(described, "threads") if others else None, 0, doc)
+    return Finding(key="single_thread", title=f"{title} (blockDim {probe.dims[0]}, gridDim {probe.dims[3]})", ok=not others,
+                   unit="other threads left the ISV unchanged", documented=n, predicted=n, measured=quiet,
+                   detail={"acting": [list(c) for _, c in others]}, where=Where(described, "threads") if others else None,
+                   line=0, doc=doc)
 
 
 def no_atomics(ev: Evidence) -> Finding:
     st = ev.static
-    return Finding("no_atomics", "no atomic instructions in the PTX (atom./red.)", not st.atomics,
-                   "atomic instructions", 0, 0, len(st.atomics),
-                   {"atomics": list(st.atomics), "nvrtc": st.nvrtc, "arch": st.arch},
-                   Where(f"PTX has {', '.join(st.atomics)}", "static") if st.atomics else None, 0,
-                   "kernel: Per `feedback_no_atomicadd`: single-thread kernel, no atomics.")
+    return Finding(key="no_atomics", title="no atomic instructions in the PTX (atom./red.)", ok=not st.atomics,
+                   unit="atomic instructions", documented=0, predicted=0, measured=len(st.atomics),
+                   detail={"atomics": list(st.atomics), "nvrtc": st.nvrtc, "arch": st.arch},
+                   where=Where(f"PTX has {', '.join(st.atomics)}", "static") if st.atomics else None, line=0,
+                   doc="kernel: Per `feedback_no_atomicadd`: single-thread kernel, no atomics.")
 
 
 def resources(ev: Evidence) -> Finding:
     """Informational: the candidate's GPU resources as NVRTC's ptxas reports them (not gated)."""
     st = ev.static
-    return Finding("resources", f"GPU resources ({st.arch}, reported, not gated)", True, "registers", None, None,
-                   st.registers, {"global_stores": st.global_stores, "local_accesses": st.local_accesses,
+    return Finding(key="resources", title=f"GPU resources ({st.arch}, reported, not gated)", ok=True, unit="registers",
+                   documented=None, predicted=None, measured=st.registers,
+                   detail={"global_stores": st.global_stores, "local_accesses": st.local_accesses,
                                   "spill_bytes": st.spill_bytes, "stack_bytes": st.stack_bytes or 0,
-                                  "registers": st.registers}, None, 0, "informational")
+                                  "registers": st.registers},
+                   where=None, line=0, doc="informational")
 
 
 def coverage(ev: Evidence, required: bool = False) -> Finding:
     """Lines and branches of the candidate the experiments executed (a failure only when required)."""
     cov = ev.coverage
-    ok = (cov.complete and not cov.faults) or not required
+    ok = cov.complete or not required
     total = len(cov.lines) + cov.branches_total
-    return Finding("coverage", "every line and branch of the candidate ran (gcov)" + ("" if required else ", reported"),
-                   ok, "lines and branches", total, total, cov.lines_hit + cov.branches_hit,
-                   {"summary": cov.summary(), "required": required, "uncovered_lines": cov.uncovered_lines,
-                    "partial_branch_lines": cov.partial_branch_lines},
-                   None if cov.complete else Where(cov.summary().split("; ", 1)[1], "coverage"),
-                   0, "--require-coverage" if required else "informational")
+    return Finding(key="coverage",
+                   title="every line and branch of the candidate ran (gcov)" + ("" if required else ", reported"), ok=ok,
+                   unit="lines and branches", documented=total, predicted=total, measured=cov.lines_hit + cov.branches_hit,
+                   detail={"summary": cov.summary(), "required": required, "uncovered_lines": cov.uncovered_lines,
+                           "partial_branch_lines": cov.partial_branch_lines},
+                   where=None if cov.complete else Where(cov.missed(), "coverage"), line=0,
+                   doc="--require-coverage" if required else "informational")
 
 
 def vanishing_summary(r: Run) -> dict:
@@ -490,60 +539,243 @@ def vanishing(ev: Evidence) -> Finding:
     predicted = want["first_zero"] or want["first_subnormal"]
     plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in got.items()}
     spec_plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in want.items()}
-    return Finding("vanishing", "no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok, "steps",
-                   None, predicted, value, {"measured": plain, "spec": spec_plain}, where, doc.line, doc.doc)
+    return Finding(key="vanishing", title="no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok=ok,
+                   unit="steps", documented=None, predicted=predicted, measured=value,
+                   detail={"measured": plain, "spec": spec_plain}, where=where, line=doc.line, doc=doc.doc)
 
 
-#: Every property the gate judges, in its order.
-CHECKS = {f.__name__: f for f in (floor, ceiling, ramp, decay, steps_to_double, steps_to_halve, steps_to_floor, vanishing,
-                                  dead_zone, ramp_onset, decay_onset, guards, nonfinite, isolation, spec_agreement,
-                                  launch_modes, single_thread, execution)}
-#: Properties of a band (a dead zone with edges); the proportional rule has none.
-BAND_ONLY = ("dead_zone", "ramp_onset", "decay_onset")
+def _steps_documented(f: Finding) -> str:
+    if f.documented is None:
+        return f"— (closed form {f.predicted:g} ± 1)"
+    tol = f.detail.get("tolerance")
+    return f"{f.documented:g}" + (f" ± {tol:g}" if tol else "")
+
+
+def _bound_measured(f: Finding) -> str:
+    d = f.detail
+    held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
+    return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
+
+
+def _rate_measured(f: Finding) -> str:
+    if f.measured is None:
+        return "no unclamped step"
+    return f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"
+
+
+def _floor_steps_measured(f: Finding) -> str:
+    d = f.detail
+    if f.measured is None:
+        return f"never clamped at {g(d['floor'])}"
+    before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
+    return f"clamped at {g(d['floor'])} from step {f.measured:g}{before}"
+
+
+def _dead_zone_documented(f: Finding) -> str:
+    d = f.detail
+    if d.get("edges_documented"):
+        return f"[{d['lower']}, {d['upper']}], edges inclusive"
+    return f"×/÷{d['tolerance']:g}, edges inclusive"
+
+
+def _resources_measured(f: Finding) -> str:
+    d = f.detail
+    regs = f"{d['registers']} registers" if d["registers"] is not None else "registers not reported"
+    spill = f"{d['spill_bytes']} B spills" if d["spill_bytes"] is not None else "spills not reported"
+    return (f"{d['global_stores']} st.global, {d['local_accesses']} local-memory accesses, {spill}, "
+            f"{d['stack_bytes']} B stack, {regs}")
+
+
+def _sanitizer_measured(f: Finding) -> str:
+    d = f.detail
+    if f.ok:
+        return f"0 errors on the {', '.join(d['paths'])} launch paths"
+    return f"{d['kind']} in {d['kernel'] or 'a CUDA call'} at {d['location']} ({d['path']} path)"
+
+
+def _fraction(what: str) -> Callable[[Finding], str]:
+    return lambda f: f"{f.measured:g}/{f.documented:g} {what}"
+
+
+def _default_predicted(f: Finding) -> str:
+    return reading.value(f.predicted, f.unit, RECORDS[f.key].reads.documented(f))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reads:
+    """How a row reads in the table, JSON messages, JUnit and annotations: each column from the row's fields."""
+
+    documented: Callable[[Finding], str]
+    measured: Callable[[Finding], str]
+    predicted: Callable[[Finding], str] = _default_predicted  # default: the predicted number and unit
+
+
+def _same_as_documented(f: Finding) -> str:
+    return RECORDS[f.key].reads.documented(f)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Property:
+    """One row of the gate, in one place (OpInfo-style): its check, what it needs, what the diagnosis blames
+    it on, how it reads, where it applies.
+
+    ``check(evidence, require_coverage)`` is a pure function returning the row (or rows: the sanitizer's).
+    ``needs``: experiment groups (``repro.runners.evidence.GROUPS``) and other evidence (``SOURCES``) it
+    reads; where one did not run, the row is "not measured" and fails (no row passes on no evidence).
+    ``blames`` / ``depends``: the rule quantities (``analysis.judge.diagnosis``) a failing row is blamed
+    on first, else on these. ``applies(controller)``: whether the contract entry has the property.
+    ``shown(evidence, require_coverage)``: whether the row is in the table at all (a tool this machine lacks
+    is a note, unless the row is required).
+    """
+
+    key: str
+    check: Callable[[Evidence, bool], Finding | list[Finding]]
+    needs: tuple[str, ...]
+    reads: Reads
+    blames: frozenset[str] = frozenset()
+    depends: frozenset[str] = frozenset()
+    applies: Callable[[Controller], bool] = lambda ctrl: True
+    band_only: bool = False
+    shown: Callable[[Evidence, bool], bool] = lambda ev, required: True
+
+    def applies_to(self, ctrl: Controller) -> bool:
+        return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
+
+
+def _plain(check: Callable[[Evidence], Finding]) -> Callable[[Evidence, bool], Finding]:
+    return lambda ev, required: check(ev)
+
+
+def _sanitizer_rows(tool: str) -> Callable[[Evidence, bool], list[Finding]]:
+    return lambda ev, required: memory_findings(list(ev.sanitizer), tools=(tool,))
+
+
+_SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")
+_BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
+_RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
+              predicted=lambda f: f"×{g(f.predicted)}", measured=_rate_measured)
+_COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
+               measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {g(f.detail['lambda0'][n])}"
+                                            for n, c in f.detail["counts"].items()))
+_ONSET = Reads(documented=lambda f: f"KL {f.detail['relation']} {f.detail['edge']}",
+               predicted=lambda f: f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})",
+               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else f"{x:.8g}"
+                                            for x in f.detail["ratios"]) + " × target")
+_IDENTICAL = Reads(documented=lambda f: "identical", predicted=_same_as_documented,
+                   measured=lambda f: "identical" if f.ok else "differs")
+_SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "required"), measured=_sanitizer_measured)
+
+#: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
+RECORDS: dict[str, Property] = {p.key: p for p in (
+    Property(key="floor", check=_plain(floor), needs=("catalogue",), reads=_BOUND, blames=frozenset({"floor"}),
+             depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
+    Property(key="ceiling", check=_plain(ceiling), needs=("catalogue",), reads=_BOUND, blames=frozenset({"ceiling"}),
+             depends=frozenset({"ceiling"}), applies=lambda c: c.bound("ceiling") is not None),
+    Property(key="ramp", check=_plain(ramp), needs=("catalogue",), reads=_RATE, blames=frozenset({"ramp"}),
+             depends=frozenset({"ramp", "floor", "ceiling"})),
+    Property(key="decay", check=_plain(decay), needs=("catalogue",), reads=_RATE, blames=frozenset({"decay"}),
+             depends=frozenset({"decay", "floor", "ceiling"})),
+    Property(key="steps_to_double", check=_plain(steps_to_double), needs=("catalogue",), reads=_COUNT,
+             blames=frozenset({"ramp"}), depends=frozenset({"ramp", "ceiling"})),
+    Property(key="steps_to_halve", check=_plain(steps_to_halve), needs=("catalogue",), reads=_COUNT,
+             blames=frozenset({"decay"}), depends=frozenset({"decay", "floor"})),
+    Property(key="steps_to_floor", check=_plain(steps_to_floor), needs=("catalogue",),
+             reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
+                         measured=_floor_steps_measured),
+             blames=frozenset({"decay", "floor"}), depends=frozenset({"decay", "floor"}),
+             applies=lambda c: c.has("steps_to_floor")),
+    Property(key="vanishing", check=_plain(vanishing), needs=("vanishing",),
+             reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
+                         measured=lambda f: reading.vanishing(f.detail["measured"])),
+             applies=lambda c: c.bound("floor") is None),
+    Property(key="dead_zone", check=_plain(dead_zone), needs=("dead_zone",), band_only=True,
+             reads=Reads(documented=_dead_zone_documented,
+                         predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
+                         measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
+             blames=frozenset({"upper", "lower"}), depends=frozenset({"upper", "lower"})),
+    # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
+    Property(key="ramp_onset", check=_plain(ramp_onset), needs=("onsets",), band_only=True, reads=_ONSET,
+             blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
+    Property(key="decay_onset", check=_plain(decay_onset), needs=("onsets",), band_only=True, reads=_ONSET,
+             blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
+    Property(key="guards", check=_plain(guards), needs=("guards",), depends=frozenset({"guard"}),
+             reads=Reads(documented=lambda f: "unchanged" if f.detail.get("guarded", True) else "the source's rule (no guard)",
+                         measured=lambda f: f"{f.measured:g}/{f.documented:g} cases "
+                         + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source"))),
+    Property(key="nonfinite", check=_plain(nonfinite), needs=("nonfinite",), blames=frozenset({"nonfinite"}),
+             depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
+             reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
+                         measured=_fraction("cases as pinned"))),
+    Property(key="isolation", check=_plain(isolation), needs=_SCENARIO_GROUPS, depends=frozenset({"writes"}),
+             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only", predicted=_same_as_documented,
+                         measured=_fraction("runs left every other slot's bits intact"))),
+    Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,
+             depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),
+    Property(key="launch_modes", check=_plain(launch_modes), needs=("catalogue", "per_step"), reads=_IDENTICAL),
+    Property(key="single_thread", check=_plain(single_thread), needs=("threads",),
+             reads=Reads(documented=lambda f: "thread (0, 0) only",
+                         measured=_fraction("other threads left the ISV unchanged"))),
+    Property(key="execution", check=_plain(execution), needs=(),
+             reads=Reads(documented=lambda f: "no crash, no hang",
+                         measured=lambda f: (f"{f.measured:g} crash(es)/time-out(s) ({f.detail['limit']})" if f.measured
+                                             else f"all ran ({f.detail['limit']})"))),
+    Property(key="no_atomics", check=_plain(no_atomics), needs=("static",), shown=lambda ev, required: ev.static is not None,
+             reads=Reads(documented=lambda f: "none",
+                         measured=lambda f: ", ".join(f.detail["atomics"]) if f.detail["atomics"]
+                         else f"none (NVRTC {f.detail['nvrtc']}, {f.detail['arch']})")),
+    Property(key="resources", check=_plain(resources), needs=("static",), shown=lambda ev, required: ev.static is not None,
+             reads=Reads(documented=lambda f: "reported", measured=_resources_measured)),
+    Property(key="coverage", check=lambda ev, required: coverage(ev, required), needs=("coverage",),
+             shown=lambda ev, required: ev.coverage is not None or required,
+             reads=Reads(documented=lambda f: "all" if f.detail.get("required") else "reported",
+                         measured=lambda f: f.detail["summary"])),
+    Property(key="memcheck", check=_sanitizer_rows("memcheck"), needs=("sanitizer",), reads=_SANITIZER,
+             shown=lambda ev, required: ev.sanitizer is not None),
+    Property(key="initcheck", check=_sanitizer_rows("initcheck"), needs=("sanitizer",), reads=_SANITIZER,
+             shown=lambda ev, required: ev.sanitizer is not None),
+)}
 
 
 def applicable(ctrl: Controller) -> list[str]:
-    """The properties judged for a contract entry: floor and ceiling where the rule has them, vanishing where
-    it has no floor, steps_to_floor where documented, the band's properties for band rules."""
-    def applies(key: str) -> bool:
-        if key in ("floor", "ceiling"):
-            return ctrl.bound(key) is not None
-        if key == "vanishing":
-            return ctrl.bound("floor") is None
-        if key == "steps_to_floor":
-            return ctrl.has("steps_to_floor")
-        return key not in BAND_ONLY or ctrl.is_band
-
-    return [key for key in CHECKS if applies(key)]
+    """The documented properties judged for a contract entry (the rows that need no tool: not the static,
+    coverage and sanitizer rows): floor and ceiling where the rule has them, vanishing where it has no floor,
+    steps_to_floor where documented, the band's properties for band rules."""
+    return [key for key, p in RECORDS.items() if not set(p.needs) & set(SOURCES) and p.applies_to(ctrl)]
 
 
-#: Experiment groups (repro.runners.campaign.GROUPS) each check reads; the others read the catalogue.
-NEEDS = {"dead_zone": ("dead_zone",), "ramp_onset": ("onsets",), "decay_onset": ("onsets",), "guards": ("guards",),
-         "nonfinite": ("nonfinite",), "launch_modes": ("catalogue", "per_step"), "single_thread": (),
-         "execution": (), "isolation": (), "vanishing": ("vanishing",)}
+def missing(ev: Evidence, needs: tuple[str, ...]) -> str:
+    """Why the evidence in ``needs`` is not all there, in words ("" when it is)."""
+    groups = [n for n in needs if n in GROUPS and n not in ev.groups_run]
+    out = [f"{', '.join(groups)} did not finish (see the execution row)"] if groups else []
+    if "static" in needs and ev.static is None:
+        out.append("the static rules did not run" + (": NVRTC is not available here" if "static" in ev.unavailable else ""))
+    cov = ev.coverage
+    if "coverage" in needs and cov is None:
+        out.append("the coverage build did not run" + (": gcov is not available here" if "coverage" in ev.unavailable
+                                                       else ""))
+    elif "coverage" in needs and not cov.ran_in_full:
+        out.append(f"the coverage build did not run every group ({'; '.join(cov.fault_lines())})")
+    hung = [f.scenario for f in ev.faults if f.group == "sanitizer"]
+    if "sanitizer" in needs and (ev.sanitizer is None or hung):
+        out.append("compute-sanitizer " + (f"hung on {', '.join(hung)}" if hung else "did not run"))
+    return "; ".join(out)
 
 
-def _judge_one(ev: Evidence, key: str) -> Finding:
-    """One check; "not measured" (a failure) where the candidate crashed or hung in what it needs."""
-    missing = [g for g in NEEDS.get(key, ("catalogue",)) if g not in ev.groups_run]
-    try:
-        if not missing:
-            return CHECKS[key](ev)
-    except MissingEvidence as err:
-        missing = [f"scenario {err.args[0]!r}"]
-    return Finding(key, key, False, "", None, None, None,
-                   {"not_measured": f"{', '.join(missing)} did not finish (see the execution row)"})
-
-
-def judge(ev: Evidence, require_coverage: bool = False) -> list[Finding]:
-    """Every property that applies to the evidence's controller, in the gate's order.
-
-    The static rows (no_atomics, resources) and the coverage row come after, where
-    the evidence has them (NVRTC, gcov available).
-    """
-    rows = [_judge_one(ev, key) for key in applicable(ev.controller)]
-    if ev.static is not None:
-        rows += [no_atomics(ev), resources(ev)]
-    if ev.coverage is not None:
-        rows.append(coverage(ev, require_coverage))
+def judge_rows(ev: Evidence, require_coverage: bool = False) -> list[Finding]:
+    """Every row that applies to the evidence's controller, in the gate's order; "not measured" (a failure)
+    where what a row needs did not run, or a scenario it reads did not finish."""
+    rows = []
+    for key, prop in RECORDS.items():
+        if not prop.applies_to(ev.controller) or not prop.shown(ev, require_coverage):
+            continue
+        why = missing(ev, prop.needs)
+        if not why:
+            try:
+                got = prop.check(ev, require_coverage)
+                rows += got if isinstance(got, list) else [got]
+                continue
+            except MissingEvidence as err:
+                why = f"scenario {err.args[0]!r} did not finish (see the execution row)"
+        rows.append(Finding(key=key, title=key, ok=False, unit="", documented=None, predicted=None, measured=None,
+                            detail={"not_measured": why}))
     return rows

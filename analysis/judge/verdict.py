@@ -1,24 +1,27 @@
-"""A candidate's verdict: compile, collect the evidence, judge every property (no I/O, no printing)."""
+"""A candidate's verdict: every row judged from the evidence, the diagnosis (pure; no I/O, no printing).
+
+:func:`judge` is a pure function of :class:`repro.runners.evidence.Evidence`; :func:`evaluate` is the
+convenience that gathers the evidence first (:func:`repro.runners.gather.gather`) and then judges it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from analysis.judge.diagnosis import applies, behaves_as, diagnose, stray_write_causes
 from analysis.judge.findings import Difference
-from analysis.judge.properties import Finding, judge
-from repro.backends import Backend, get_backend, ptx, unavailable_reason
+from analysis.judge.properties import Finding, judge_rows
+from repro.backends import Backend
 from repro.core.contract import Contract
-from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
-from repro.runners import coverage as cov
-from repro.runners.campaign import Evidence, collect
-from repro.runners.inference import Behaviour, infer
-from repro.runners.isolation import DEFAULT_TIMEOUT, collect_isolated
+from repro.runners.evidence import Evidence
+from repro.runners.gather import gather
+from repro.runners.inference import Behaviour
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     """The gate's result for one kernel under one contract."""
 
@@ -66,67 +69,40 @@ class Verdict:
         }
 
 
-def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
-             timeout: float | None = DEFAULT_TIMEOUT, static: bool = True, coverage: bool = True,
-             require_coverage: bool = False) -> Verdict:
-    """Compile ``source`` on ``backend``, run every experiment, judge against ``contract_name``.
+def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract: Contract, backend: Backend,
+          seconds: float = 0.0, require_coverage: bool = False) -> Verdict:
+    """The verdict on ``evidence`` (a pure function of it: no kernel runs here).
 
-    ``timeout``: s per experiment group, each run in a child process (None: in this process,
-    unprotected). ``static``: NVRTC's PTX rules where NVRTC is installed. ``coverage``: gcov line
-    and branch counts where g++ and gcov are (``require_coverage`` makes a gap a failure).
+    Every row its records give (``analysis.judge.properties.RECORDS``); where the evidence has the rule
+    the kernel behaves as, the differences from the contract and each failing row's causes.
+    ``seconds``: what gathering the evidence took.
+    """
+    controller = contract.controller(contract_name)
+    findings = judge_rows(evidence, require_coverage)
+    differences, behaves = [], []
+    if evidence.behaviour is not None:
+        differences, findings = diagnose(evidence.behaviour, controller, contract, findings, source.text)
+        behaves = behaves_as(evidence.behaviour, controller, contract)
+    # a stray write the inference did not explain: still point at its line
+    findings = [replace(f, causes=f.causes or tuple(stray_write_causes(f, source.text))) if f.key == "isolation" else f
+                for f in findings]
+    return Verdict(source, contract_name, backend.name, backend.describe(), findings, evidence, seconds,
+                   notes=list(evidence.notes), differences=differences, behaves_as=behaves)
+
+
+def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
+             timeout: float | None = None, static: bool = True, coverage: bool = True,
+             require_coverage: bool = False, sanitize: bool = False, isolate: bool = True,
+             progress: Callable[[str], None] | None = None) -> Verdict:
+    """Gather the evidence on ``source`` (:func:`repro.runners.gather.gather`: compile, isolated runs, coverage,
+    static rules, sanitizer), then :func:`judge` it against ``contract_name``.
+
+    ``timeout``: a fixed limit (s) per experiment group (None: derived from the reference kernel); the other
+    options are :func:`~repro.runners.gather.gather`'s. The inference runs where the diagnosis applies.
     """
     controller = contract.controller(contract_name)
     start = time.perf_counter()
-    notes = []
-    backend.check_compiles(source, contract.slots)  # the backend's compiler speaks first on a broken source
-    static_report = None
-    if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
-        reason = ptx.unavailable_reason()
-        if reason:
-            notes.append(f"static checks not run: {reason}")
-        else:
-            static_report = ptx.analyse(source)
-    inference = applies(controller)  # the rule a band candidate behaves as, and why each failing row fails
-    if timeout is None:
-        kernel = backend.compile(source, contract.slots)
-        evidence = collect(kernel, controller)
-        if inference:
-            evidence = replace(evidence, behaviour=infer(kernel, controller))
-    else:  # the candidate's code runs in child processes only
-        evidence = collect_isolated(backend, source, contract.slots, controller, timeout, inference=inference)
-    coverage_report = None
-    if coverage or require_coverage:
-        reason = cov.unavailable_reason() or unavailable_reason("host")
-        if reason:
-            notes.append(f"coverage not measured: {reason}")
-        else:
-            try:
-                coverage_report = cov.measure(get_backend("host"), source, contract.slots, controller,
-                                              timeout or DEFAULT_TIMEOUT,
-                                              skip=frozenset(f.group for f in evidence.faults))
-            except BackendUnavailable as err:
-                notes.append(f"coverage not measured: {err}")
-            if coverage_report is not None and coverage_report.faults:
-                notes.append(f"coverage incomplete: {'; '.join(coverage_report.faults)}")
-    evidence = replace(evidence, static=static_report, coverage=coverage_report)
-    approx = source.approximate_intrinsics()
-    if approx:
-        listed = ", ".join(f"{name} (line {line})" for name, line in approx)
-        notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
-    verdict = verdict_of(source, contract_name, backend, evidence, 0.0, require_coverage)
-    verdict.notes = notes
-    if verdict.behaviour is not None:
-        verdict.differences = diagnose(verdict.behaviour, controller, contract, verdict.findings, source.text)
-        verdict.behaves_as = behaves_as(verdict.behaviour, controller, contract)
-    for f in verdict.findings:  # a stray write the inference did not explain: still point at its line
-        if f.key == "isolation":
-            f.causes = f.causes or stray_write_causes(f, source.text)
-    verdict.seconds = time.perf_counter() - start
-    return verdict
-
-
-def verdict_of(source: KernelSource, contract_name: str, backend: Backend, evidence: Evidence,
-               seconds: float, require_coverage: bool = False) -> Verdict:
-    """Judge evidence already collected (``seconds``: what collecting it took); no inference, no diagnosis."""
-    return Verdict(source, contract_name, backend.name, backend.describe(), judge(evidence, require_coverage),
-                   evidence, seconds)
+    evidence = gather(backend, source, contract.slots, controller, timeout=timeout, isolate=isolate, static=static,
+                      coverage=coverage or require_coverage, inference=applies(controller), sanitize=sanitize,
+                      progress=progress)
+    return judge(evidence, source, contract_name, contract, backend, time.perf_counter() - start, require_coverage)

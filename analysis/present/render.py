@@ -1,6 +1,8 @@
 """The gate's rows as text for each reader: the table, one-line messages, JSON, JUnit XML, GitHub annotations.
 
-The only place findings become text. Every function takes the structured rows
+The only place findings become whole texts. How each row's columns read is part of its
+property's record (``analysis.judge.properties.RECORDS``: ``reads``), so that a property is
+one record; this module assembles the columns. Every function takes the structured rows
 (:class:`analysis.judge.findings.Finding`, :class:`~analysis.judge.findings.Difference`) and
 the names of the files to point at; none reads text back.
 """
@@ -12,144 +14,30 @@ import math
 from xml.etree import ElementTree as ET
 
 from analysis.judge.findings import Difference, Finding, Where
-
-
-def g(x) -> str:
-    return "—" if x is None else f"{float(x):.8g}"
+from analysis.judge.properties import RECORDS
+from analysis.judge.reading import g, value
 
 
 def documented(f: Finding) -> str:
-    d = f.detail
-    if "not_measured" in d:
+    """The row's documented value in words (its record says how; "—" where it was not measured)."""
+    if "not_measured" in f.detail:
         return "—"
-    if f.key in ("floor", "ceiling"):
-        return g(f.documented)
-    if f.key in ("ramp", "decay"):
-        return _rate_form(d.get("form"), f.documented)
-    if f.key.startswith("steps_to"):
-        if f.documented is None:
-            return f"— (closed form {f.predicted:g} ± 1)"
-        tol = d.get("tolerance")
-        return f"{f.documented:g}" + (f" ± {tol:g}" if tol else "")
-    if f.key == "dead_zone":
-        if d.get("edges_documented"):
-            return f"[{d['lower']}, {d['upper']}], edges inclusive"
-        return f"×/÷{d['tolerance']:g}, edges inclusive"
-    if f.key in ("ramp_onset", "decay_onset"):
-        return f"KL {d['relation']} {d['edge']}"
-    if f.key == "vanishing":
-        return "no floor"
-    if f.key == "guards":
-        return "unchanged" if d.get("guarded", True) else "the source's rule (no guard)"
-    if f.key == "nonfinite":
-        return f"{f.documented:g} cases pinned"
-    if f.key == "isolation":
-        return f"slot {d['lambda_slot']} only"
-    if f.key in ("spec_agreement", "launch_modes"):
-        return "identical"
-    if f.key in ("execution", "single_thread", "no_atomics", "coverage", "resources"):
-        return {"execution": "no crash, no hang", "single_thread": "thread (0, 0) only", "no_atomics": "none",
-                "coverage": "all" if d.get("required") else "reported", "resources": "reported"}[f.key]
-    return _value(f.documented, f.unit, "required")
-
-
-def _rate_form(form: dict | None, factor: float | None) -> str:
-    if not form or form.get("op") == "mul":
-        return f"×{g(factor if not form else form['value'])}"
-    if form["op"] == "div":
-        return f"÷{g(form['value'])}"
-    return f"×(1 {'+' if form['sign'] > 0 else '−'} {g(form['clip'])}·{g(form['n_steps'])}/{g(form['horizon'])})"
-
-
-def _vanishing(v: dict) -> str:
-    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
-             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {g(v['settled'])}",
-             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
-             f"never back under high KL (ends at {g(v['final'])})"]
-    return "; ".join(parts)
+    record = RECORDS.get(f.key)
+    return record.reads.documented(f) if record else value(f.documented, f.unit, "required")
 
 
 def predicted(f: Finding) -> str:
     if "not_measured" in f.detail:
         return "—"
-    if f.key == "vanishing":
-        return _vanishing(f.detail["spec"])
-    if f.key in ("floor", "ceiling"):
-        return g(f.predicted)
-    if f.key in ("ramp", "decay"):
-        return f"×{g(f.predicted)}"
-    if f.key.startswith("steps_to"):
-        return f"{f.predicted:g}"
-    if f.key == "dead_zone":
-        return f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged"
-    if f.key in ("ramp_onset", "decay_onset"):
-        return f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})"
-    if f.key == "isolation":
-        return documented(f)
-    if f.key == "nonfinite":
-        return f"{f.predicted:g} cases"
-    if f.key in ("spec_agreement", "launch_modes"):
-        return documented(f)
-    return _value(f.predicted, f.unit, documented(f))
+    record = RECORDS.get(f.key)
+    return record.reads.predicted(f) if record else value(f.predicted, f.unit, documented(f))
 
 
 def measured(f: Finding) -> str:
-    d = f.detail
-    if "not_measured" in d:
-        return f"not measured: {d['not_measured']}"
-    if f.key == "execution":
-        return f"{f.measured:g} crash(es)/time-out(s) ({d['limit']})" if f.measured else f"all ran ({d['limit']})"
-    if f.key == "single_thread":
-        return f"{f.measured:g}/{f.documented:g} other threads left the ISV unchanged"
-    if f.key == "no_atomics":
-        return ", ".join(d["atomics"]) if d["atomics"] else f"none (NVRTC {d['nvrtc']}, {d['arch']})"
-    if f.key == "resources":
-        regs = f"{d['registers']} registers" if d["registers"] is not None else "registers not reported"
-        spill = f"{d['spill_bytes']} B spills" if d["spill_bytes"] is not None else "spills not reported"
-        return (f"{d['global_stores']} st.global, {d['local_accesses']} local-memory accesses, {spill}, "
-                f"{d['stack_bytes']} B stack, {regs}")
-    if f.key == "coverage":
-        return d["summary"]
-    if f.key == "vanishing":
-        return _vanishing(d["measured"])
-    if f.key in ("floor", "ceiling"):
-        held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
-        return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
-    if f.key in ("ramp", "decay"):
-        if f.measured is None:
-            return "no unclamped step"
-        return f"×{f.measured:.8f} (median of {d['free_steps']} unclamped steps)"
-    if f.key == "steps_to_floor":
-        if f.measured is None:
-            return f"never clamped at {g(d['floor'])}"
-        before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
-        step = "never" if f.measured is None else f"{f.measured:g}"
-        return f"clamped at {g(d['floor'])} from step {step}{before}"
-    if f.key.startswith("steps_to"):
-        return ", ".join(f"{'never' if c is None else c} from λ0 {g(d['lambda0'][n])}" for n, c in d["counts"].items())
-    if f.key == "dead_zone":
-        return f"{f.measured:g}/{f.documented:g} probes held λ for {d['steps']} steps"
-    if f.key in ("ramp_onset", "decay_onset"):
-        return ", ".join("none" if x is None or math.isnan(x) else f"{x:.8g}" for x in d["ratios"]) + " × target"
-    if f.key == "guards":
-        kept = "unchanged" if d.get("guarded", True) else "as the spec model of the source"
-        return f"{f.measured:g}/{f.documented:g} cases {kept}"
-    if f.key == "nonfinite":
-        return f"{f.measured:g}/{f.documented:g} cases as pinned"
-    if f.key == "isolation":
-        return f"{f.measured:g}/{f.documented:g} runs left every other slot's bits intact"
-    if f.key in ("spec_agreement", "launch_modes"):
-        return "identical" if f.ok else "differs"
-    if d.get("tool"):  # a compute-sanitizer row
-        if f.ok:
-            return f"0 errors on the {', '.join(d['paths'])} launch paths"
-        return f"{d['kind']} in {d['kernel'] or 'a CUDA call'} at {d['location']} ({d['path']} path)"
-    return _value(f.measured, f.unit, "holds" if f.ok else "violated")
-
-
-def _value(x: float | None, unit: str, otherwise: str) -> str:
-    """A row other parts of the suite add (crash, time-out, static rules): its number and unit, or a word."""
-    return otherwise if x is None else f"{g(x)} {unit}".rstrip()
+    if "not_measured" in f.detail:
+        return f"not measured: {f.detail['not_measured']}"
+    record = RECORDS.get(f.key)
+    return record.reads.measured(f) if record else value(f.measured, f.unit, "holds" if f.ok else "violated")
 
 
 def where(w: Where | None) -> str:

@@ -12,70 +12,28 @@ from __future__ import annotations
 
 import ctypes
 import gzip
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from repro.backends.host import FLAGS, HostBackend, HostKernel
+from repro.backends.host import FLAGS, HostBackend, HostKernel, cache_dir
 from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM, compile_error, harness_unit
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
-from repro.runners.campaign import GROUPS
+from repro.runners.campaign import scenario_groups
+from repro.runners.evidence import GROUPS, Coverage, Fault
+from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
+
+__all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "unavailable_reason"]
 
 _DUMP = '\nextern "C" void __gcov_dump(void);\nextern "C" void rlq_gcov_dump(void) { __gcov_dump(); }\n'
 COVERAGE_FLAGS = tuple(f for f in FLAGS if f != "-O2") + ("-O0", "--coverage")
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """Execution counts per line of the candidate, and per branch arc (``line → [count per arc]``)."""
-
-    file: str
-    lines: dict[int, int]
-    branches: dict[int, list[int]]
-    faults: list[str] = field(default_factory=list)  # experiments that crashed or hung in the coverage build
-
-    @property
-    def lines_hit(self) -> int:
-        return sum(1 for c in self.lines.values() if c > 0)
-
-    @property
-    def branches_total(self) -> int:
-        return sum(len(arcs) for arcs in self.branches.values())
-
-    @property
-    def branches_hit(self) -> int:
-        return sum(1 for arcs in self.branches.values() for c in arcs if c > 0)
-
-    @property
-    def uncovered_lines(self) -> list[int]:
-        return sorted(n for n, c in self.lines.items() if c == 0)
-
-    @property
-    def partial_branch_lines(self) -> list[int]:
-        """Lines with a branch arc that never ran (the line itself may have run)."""
-        return sorted(n for n, arcs in self.branches.items() if any(c == 0 for c in arcs))
-
-    @property
-    def complete(self) -> bool:
-        return not self.uncovered_lines and not self.partial_branch_lines
-
-    def summary(self) -> str:
-        """``14/14 lines, 8/8 branches`` plus what was missed."""
-        text = f"{self.lines_hit}/{len(self.lines)} lines, {self.branches_hit}/{self.branches_total} branches"
-        if self.uncovered_lines:
-            text += f"; lines never run: {', '.join(map(str, self.uncovered_lines))}"
-        if self.partial_branch_lines:
-            text += f"; branches never taken on line(s) {', '.join(map(str, self.partial_branch_lines))}"
-        return text
-
-    def as_dict(self) -> dict:
-        return {"file": self.file, "lines": self.lines, "branches": self.branches, "faults": self.faults,
-                "summary": self.summary()}
 
 
 def _gcov() -> str:
@@ -97,45 +55,100 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def _build(backend: HostBackend, source: KernelSource, slots: Slots, folder: Path) -> Path:
+    """The coverage build of ``source``'s harness unit in ``folder`` (its counters are written there)."""
+    unit = folder / "unit.cpp"
+    unit.write_text(harness_unit(source, slots, for_device=False) + _DUMP)
+    lib = folder / "unit.so"
+    cmd = [backend.cxx, *COVERAGE_FLAGS, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++",
+           str(unit), "-o", str(lib)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+    if done.returncode != 0:
+        raise compile_error(source.origin, Path(backend.cxx).name, done.stderr)
+    return lib
+
+
+def _cached_build(backend: HostBackend, source: KernelSource, slots: Slots) -> Path:
+    """The reference's coverage build, kept in the build cache: it is only timed (its counters are never read)."""
+    unit = harness_unit(source, slots, for_device=False) + _DUMP
+    key = hashlib.sha256("\0".join([unit, HOST_SHIM.read_text(), " ".join(COVERAGE_FLAGS),
+                                    backend.compiler_version]).encode()).hexdigest()[:24]
+    lib = cache_dir() / f"{key}.coverage.so"
+    if not lib.exists():
+        folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-ref-"))
+        try:
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            tmp = cache_dir() / f"{key}.{os.getpid()}.coverage.tmp"
+            shutil.copyfile(_build(backend, source, slots, folder), tmp)
+            os.replace(tmp, lib)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return lib
+
+
+def reference_times(backend: HostBackend, source: KernelSource, slots: Slots, controller: Controller,
+                    seed: int = 0) -> dict[str, float]:
+    """The reference kernel's wall time (s) per experiment group in its coverage build (``startup`` included)."""
+    lib = _cached_build(backend, source, slots)
+    seconds, _ = time_reference(backend, source, slots, controller, seed,
+                                load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
+    return seconds
+
+
 def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller: Controller,
-            timeout: float, seed: int = 0, skip: frozenset[str] = frozenset()) -> Coverage:
+            timeout: float | None = None, seed: int = 0, skip: frozenset[str] = frozenset(),
+            reference: dict[str, float] | None = None, clock: Clock | None = None,
+            progress: Callable[[str], None] | None = None, hung: dict[str, str] | None = None) -> Coverage:
     """Build with ``--coverage``, run every experiment group in a worker, read the counts back.
 
-    Groups in ``skip`` (those that crashed or hung in the gated build) are not run again.
+    Limits: ``timeout`` s per group, else derived from ``reference`` (:func:`reference_times`), within
+    ``clock``'s budget. Groups in ``skip`` (those that crashed or hung in the gated build) are not run
+    again, nor are the scenarios in ``hung`` (name → why: they hung in the gated build); once a group
+    hangs in this build, the groups after it are not run either.
     """
-    from repro.runners.isolation import Worker  # isolation imports campaign; keep this module importable alone
-
     gcov = _gcov()
+    if timeout is None and reference is None:
+        raise ValueError("coverage.measure needs a fixed timeout or the reference's times")
+    per = dict.fromkeys(("startup", *GROUPS), timeout) if timeout is not None else derive_limits(reference)
+    clock = clock or Clock(None)
+    skipped = [(g, "it crashed or hung in the gated build") for g in GROUPS if g in skip]
+    sized = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
+    if all(g in skip or sized.get(g) == 0 for g in GROUPS):  # nothing left to run: no build to make
+        return Coverage(source.origin, {}, {}, (), tuple(skipped))
     folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-"))
     try:
-        unit = folder / "unit.cpp"
-        unit.write_text(harness_unit(source, slots, for_device=False) + _DUMP)
-        lib = folder / "unit.so"
-        cmd = [backend.cxx, *COVERAGE_FLAGS, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++",
-               str(unit), "-o", str(lib)]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
-        if done.returncode != 0:
-            raise compile_error(source.origin, Path(backend.cxx).name, done.stderr)
-        worker = Worker(backend, source, slots, controller, seed,
+        lib = _build(backend, source, slots, folder)
+        worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
                         load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
+        runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
+        runner.known.update(hung or {})
         faults = []
         try:
-            faults += [f"{group}: not run (it crashed or hung in the gated build)" for group in GROUPS if group in skip]
             for group in (g for g in GROUPS if g not in skip):
-                answer = worker.ask((group, None), timeout)
-                if not answer.ok:
-                    faults.append(f"{group}: {answer.fault[0] if answer.fault else answer.value}")
-            worker.ask("dump", timeout)
+                if any(f.kind == "timeout" for f in faults):
+                    skipped.append((group, f"the coverage build hung in {faults[0].group}"))
+                    continue
+                got, bad, left = runner.run(group)
+                faults += bad
+                skipped += [(g, f"{name}: {why}") for g, name, why in left]
+                if progress is not None:
+                    progress("coverage " + said(group, bool(got), bad, per[group]))
+            if clock.limit(LIMIT_DUMP) > 0:
+                worker.ask("dump", clock.limit(LIMIT_DUMP))
         finally:
             worker.stop()
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
-        return _parse(data.stdout, source, faults)
+        return _parse(data.stdout, source, tuple(faults), tuple(skipped))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _parse(raw: bytes, source: KernelSource, faults: list[str]) -> Coverage:
+#: s for the worker to write its counters.
+LIMIT_DUMP = 10.0
+
+
+def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:
     origin = source.origin.replace("\\", "/").replace('"', "'")
     lines, branches = {}, {}
     text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
@@ -152,4 +165,4 @@ def _parse(raw: bytes, source: KernelSource, faults: list[str]) -> Coverage:
                     arcs = [int(b["count"]) for b in line["branches"] if not b.get("throw")]
                     old = branches.get(n, [0] * len(arcs))
                     branches[n] = [a + b for a, b in zip(old, arcs, strict=True)] if len(old) == len(arcs) else arcs
-    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults)
+    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults, skipped)

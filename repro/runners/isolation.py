@@ -24,18 +24,26 @@ import multiprocessing as mp
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import GROUPS, Evidence, Fault, assemble, run_group, scenario_groups
+from repro.runners.evidence import Limits
 
-#: Default wall-clock limit (s) for one experiment group: generous next to what a conforming kernel needs
-#: (the gate prints its total time), since a GPU worker's first group also pays for CuPy's import and NVRTC.
+#: A request's limit: LIMIT_FACTOR × the reference kernel's wall time for it in the same run, at least
+#: LIMIT_FLOOR s. The floor covers a fork, a pickle and a scheduler's jitter on a loaded machine; the factor
+#: a candidate legitimately slower than the reference (more arithmetic, a debug build) and the load's swings.
+LIMIT_FACTOR = 10.0
+LIMIT_FLOOR = 0.5
+#: The whole gathering's budget: BUDGET_FACTOR × the reference's total, at least BUDGET_FLOOR s.
+BUDGET_FACTOR = 10.0
+BUDGET_FLOOR = 10.0
+#: The reference's own limit per request (s): the contract's kernel, trusted; generous for a GPU's first call.
 DEFAULT_TIMEOUT = 20.0
-#: Culprits named per group before the rest of its scenarios are left unrun.
+#: Culprits named per group before the rest of its scenarios are left unrun (the search ends at a hang).
 MAX_CULPRITS = 3
 #: The request for :func:`repro.runners.inference.infer`, served beside the experiment groups.
 INFERENCE = "inference"
@@ -104,24 +112,37 @@ class Worker:
     """
 
     def __init__(self, backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
-                 load: Callable[[], CompiledKernel] | None = None):
+                 load: Callable[[], CompiledKernel] | None = None, startup: float | None = None):
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
+        self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
         self.proc = None
         self.conn = None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
+        # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
+        # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
+        self.spare = None
+        self.lost = False
 
-    def _start(self) -> _Answer | None:
+    def _launch(self):
+        """A new worker process and its pipe, not yet waited for."""
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
         args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
                 self.controller, self.seed)
-        self.proc = ctx.Process(target=_serve, args=args, daemon=True)
-        self.proc.start()
+        proc = ctx.Process(target=_serve, args=args, daemon=True)
+        proc.start()
         child.close()
-        self.conn = parent
-        return self._receive(STARTUP_LIMIT)
+        return proc, parent
+
+    def _start(self) -> _Answer | None:
+        self.proc, self.conn = self.spare or self._launch()
+        self.spare = None
+        answer = self._receive(self.startup)
+        if answer is None and self.lost and self.method == "spawn":
+            self.spare = self._launch()
+        return answer
 
     def ask(self, request, timeout: float) -> _Answer:
         """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
@@ -160,6 +181,7 @@ class Worker:
                 return _Answer(False, None, ("timeout", f"no answer within {timeout:g} s"))
 
     def _died(self) -> _Answer:
+        self.lost = True
         self.proc.join(1.0)
         code = self.proc.exitcode
         self._reset()
@@ -178,9 +200,16 @@ class Worker:
         self.proc, self.conn = None, None
 
     def stop(self, kill: bool = False) -> None:
-        """End the worker (politely, or by SIGKILL for a hung one)."""
+        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
+        if not kill and self.spare is not None:
+            proc, conn = self.spare
+            self.spare = None
+            proc.kill()
+            proc.join()
+            conn.close()
         if self.proc is None:
             return
+        self.lost |= kill
         if kill:
             self.proc.kill()
         else:
@@ -197,58 +226,203 @@ class SuiteFailure(SuiteError):
     """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
 
-def _run_groups(worker: Worker, controller: Controller, groups, timeout: float, seed: int):
-    results, faults = {}, []
-    sizes = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
-    for group in groups:
-        answer = worker.ask((group, None), timeout)
+def derive_limits(reference: dict[str, float], factor: float = LIMIT_FACTOR, floor: float = LIMIT_FLOOR) -> dict[str, float]:
+    """Each request's limit (s): ``factor`` × the reference kernel's wall time for it, at least ``floor``."""
+    return {name: max(floor, factor * seconds) for name, seconds in reference.items()}
+
+
+def derive_budget(reference: dict[str, float]) -> float:
+    """The whole gathering's budget (s): :data:`BUDGET_FACTOR` × the reference's total, at least :data:`BUDGET_FLOOR`."""
+    return max(BUDGET_FLOOR, BUDGET_FACTOR * sum(reference.values()))
+
+
+class Clock:
+    """A deadline shared by every request of one gathering (``budget`` None: none)."""
+
+    def __init__(self, budget: float | None):
+        self.budget = budget
+        self.deadline = None if budget is None else time.monotonic() + budget
+
+    def left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def limit(self, wanted: float) -> float:
+        """``wanted``, cut to what the budget has left."""
+        return max(0.0, min(wanted, self.left()))
+
+    def over(self, group: str) -> Fault:
+        return Fault(group, "", "budget", f"not run: the budget of {self.budget:.3g} s was spent")
+
+
+def time_reference(backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
+                   inference: bool = False, load: Callable[[], CompiledKernel] | None = None,
+                   requests: tuple[str, ...] = GROUPS) -> tuple[dict[str, float], dict]:
+    """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
+    it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
+    worker = Worker(backend, source, slots, controller, seed, load=load)
+    seconds, results = {}, {}
+    try:
+        start = time.monotonic()
+        started = worker._start()
+        if started is not None:
+            raise SuiteFailure(f"the reference kernel {source.origin} did not load: {started.fault or started.value}")
+        seconds["startup"] = time.monotonic() - start
+        for request in (*requests, *((INFERENCE,) if inference else ())):
+            start = time.monotonic()
+            answer = worker.ask((request, None), DEFAULT_TIMEOUT)
+            seconds[request] = time.monotonic() - start
+            if not answer.ok:
+                raise SuiteFailure(f"the reference kernel {source.origin} failed in {request}: "
+                                   f"{answer.fault or answer.value}")
+            results[request] = answer.value
+    finally:
+        worker.stop()
+    return seconds, results
+
+
+class GroupRunner:
+    """Runs experiment groups in ``worker`` under their limits, one at a time, keeping what it learnt.
+
+    A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits; the search
+    ends at the first that hangs, and the rest of the group runs as one request (a hang there ends the group).
+    A scenario that hung is not run again in a later group (same name, same inputs). Once the candidate has
+    hung, a later group that hangs ends at once, without the scenario-by-scenario search.
+    """
+
+    def __init__(self, worker: Worker, controller: Controller, limits: dict[str, float], clock: Clock, seed: int = 0,
+                 narrow: bool = True):
+        self.worker, self.limits, self.clock, self.narrow = worker, limits, clock, narrow
+        self.groups_of = scenario_groups(controller, seed)
+        self.known: dict[str, str] = {}  # scenario name -> why it is not run again
+        self.hung = False
+
+    def run(self, group: str) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
+        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group."""
+        clock, worker = self.clock, self.worker
+        limit = clock.limit(self.limits[group])
+        if limit <= 0:
+            return {}, [clock.over(group)], []
+        names = [sc.name for sc in self.groups_of[group][0]] if group in self.groups_of else []
+        todo = tuple(i for i, n in enumerate(names) if n not in self.known)
+        skipped = [(group, n, self.known[n]) for n in names if n in self.known]
+        whole = len(todo) == len(names)
+        answer = worker.ask((group, None if whole else todo), limit)
         if answer.ok:
-            results[group] = answer.value
-            continue
+            return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
-        if group not in sizes or answer.at_load:  # one experiment (onsets, threads), or no scenario ran at all
-            faults.append(Fault(group, "", *answer.fault))
-            continue
-        partial, culprits = {}, 0
-        names = [sc.name for sc in scenario_groups(controller, seed)[group][0]]
-        for i in range(sizes[group]):
-            one = worker.ask((group, i), timeout)
+        timed_out = answer.fault[0] == "timeout"
+        if not self.narrow or group not in self.groups_of or answer.at_load or (timed_out and self.hung):
+            # one experiment (onsets, threads), no scenario ran at all, or a hang once more: it ends here
+            self.hung |= timed_out
+            return {}, [Fault(group, "", *answer.fault)], skipped
+        self.hung |= timed_out
+        partial, faults, culprits = {}, [], 0
+        pending = list(todo)
+        while pending:
+            i = pending.pop(0)
+            one_limit = clock.limit(self.limits[group])
+            if one_limit <= 0:
+                faults.append(clock.over(group))
+                break
+            one = worker.ask((group, i), one_limit)
             if one.ok:
                 partial[i] = one.value[0]
-            elif one.fault is None:
+                continue
+            if one.fault is None:
                 raise SuiteFailure(f"{group}/{names[i]}: {one.value}")
-            else:
-                faults.append(Fault(group, names[i], *one.fault))
-                culprits += 1
-                if culprits >= MAX_CULPRITS:
-                    break
+            faults.append(Fault(group, names[i], *one.fault))
+            culprits += 1
+            if culprits >= MAX_CULPRITS:
+                break
+            if one.fault[0] != "timeout":  # a crash costs nothing to meet again: search on
+                continue
+            # A hang: the search ends here; the rest of the group runs as one request, and if that hangs
+            # too, the group ends (the candidate hangs on more than one input).
+            self.known[names[i]] = f"it hung in {group}"
+            rest = tuple(pending)
+            pending = []
+            if not rest or clock.limit(self.limits[group]) <= 0:
+                break
+            batch = worker.ask((group, rest), clock.limit(self.limits[group]))
+            if batch.ok:
+                partial |= dict(zip(rest, batch.value, strict=True))
+            elif batch.fault is None:
+                raise SuiteFailure(f"{group}: {batch.value}")
+            elif batch.fault[0] == "timeout":
+                faults.append(Fault(group, "", *batch.fault))
+            else:  # a crash among the rest: search it scenario by scenario
+                pending = list(rest)
         if not culprits:  # the group failed as a whole only (e.g. it ran out of time in total)
-            faults.append(Fault(group, "", *answer.fault))
-        results[group] = partial
-    return results, faults
+            faults.insert(0, Fault(group, "", *answer.fault))
+        return {group: partial}, faults, skipped
+
+    def ask(self, request: str) -> tuple[object, list[Fault]]:
+        """One request outside the groups (the inference): its value (None when it failed) and faults."""
+        limit = self.clock.limit(self.limits.get(request, DEFAULT_TIMEOUT))
+        if limit <= 0:
+            return None, [self.clock.over(request)]
+        answer = self.worker.ask((request, None), limit)
+        if answer.ok:
+            return answer.value, []
+        if answer.fault is None:
+            raise SuiteFailure(f"{request}: {answer.value}")
+        self.hung |= answer.fault[0] == "timeout"
+        return None, [Fault(request, "", *answer.fault)]
+
+
+def said(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
+    """One progress line: the group, how it ended, its limit."""
+    shown = [f"{f.scenario}: {f.kind}" if f.scenario else f.kind for f in faults[:3]]
+    state = "ran" if ran and not faults else ", ".join(shown) + (" …" if len(faults) > 3 else "") or "not run"
+    return f"{group}: {state} (limit {limit:.2g} s)"
 
 
 def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, controller: Controller,
-                     timeout: float = DEFAULT_TIMEOUT, seed: int = 0, inference: bool = False) -> Evidence:
-    """:func:`repro.runners.campaign.collect`, with every group run in a worker under ``timeout`` s (see the module doc).
+                     timeout: float | None = None, seed: int = 0, inference: bool = False,
+                     reference: dict[str, float] | None = None, clock: Clock | None = None,
+                     progress: Callable[[str], None] | None = None) -> Evidence:
+    """:func:`repro.runners.campaign.collect`, with every group run in a worker under a limit (see the module doc).
 
-    Compile first (``backend.check_compiles``): a compile error is the caller's to report. ``inference``
-    also measures the rule the kernel behaves as (``Evidence.behaviour``) in the worker; a crash or hang
-    there is one more fault.
+    Limits: ``timeout`` s per group when given (the ``--timeout`` override), else derived from
+    ``reference`` (the reference kernel's seconds per group: :func:`time_reference`, :func:`derive_limits`).
+    ``clock`` holds the whole gathering's budget. Compile first (``backend.check_compiles``): a compile
+    error is the caller's to report. ``inference`` also measures the rule the kernel behaves as
+    (``Evidence.behaviour``) in the worker; a crash or hang there is one more fault.
     """
-    worker = Worker(backend, source, slots, controller, seed)
+    requests = (*GROUPS, INFERENCE)
+    if timeout is not None:
+        per, limits = dict.fromkeys(requests, timeout), Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+    else:
+        if reference is None:
+            raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
+        per = derive_limits(reference)
+        limits = Limits({g: per[g] for g in GROUPS}, budget=clock.budget if clock else None,
+                        reference=dict(reference), factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
+    clock = clock or Clock(None)
+    worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"))
+    runner = GroupRunner(worker, controller, per, clock, seed)
     behaviour = None
+    results, faults, skipped = {}, [], []
     try:
-        results, faults = _run_groups(worker, controller, GROUPS, timeout, seed)
-        if inference:
-            answer = worker.ask((INFERENCE, None), timeout)
-            if answer.ok:
-                behaviour = answer.value
-            elif answer.fault is not None:
-                faults.append(Fault(INFERENCE, "", *answer.fault))
-            else:
-                raise SuiteFailure(f"{INFERENCE}: {answer.value}")
+        for group in GROUPS:
+            got, bad, skip = runner.run(group)
+            results |= got
+            faults += bad
+            skipped += skip
+            if progress is not None:
+                progress(said(group, bool(got), bad, per[group]))
+        whole = [f.group for f in faults if f.kind == "timeout" and not f.scenario]
+        if inference and whole:  # it hangs on ordinary inputs, which are what the inference feeds it
+            skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
+            if progress is not None:
+                progress(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
+        elif inference:
+            behaviour, bad = runner.ask(INFERENCE)
+            faults += bad
+            if progress is not None:
+                progress(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     finally:
         worker.stop()
-    return replace(assemble(controller, slots, results, faults, timeout, seed), behaviour=behaviour)
+    return assemble(controller, slots, results, faults, timeout, seed, behaviour=behaviour, limits=limits,
+                    isolated=True, skipped=tuple(skipped))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ class Scenario:
     lambda0: float  # λ in slot 486 before step 1
     description: str
     params: dict = field(default_factory=dict)
+    inputs: tuple[tuple[str, str], ...] = ()  # a case's unusual inputs as written: (slot, text), in order
 
     @property
     def steps(self) -> int:
@@ -67,12 +69,14 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
     any value is parsed by ``float`` (nan, +inf, -0, 1e-40 …).
     """
     values = {"lambda": controller.value("seed_lambda"), "target": REF_TARGET, "kl": "band"}
+    inputs = []
     for part in spec.split(","):
         key, _, raw = part.partition("=")
         key, raw = key.strip(), raw.strip()
         if key not in values or not raw:
             raise SuiteError(f"malformed case {spec!r}: expected slot=value with slot in lambda, kl, target")
         values[key] = raw if key == "kl" and raw in REGIMES else _parse_value(raw, spec)
+        inputs.append((key, raw))
     target = values["target"]
     kl = values["kl"]
     if isinstance(kl, str):
@@ -85,6 +89,7 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
         lambda0=values["lambda"],
         description=f"unusual input {spec}",
         params={"case": spec},
+        inputs=tuple(inputs),
     )
 
 
@@ -256,6 +261,56 @@ def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool
 
 #: Targets (nats) at which the band is probed: the rule must not depend on scale.
 PROBE_TARGETS = (1e-4, REF_TARGET, 0.37, 5.0)
+#: How many floats above REF_TARGET :func:`onset_targets` searches for a missing rounding direction.
+_ROUNDING_SEARCH = 4096
+
+
+def _edges(controller: Controller) -> list[tuple[str, str, float]]:
+    """The band edges that are one inexact float32 operation of the target: (side, mul|div, a)."""
+    edges = []
+    for side in ("upper", "lower"):
+        key = f"{side}_edge"
+        if controller.has(key):
+            form = controller[key].form or "mul"
+            if form in ("mul", "div"):
+                edges.append((side, form, controller.value(key)))
+        elif controller.has("tolerance"):
+            edges.append((side, "mul" if side == "upper" else "div", controller.value("tolerance")))
+    # a power of two: every product and quotient is exact, so there is no rounding to probe
+    return [(side, form, a) for side, form, a in edges if math.frexp(a)[0] != 0.5]
+
+
+def _roundings(target: np.float32, edges: list[tuple[str, str, float]]) -> set[tuple[str, int]]:
+    """Which way fl32 rounds each edge at ``target``: ``(side, +1)`` up, ``(side, -1)`` down; exact adds nothing."""
+    out = set()
+    for side, form, a in edges:
+        t, a32 = Fraction(float(target)), Fraction(float(F32(a)))
+        exact = t * a32 if form == "mul" else t / a32
+        got = Fraction(float(F32(target) * F32(a) if form == "mul" else F32(target) / F32(a)))
+        if got != exact:
+            out.add((side, 1 if got > exact else -1))
+    return out
+
+
+def onset_targets(controller: Controller) -> np.ndarray:
+    """The targets (float32, nats) of the onset probes: :data:`PROBE_TARGETS`, plus the first floats above
+    REF_TARGET at which fl32(target·a) and fl32(target/a) round up and round down where the probes so far
+    miss a direction. An edge compared in another precision (``(double)kl > (double)target * 3.0``) moves
+    the onset only where fl32 rounds one way (up for a ``>`` edge, down for a ``<`` edge): both are probed."""
+    targets = [F32(t) for t in PROBE_TARGETS]
+    edges = _edges(controller) if controller.is_band else []
+    seen = set().union(*(_roundings(t, edges) for t in targets))
+    wanted = {(side, d) for side, _, _ in edges for d in (1, -1)}
+    t = F32(REF_TARGET)
+    for _ in range(_ROUNDING_SEARCH):
+        if wanted <= seen:
+            break
+        t = np.nextafter(t, F32(np.inf))
+        new = _roundings(t, edges) - seen
+        if new:
+            targets.append(t)
+            seen |= new
+    return np.asarray(targets, dtype=F32)
 
 
 def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario]:

@@ -1,0 +1,34 @@
+"""How values read in words: the number formats the properties' records and ``analysis.present.render`` share.
+
+Pure functions of numbers and of a row's ``detail`` (no evidence, no I/O).
+"""
+
+from __future__ import annotations
+
+
+def g(x) -> str:
+    """A float in 8 significant digits, or — for none."""
+    return "—" if x is None else f"{float(x):.8g}"
+
+
+def value(x: float | None, unit: str, otherwise: str) -> str:
+    """A row's number and unit, or a word where it has none."""
+    return otherwise if x is None else f"{g(x)} {unit}".rstrip()
+
+
+def rate_form(form: dict | None, factor: float | None) -> str:
+    """A documented rate: ×1.2, ÷1.2, or the proportional rule's ×(1 ± clip·n/horizon)."""
+    if not form or form.get("op") == "mul":
+        return f"×{g(factor if not form else form['value'])}"
+    if form["op"] == "div":
+        return f"÷{g(form['value'])}"
+    return f"×(1 {'+' if form['sign'] > 0 else '−'} {g(form['clip'])}·{g(form['n_steps'])}/{g(form['horizon'])})"
+
+
+def vanishing(v: dict) -> str:
+    """The vanishing run's summary (``analysis.judge.properties.vanishing_summary``) in words."""
+    parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
+             f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {g(v['settled'])}",
+             f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
+             f"never back under high KL (ends at {g(v['final'])})"]
+    return "; ".join(parts)

@@ -1,0 +1,153 @@
+"""The one way evidence is gathered for any controller: compile, isolated runs, coverage, static rules, sanitizer.
+
+:func:`gather` returns :class:`repro.runners.evidence.Evidence`; every judgement
+(``analysis.judge``) is a pure function of it. The gate, the report and the
+tests call it alike. Limits are derived from the reference kernel (the
+contract entry's own kernel) timed in the same run (see
+:mod:`repro.runners.isolation`); in one process the reference's times are
+reused for :data:`REFERENCE_TTL` s, and a candidate that *is* the reference
+takes the reference's results instead of running twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from repro.backends import Backend, get_backend, ptx, unavailable_reason
+from repro.core.contract import Controller, Slots
+from repro.core.errors import BackendUnavailable
+from repro.core.kernel_source import KernelSource, load_kernel
+from repro.runners import coverage as cov
+from repro.runners import sanitize as san
+from repro.runners.campaign import assemble, collect
+from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
+from repro.runners.inference import infer
+from repro.runners.isolation import (
+    INFERENCE,
+    LIMIT_FACTOR,
+    LIMIT_FLOOR,
+    Clock,
+    collect_isolated,
+    derive_budget,
+    derive_limits,
+    time_reference,
+)
+
+#: s per launch path under compute-sanitizer (asked for explicitly; slow by nature, outside the budget).
+SANITIZER_TIMEOUT = 600.0
+
+#: s a reference timing is reused for (in one process: the report, a test session): the machine's load moves.
+REFERENCE_TTL = 60.0
+
+_REFERENCE: dict[tuple, tuple[float, dict[str, float], dict]] = {}
+_COVERAGE_REFERENCE: dict[tuple, tuple[float, dict[str, float]]] = {}
+
+
+def reference_source(controller: Controller) -> KernelSource:
+    """The kernel the contract entry documents: the candidate's limits are derived from its times."""
+    return load_kernel(controller.kernel, controller.symbol)
+
+
+def _reference(backend: Backend, ref: KernelSource, slots: Slots, controller: Controller, seed: int,
+               inference: bool) -> tuple[dict[str, float], dict]:
+    key = (backend.name, ref.sha256, controller.name, seed, inference, slots)
+    if key not in _REFERENCE or time.monotonic() - _REFERENCE[key][0] > REFERENCE_TTL:
+        _REFERENCE[key] = (time.monotonic(), *time_reference(backend, ref, slots, controller, seed, inference))
+    return _REFERENCE[key][1:]
+
+
+def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Controller, *,
+           timeout: float | None = None, isolate: bool = True, static: bool = True, coverage: bool = True,
+           inference: bool = False, sanitize: bool = False, seed: int = 0,
+           progress: Callable[[str], None] | None = None) -> Evidence:
+    """Everything measured on ``source`` under ``controller``'s contract.
+
+    Compiles first (a compile error is the caller's to report: :class:`SuiteError`, exit 2). ``isolate``:
+    the candidate's code runs in child processes only, each request under a limit (``timeout`` s: a
+    fixed limit, the ``--timeout`` override; None: derived from the reference); ``isolate=False`` runs it
+    here, unprotected (trusted kernels only). ``static``: NVRTC's PTX rules where NVRTC is installed.
+    ``coverage``: gcov line and branch counts where g++ and gcov are. ``inference``: the rule the kernel
+    behaves as. ``sanitize``: compute-sanitizer's memcheck and initcheck (needs a GPU). ``progress``
+    receives one line per experiment group.
+    """
+    say = progress or (lambda _line: None)
+    notes, unavailable = [], set()
+    backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
+    static_report = None
+    if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
+        reason = ptx.unavailable_reason()
+        if reason:
+            notes.append(f"static checks not run: {reason}")
+            unavailable.add("static")
+        else:
+            static_report = ptx.analyse(source)
+    clock = Clock(None)
+    if not isolate:
+        kernel = backend.compile(source, slots)
+        evidence = collect(kernel, controller, seed)
+        if inference:
+            evidence = replace(evidence, behaviour=infer(kernel, controller))
+    elif timeout is not None:
+        evidence = collect_isolated(backend, source, slots, controller, timeout, seed, inference, progress=progress)
+    else:
+        ref = reference_source(controller)
+        start = time.perf_counter()
+        times, results = _reference(backend, ref, slots, controller, seed, inference)
+        say(f"reference {ref.origin}: {sum(times.values()):.2f} s in all (timed {time.perf_counter() - start:.2f} s ago)")
+        budget = derive_budget(times)
+        clock = Clock(budget)
+        if ref.sha256 == source.sha256:  # the reference itself: its results are the candidate's
+            per = derive_limits(times)
+            limits = Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(times),
+                            factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
+            evidence = assemble(controller, slots, {g: results[g] for g in GROUPS}, seed=seed,
+                                behaviour=results.get(INFERENCE), limits=limits, isolated=True)
+            for group in GROUPS:
+                say(f"{group}: ran (the reference kernel itself)")
+        else:
+            evidence = collect_isolated(backend, source, slots, controller, None, seed, inference,
+                                        reference=times, clock=clock, progress=progress)
+    coverage_report = None
+    if coverage:
+        reason = cov.unavailable_reason() or unavailable_reason("host")
+        if reason:
+            notes.append(f"coverage not measured: {reason}")
+            unavailable.add("coverage")
+        else:
+            host = get_backend("host")
+            try:
+                ref_times = None
+                if timeout is None:
+                    ref = reference_source(controller)
+                    key = (ref.sha256, controller.name, seed, slots)
+                    if key not in _COVERAGE_REFERENCE or time.monotonic() - _COVERAGE_REFERENCE[key][0] > REFERENCE_TTL:
+                        _COVERAGE_REFERENCE[key] = (time.monotonic(),
+                                                    cov.reference_times(host, ref, slots, controller, seed))
+                    ref_times = _COVERAGE_REFERENCE[key][1]
+                coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
+                                              skip=frozenset(f.group for f in evidence.faults),
+                                              reference=ref_times, clock=clock, progress=progress,
+                                              hung={name: why for _, name, why in evidence.skipped}
+                                              | {f.scenario: f"it hung in {f.group}" for f in evidence.faults
+                                                 if f.kind == "timeout" and f.scenario})
+            except BackendUnavailable as err:
+                notes.append(f"coverage not measured: {err}")
+                unavailable.add("coverage")
+            if coverage_report is not None and coverage_report.fault_lines():
+                notes.append(f"coverage incomplete: {'; '.join(coverage_report.fault_lines())}")
+    reports = None
+    faults = list(evidence.faults)
+    if sanitize:  # memcheck + initcheck (see repro/runners/sanitize.py); without a GPU: exit 2, as asked
+        found, hung = san.sanitize_all(source, slots, timeout=SANITIZER_TIMEOUT)
+        reports = tuple(found)
+        faults += [Fault("sanitizer", f"{tool}, {path} path", "timeout", f"no answer within {SANITIZER_TIMEOUT:g} s")
+                   for tool, path in hung]
+        say(f"sanitizer: {len(reports)} report(s)" + (f", {len(hung)} hung" if hung else ""))
+    approx = source.approximate_intrinsics()
+    if approx:
+        listed = ", ".join(f"{name} (line {line})" for name, line in approx)
+        notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
+    return replace(evidence, static=static_report, coverage=coverage_report, sanitizer=reports, faults=faults,
+                   notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name)

@@ -1,0 +1,36 @@
+// The ramp edge compared in double precision: (double)kl > (double)target * 3.0 ramps at fl32(target·3) itself
+// wherever fl32 rounds target·3 up (the float32 rule ramps only above it). Probed at such a target, it fails.
+// expect-exit: 1
+// expect-row: ramp_onset
+
+#define RL_Q_DISTILL_LAMBDA_INDEX 486
+#define RL_Q_DISTILL_KL_EMA_INDEX 488
+#define RL_Q_DISTILL_KL_TARGET_INDEX 491
+
+#define MIN_LAMBDA 0.05f
+#define MAX_LAMBDA 1.0f
+#define KL_TOLERANCE 3.0f
+#define LAMBDA_RAMP_RATE 1.2f
+#define LAMBDA_DECAY_RATE 0.998f
+
+extern "C" __global__ void rl_q_distill_lambda_controller(
+    float* __restrict__ isv
+) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+
+    const float kl_observed = isv[RL_Q_DISTILL_KL_EMA_INDEX];
+    const float kl_target = isv[RL_Q_DISTILL_KL_TARGET_INDEX];
+    float lambda = isv[RL_Q_DISTILL_LAMBDA_INDEX];
+
+    if (kl_observed <= 0.0f || kl_target <= 0.0f || lambda <= 0.0f) return;
+
+    const float lower = kl_target / KL_TOLERANCE;
+
+    if ((double)kl_observed > (double)kl_target * 3.0) {
+        lambda = fminf(MAX_LAMBDA, lambda * LAMBDA_RAMP_RATE);
+    } else if (kl_observed < lower) {
+        lambda = fmaxf(MIN_LAMBDA, lambda * LAMBDA_DECAY_RATE);
+    }
+
+    isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;
+}

@@ -1,0 +1,159 @@
+"""Gathering and judging apart: one record per property, no row passes on no evidence, band edges probed both ways.
+
+The records (``analysis.judge.properties.RECORDS``) are checked against the contract, the experiment groups and
+the mutants; every row that needs runs is shown "not measured" (a failure) when they did not happen, both on
+evidence with a group taken away and on a candidate that crashes before any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.judge.properties import RECORDS, judge_rows
+from analysis.judge.verdict import evaluate
+from analysis.present import render
+from repro.core.kernel_source import KernelSource
+from repro.runners.evidence import GROUPS, SOURCES, Fault
+from repro.runners.gather import gather
+from repro.runners.scenarios import onset_targets
+from tests.test_candidates import CANDIDATES, header
+from tests.test_mutants import MUTANTS
+
+F32 = np.float32
+
+#: Documented values that are not a row of their own, and the rows that read them.
+PARAMETERS = {
+    "seed_lambda": "every scenario's λ0",
+    "tolerance": "dead_zone, ramp_onset, decay_onset (the band's edges)",
+    "upper_edge": "dead_zone, ramp_onset (a peer's band edge)",
+    "lower_edge": "dead_zone, decay_onset (a peer's band edge)",
+    "clip": "ramp, decay (the proportional rule's rate)",
+    "n_steps": "ramp, decay (the proportional rule's rate)",
+    "horizon": "ramp, decay (the proportional rule's rate)",
+    "decay_slowness": "informational: the report sets it beside the measured ratio of log-rates",
+}
+#: Rows no mutant of the fixed kernel breaks, and where their failing case is tested instead.
+WITHOUT_MUTANT = {
+    "steps_to_double": "fails with ramp under the original's contract (tests/test_properties.py)",
+    "steps_to_floor": "documented by the original only; judged there (tests/test_properties.py)",
+    "vanishing": "rules with no floor (peers); tests/test_peers.py",
+    "launch_modes": "both launch paths run the same harness code; a kernel that differs is a harness bug",
+    "resources": "reported, never fails",
+    "memcheck": "GPU only: tests/test_sanitize.py",
+    "initcheck": "GPU only: tests/test_sanitize.py",
+}
+
+
+def test_every_record_needs_evidence_that_exists():
+    for key, record in RECORDS.items():
+        assert record.key == key
+        assert record.needs is not None and set(record.needs) <= set(GROUPS) | set(SOURCES), key
+
+
+def test_every_documented_value_has_one_record_or_is_a_parameter(contract):
+    documented = set()
+    for name in ("fixed", "original", *contract.peers()):
+        ctrl = contract.controller(name)
+        documented |= set(ctrl.props)
+        for key in ctrl.props:  # a documented property that is a row is judged for that entry
+            if key in RECORDS and not ctrl[key].none and key not in ("floor", "ceiling"):
+                assert RECORDS[key].applies_to(ctrl), (name, key)
+    assert documented - set(RECORDS) == set(PARAMETERS), "a new documented value needs a record (or a PARAMETERS line)"
+
+
+def test_every_record_has_its_mutant():
+    broken = set().union(*(expected for _, expected in MUTANTS.values()))
+    broken |= {header(p)["expect-row"] for p in CANDIDATES if "expect-row" in header(p)}
+    assert set(RECORDS) - broken == set(WITHOUT_MUTANT), "a new record needs a mutant (tests/test_mutants.py)"
+
+
+@pytest.fixture(scope="module")
+def fixed_evidence(contract, host):
+    entry = contract.controller("fixed")
+    return gather(host, contract.source("fixed"), contract.slots, entry, static=False, coverage=False)
+
+
+NEEDING = [(key, need) for key, r in RECORDS.items() for need in r.needs if need in GROUPS]
+
+
+@pytest.mark.parametrize("key, need", NEEDING, ids=[f"{k}-{n}" for k, n in NEEDING])
+def test_a_row_whose_group_did_not_run_is_not_measured_and_fails(fixed_evidence, key, need):
+    if not RECORDS[key].applies_to(fixed_evidence.controller):
+        pytest.skip(f"{key} does not apply to the fixed contract")
+    whole = {f.key: f for f in judge_rows(fixed_evidence)}
+    assert whole[key].ok and "not_measured" not in whole[key].detail
+    gone = replace(fixed_evidence, groups_run=fixed_evidence.groups_run - {need})
+    row = next(f for f in judge_rows(gone) if f.key == key)
+    assert not row.ok and need in row.detail["not_measured"]
+    assert render.measured(row).startswith("not measured")
+
+
+def test_coverage_and_sanitizer_rows_without_their_runs_are_not_measured(fixed_evidence):
+    from repro.runners.evidence import Coverage
+
+    part = Coverage("k.cu", {1: 0}, {}, skipped=(("catalogue", "it crashed or hung in the gated build"),))
+    rows = {f.key: f for f in judge_rows(replace(fixed_evidence, coverage=part))}
+    assert not rows["coverage"].ok and "catalogue" in rows["coverage"].detail["not_measured"]
+    required = {f.key: f for f in judge_rows(replace(fixed_evidence, unavailable=frozenset({"coverage"})), True)}
+    assert not required["coverage"].ok and "not available" in required["coverage"].detail["not_measured"]
+    hung = replace(fixed_evidence, sanitizer=(), faults=[Fault("sanitizer", "memcheck, looped path", "timeout", "")])
+    rows = {f.key: f for f in judge_rows(hung)}
+    assert not rows["memcheck"].ok and not rows["initcheck"].ok
+    assert {f.key for f in judge_rows(replace(fixed_evidence, sanitizer=()))} >= {"memcheck", "initcheck"}
+
+
+@pytest.fixture(scope="module")
+def crashes_first(contract, host):
+    """A candidate that crashes (a null write) on its first step, whatever the input: no run finishes."""
+    entry = contract.controller("fixed")
+    src = contract.source("fixed").with_edit("if (threadIdx.x != 0 || blockIdx.x != 0) return;",
+                                             "if (threadIdx.x != 0 || blockIdx.x != 0) return;\n"
+                                             "    *(volatile float*)0 = 1.0f;", "crashes first")
+    return evaluate(KernelSource(src.text, entry.symbol, "crashes_first.cu"), "fixed", host, contract, static=False)
+
+
+@pytest.mark.parametrize("key", [k for k, r in RECORDS.items() if set(r.needs) & (set(GROUPS) | {"coverage"})])
+def test_each_row_fails_not_measured_after_a_crash_before_it(crashes_first, key):
+    rows = {f.key: f for f in crashes_first.findings}
+    if key not in rows:
+        pytest.skip(f"{key} is not a row here (not applicable, or a tool this machine lacks)")
+    assert not rows[key].ok and "not_measured" in rows[key].detail, render.message(rows[key], "contracts.toml")
+    assert rows["execution"].ok is False
+
+
+def test_isolation_never_passes_on_zero_runs(crashes_first):
+    row = next(f for f in crashes_first.findings if f.key == "isolation")
+    assert not row.ok and "0/0" not in render.measured(row)
+
+
+def _direction(target: np.float32, a: float, op: str) -> int:
+    """+1 where fl32 rounds target·a (or target/a) up, -1 down, 0 exact (exact rational arithmetic)."""
+    t, a32 = Fraction(float(target)), Fraction(float(F32(a)))
+    exact = t * a32 if op == "mul" else t / a32
+    got = Fraction(float(F32(target) * F32(a) if op == "mul" else F32(target) / F32(a)))
+    return (got > exact) - (got < exact)
+
+
+@pytest.mark.parametrize("name", ["fixed", "original"])
+def test_band_edges_are_probed_where_fl32_rounds_up_and_down(contract, name):
+    ctrl = contract.controller(name)
+    tol = ctrl.value("tolerance")
+    targets = onset_targets(ctrl)
+    for op in ("mul", "div"):
+        assert {_direction(t, tol, op) for t in targets} >= {1, -1}, (name, op, targets)
+
+
+def test_band_in_double_precision_fails_the_ramp_onset_on_the_host(contract, host):
+    """The candidate of tests/candidates/band_in_double.cu, judged in process: the onset row it fails."""
+    path = Path(__file__).parent / "candidates" / "band_in_double.cu"
+    verdict = evaluate(KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path)), "fixed", host,
+                       contract, static=False, coverage=False)
+    assert [f.key for f in verdict.failed] == ["ramp_onset"]
+    row = verdict.failed[0]
+    t = F32(row.where.target)
+    assert _direction(t, 3.0, "mul") == 1  # it shows where fl32(target·3) rounds up
