@@ -2,6 +2,11 @@
 
 import sys
 
-from analysis.cli.policy import dispatch
+try:
+    from analysis.cli.policy import dispatch
 
-sys.exit(dispatch(sys.argv[1:]))
+    code = dispatch(sys.argv[1:])
+except KeyboardInterrupt:  # Ctrl-C before the dispatcher's own guard is up (while importing it)
+    print("analysis: error: interrupted", file=sys.stderr)
+    code = 2
+sys.exit(code)

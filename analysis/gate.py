@@ -2,7 +2,12 @@
 
 import sys
 
-from analysis.cli.policy import dispatch
-
 if __name__ == "__main__":
-    sys.exit(dispatch(["gate", *sys.argv[1:]]))
+    try:
+        from analysis.cli.policy import dispatch
+
+        code = dispatch(["gate", *sys.argv[1:]])
+    except KeyboardInterrupt:  # Ctrl-C while importing the dispatcher
+        print("gate: error: interrupted", file=sys.stderr)
+        code = 2
+    sys.exit(code)
