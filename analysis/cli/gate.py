@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         formats = _formats(args.format)
         if not 0 < args.timeout <= MAX_TIMEOUT:  # NaN and inf (1e400) fail here too
-            raise SuiteError(f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, "
+            raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
         contract = load()
         contract_file = shown(contract.path)

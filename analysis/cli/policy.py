@@ -4,7 +4,8 @@ Exit 0: the command did its work (the gate: every property holds). Exit 1: only 
 (the gate: a property is violated; the benchmark: a mode regressed). Exit 2: anything that stopped it, as
 ``NAME: error: …`` in one line — bad input (:class:`SuiteError`), Ctrl-C (at any moment, the command's
 imports included), a closed or full stdout/stderr, a path too long, a folder or forbidden where a file was
-meant, and any unexpected exception ("internal error"). ``--debug`` (accepted by every command) adds the
+meant, and any unexpected exception ("internal error"); a reader that closes stdout early (``| head``) ends
+it with exit 2 and no line. ``--debug`` (accepted by every command) adds the
 traceback. A command's ``main`` holds only what is its own (what it writes for an error, its verdict).
 """
 
@@ -95,7 +96,8 @@ def _fail(name: str, err: BaseException, debug: bool) -> int:
     if debug and not isinstance(err, SuiteError | KeyboardInterrupt):
         with contextlib.suppress(OSError, AttributeError):
             traceback.print_exception(err, file=sys.stderr)
-    _say(f"{name}: error: {describe(err)}")
+    if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line
+        _say(f"{name}: error: {describe(err)}")
     return 2
 
 

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=policy.path, help="draw λ and q_pi_agree over steps into this PNG")
     args = parser.parse_args(argv)
     if not 1 <= args.steps <= MAX_STEPS:
-        raise SuiteError(f"--steps must be 1 to {MAX_STEPS}, not {args.steps}")
+        raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
     if not 0 <= args.seed <= MAX_SEED:
         raise SuiteError(f"--seed must be an integer from 0 to {MAX_SEED}, not {args.seed}")
     contract = load()

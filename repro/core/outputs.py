@@ -49,6 +49,8 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
     allowed = {_resolved(Path(p), "") for p in committed}
     for out in outputs:
         where = _resolved(out.path, out.flag)
+        if not out.folder and where.is_dir():
+            raise SuiteError(f"{out.flag} {out.path}: it is a folder")
         if out.suffix and where.suffix.lower() != out.suffix:
             raise SuiteError(f"{out.flag} {out.path}: the file is a {out.suffix[1:].upper()}; "
                              f"give a path ending in {out.suffix}")

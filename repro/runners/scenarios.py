@@ -209,7 +209,7 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
         with np.errstate(over="ignore"):
             as32 = float(F32(target))  # what the kernel reads: 1e39 would be inf, 1e-50 would be 0
         if not (math.isfinite(as32) and as32 > 0):
-            raise SuiteError(f"--target must be a positive KL that float32 holds (1.4e-45 to 3.4e38), not {target!r}")
+            raise SuiteError(f"--target must be a positive finite KL that float32 holds (1.4e-45 to 3.4e38), not {target!r}")
     try:  # utf-8-sig: a byte-order mark (as spreadsheet programs save CSV) is dropped; csv reads CRLF lines
         with path.open(newline="", encoding="utf-8-sig") as fh:
             rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
