@@ -36,6 +36,10 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
 
+    def _print_message(self, message, file=None):
+        if message:  # argparse's own swallows OSError: --help into a full disk would exit 0 with nothing written
+            (file or sys.stderr).write(message)
+
     def error(self, message: str):
         name = self.prog.split()[-1].rsplit(".", 1)[-1]
         _say(f"{name}: error: {message} (see --help)")
@@ -89,8 +93,17 @@ def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | No
 
 
 def _fail(name: str, err: BaseException, debug: bool) -> int:
+    previous = None
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the one line
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
+    try:
+        return _report(name, err, debug)
+    finally:
+        if previous is not None:  # a caller in the same process (a test) keeps its Ctrl-C
+            signal.signal(signal.SIGINT, previous)
+
+
+def _report(name: str, err: BaseException, debug: bool) -> int:
     for stream in ("stdout", "stderr"):
         _silence_if_broken(stream)
     if debug and not isinstance(err, SuiteError | KeyboardInterrupt):

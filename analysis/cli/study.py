@@ -28,10 +28,10 @@ from urllib.parse import quote
 
 from analysis.cli import policy
 from repro.backends import NAMES, get_backend
+from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import ROOT
-from repro.core.contract import load
 from repro.learning import controllers as ctl
 from repro.learning.env import make
 from repro.learning.prereg import (
