@@ -51,7 +51,7 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
         where = _resolved(out.path, out.flag)
         if not out.folder and where.is_dir():
             raise SuiteError(f"{out.flag} {out.path}: it is a folder")
-        if out.suffix and where.suffix.lower() != out.suffix:
+        if out.suffix and Path(out.path).suffix.lower() != out.suffix:
             raise SuiteError(f"{out.flag} {out.path}: the file is a {out.suffix[1:].upper()}; "
                              f"give a path ending in {out.suffix}")
         if where in taken:
