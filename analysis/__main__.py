@@ -3,10 +3,9 @@
 import sys
 
 try:
-    from analysis.cli.policy import dispatch
+    from analysis.cli import policy
 
-    code = dispatch(sys.argv[1:])
+    policy.leave(policy.dispatch(sys.argv[1:]))
 except KeyboardInterrupt:  # Ctrl-C before the dispatcher's own guard is up (while importing it)
-    print("analysis: error: interrupted", file=sys.stderr)
-    code = 2
-sys.exit(code)
+    print(f"{sys.argv[1] if len(sys.argv) > 1 else 'analysis'}: error: interrupted", file=sys.stderr)
+    sys.exit(2)

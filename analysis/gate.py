@@ -4,10 +4,9 @@ import sys
 
 if __name__ == "__main__":
     try:
-        from analysis.cli.policy import dispatch
+        from analysis.cli import policy
 
-        code = dispatch(["gate", *sys.argv[1:]])
+        policy.leave(policy.dispatch(["gate", *sys.argv[1:]]))
     except KeyboardInterrupt:  # Ctrl-C while importing the dispatcher
         print("gate: error: interrupted", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+        sys.exit(2)

@@ -92,14 +92,35 @@ def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | No
         return _fail(name, err, debug)
 
 
+#: Set once a command ended by Ctrl-C: :func:`leave` then ends the process at once.
+_interrupted = False
+
+
+def leave(code: int):
+    """End the process with ``code`` (what ``python -m analysis`` calls last). After Ctrl-C, at once: worker
+    threads still inside a C call (the host backend's learner) would hold a normal exit until they finish,
+    and a second SIGINT meanwhile (a second Ctrl-C; ``timeout -s INT`` sends two) would end it as 130.
+    SIGINT is ignored from here: the interpreter's own teardown would otherwise restore its default (death, 130)."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _fail(name: str, err: BaseException, debug: bool) -> int:
+    global _interrupted
+    _interrupted = _interrupted or isinstance(err, KeyboardInterrupt)
     previous = None
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
     try:
         return _report(name, err, debug)
     finally:
-        if previous is not None:  # a caller in the same process (a test) keeps its Ctrl-C
+        if previous is not None and not _interrupted:  # a caller in the same process (a test) keeps its Ctrl-C
             signal.signal(signal.SIGINT, previous)
 
 
