@@ -328,3 +328,12 @@ def test_long_work_shows_progress_from_the_start(monkeypatch, capsys):
     monkeypatch.setattr(report, "measure", stop)
     assert report.main(["--backend", "host", "--out", "/tmp/never-written"]) == 2
     assert capsys.readouterr().err.splitlines() == ["report: [1/5] first line", "report: error: stopped"]
+
+
+def test_the_dispatcher_without_a_command_is_one_line(capsys):
+    from analysis.cli.policy import dispatch
+
+    assert dispatch([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("analysis: error: no command given (one of: gate, report")
+    assert dispatch(["--help"]) == 0 and "commands:" in capsys.readouterr().out

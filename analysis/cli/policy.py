@@ -179,23 +179,23 @@ def dispatch(argv: list[str]) -> int:
 
     width = max(map(len, COMMANDS))
     listing = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
-    name = argv[0] if argv else "analysis"
+    known = bool(argv) and argv[0] in COMMANDS
 
     def body(rest: list[str]) -> int:
         import importlib
 
-        if not argv or argv[0] in ("-h", "--help"):
+        if not argv:
+            raise SuiteError(f"no command given (one of: {', '.join(COMMANDS)}; --help says what each does)")
+        if argv[0] in ("-h", "--help"):
             print(f"usage: python -m analysis COMMAND [ARGS] (COMMAND --help for its own)\n\ncommands:\n{listing}")
-            return 0 if argv else 2
-        if name not in COMMANDS:
+            return 0
+        if not known:
             raise SuiteError(f"unknown command {argv[0]!r} (one of: {', '.join(COMMANDS)})")
         try:
-            module = importlib.import_module(COMMANDS[name][0])
+            module = importlib.import_module(COMMANDS[argv[0]][0])
         except ModuleNotFoundError as err:
-            raise SuiteError(f"missing dependency {err.name!r} (install the run group: pip install --group run, "
-                             "pip ≥ 25.1; see the README)") from None
+            raise SuiteError(f"missing dependency {err.name!r} (install the dependency groups: pip install --group "
+                             "run, and --group study for the study; pip ≥ 25.1, see the README)") from None
         return module.main(rest)
 
-    if name not in COMMANDS:
-        name = "analysis"
-    return run(name, body, argv[1:])
+    return run(argv[0] if known else "analysis", body, argv[1:])
