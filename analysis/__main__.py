@@ -2,6 +2,10 @@
 
 import sys
 
-from analysis.cli.policy import dispatch
+try:
+    from analysis.cli import policy
 
-sys.exit(dispatch(sys.argv[1:]))
+    policy.leave(policy.dispatch(sys.argv[1:]))
+except KeyboardInterrupt:  # Ctrl-C before the dispatcher's own guard is up (while importing it)
+    print(f"{sys.argv[1] if len(sys.argv) > 1 else 'analysis'}: error: interrupted", file=sys.stderr)
+    sys.exit(2)

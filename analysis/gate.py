@@ -2,7 +2,11 @@
 
 import sys
 
-from analysis.cli.policy import dispatch
-
 if __name__ == "__main__":
-    sys.exit(dispatch(["gate", *sys.argv[1:]]))
+    try:
+        from analysis.cli import policy
+
+        policy.leave(policy.dispatch(["gate", *sys.argv[1:]]))
+    except KeyboardInterrupt:  # Ctrl-C while importing the dispatcher
+        print("gate: error: interrupted", file=sys.stderr)
+        sys.exit(2)

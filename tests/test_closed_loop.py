@@ -116,7 +116,7 @@ def test_cli_runs_a_candidate(contract, tmp_path):
     (["--controller", "nope"], "unknown contract 'nope'"),
     (["--controller", "fixed", "--steps", "0"], "--steps must be at least 1"),
     (["--controller", "fixed", "--kernel", "/nonexistent/k.cu"], "kernel file not found"),
-    (["--controller", "fixed", "--json", "/proc/no/such/dir/r.json"], "cannot write"),
+    (["--controller", "fixed", "--json", "/proc/no/such/dir/r.json"], "--json /proc/no/such/dir/r.json: cannot be written"),
 ])
 def test_cli_bad_input_exits_2_in_one_line(args, message, capsys):
     assert main([*args, "--backend", "host"]) == 2

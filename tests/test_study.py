@@ -283,7 +283,9 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0.001,const:1", "--seeds", "0:2",
                      "--steps", "5200", "--backend", "host", "--json", str(out), "--plot", str(plot),
                      "--grid-plot", str(grid), "--markdown", str(md)]) == 0
-    assert "FrozenLake-v1: 4 controllers × " in capsys.readouterr().err  # progress, per environment
+    err = capsys.readouterr().err  # progress from the start, per environment × controller
+    assert err.startswith("study: [1/4] FrozenLake-v1 × fixed: 24 runs × 5200 steps on host")
+    assert "study: [4/4] FrozenLake-v1 × const:1 done in " in err
     text = md.read_text()
     assert "](s.json)" in text and "](s.png)" in text and "](figs/g.png)" in text and str(tmp_path) not in text
     assert grid.read_bytes()[:4] == b"\x89PNG" and "| FrozenLake-v1 | const:1 |" in text
@@ -301,7 +303,7 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     (["--seeds", "9:3"], "--seeds"),
     (["--seeds", "x"], "--seeds"),
     (["--controllers", "fixed,nope"], "unknown contract 'nope'"),
-    (["--json", "{tmp}/file.txt/out.json"], "cannot write"),
+    (["--json", "{tmp}/file.txt/out.json"], "is a file, not a folder"),
     # every environment is checked before the first one runs: no work is lost to a typo in the last name
     (["--env", "FrozenLake-v1,Nope-v0", "--json", "{tmp}/s.json"], "'Nope-v0'"),
     (["--env", "Taxi-v3"], "unknown or unusable gymnasium environment"),  # one line despite its deprecation warning
@@ -313,7 +315,7 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     (["--controllers", "const:1e-50"], "normal float32"),
     (["--controllers", "ablation:floor+floor"], "each at most once"),
     (["--plot", "{tmp}/figure.txt"], "ending in .png"),
-    (["--json", "{tmp}/same", "--markdown", "{tmp}/same"], "different files"),
+    (["--json", "{tmp}/same", "--markdown", "{tmp}/same"], "its own path"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "file.txt").write_text("a file, so no folder can be made under it")
@@ -335,7 +337,7 @@ def test_cli_a_failing_write_after_the_run_is_one_error_line(capsys):
     assert cli.main([*argv, "--markdown", "/dev/full"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert lines[-1] == "study: error: cannot write /dev/full: No space left on device"
-    assert all(ln.startswith("study: FrozenLake-v1: ") for ln in lines[:-1])
+    assert lines[:-1] and all(ln.startswith("study: [1/1] FrozenLake-v1 × fixed") for ln in lines[:-1])
 
 
 def test_controller_names_are_spelled_one_way():

@@ -140,31 +140,28 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
         os.environ.update(saved)
 
 
+@policy.command("bench")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        modes, tag, folder, old = check(args)
-        rig = bench.make_rig(load())
-        skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
-        runs, failed = [], False
-        with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
-            for i in range(2 if args.record else 1):
-                what = f"run {i + 1} of 2" if args.record else "run"
-                _progress(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
-                          f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
-                          + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns"
-                             if args.slow_ns else ""))
-                path = Path(tmp) / f"run-{i}.json"
-                code = pytest_run(modes, args, path)
-                if code not in (0, PYTEST_FAILED) or not path.is_file():
-                    raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
-                                     f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
-                failed |= code == PYTEST_FAILED
-                runs.append(load_run(path))
-            written = _save(runs, args, folder, old)
-    except SuiteError as err:
-        print(f"bench: error: {err}", file=sys.stderr)
-        return 2
+    modes, tag, folder, old = check(args)
+    rig = bench.make_rig(load())
+    skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
+    runs, failed = [], False
+    with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
+        for i in range(2 if args.record else 1):
+            what = f"run {i + 1} of 2" if args.record else "run"
+            _progress(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
+                      f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
+                      + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns"
+                         if args.slow_ns else ""))
+            path = Path(tmp) / f"run-{i}.json"
+            code = pytest_run(modes, args, path)
+            if code not in (0, PYTEST_FAILED) or not path.is_file():
+                raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
+                                 f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
+            failed |= code == PYTEST_FAILED
+            runs.append(load_run(path))
+        written = _save(runs, args, folder, old)
     return _judge(runs, written, args, folder, old, skipped, failed)
 
 
@@ -226,6 +223,3 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
     print(f"wrote {', '.join(shown_runs)}, {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
     return 1 if lines else 0
 
-
-if __name__ == "__main__":
-    sys.exit(policy.run(main))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from analysis.cli import policy
@@ -29,16 +28,13 @@ from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
-from repro.core.outputs import check_writable, write_text
+from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import shown
 from repro.runners.isolation import LIMIT_FACTOR, LIMIT_FLOOR
 
 FORMATS = ("text", "json", "junit", "github")
-
-#: Hooks for other parts of the suite: functions ``(parser)`` adding options, and functions
-#: ``(args, verdict) -> list[Finding]`` adding rows (judged like the others; a failing one exits 1).
-EXTRA_OPTIONS: list = []
-EXTRA_ROWS: list = []
+#: Most seconds ``--timeout`` takes per experiment group (an hour: a longer hang is a hang).
+MAX_TIMEOUT = 3600.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,17 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--format", action="append", metavar="FMT",
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON here")
-    parser.add_argument("--junit", type=Path, metavar="PATH", help="also write JUnit XML (one test case per property)")
+    parser.add_argument("--json", type=policy.path, metavar="PATH", help="also write the verdict as JSON here")
+    parser.add_argument("--junit", type=policy.path, metavar="PATH", help="also write JUnit XML (one test case per property)")
     parser.add_argument("--sanitize", action="store_true", help="also run the GPU launches under compute-sanitizer")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="wall-clock limit per experiment group, run in a child process (default: "
-                             f"{LIMIT_FACTOR:g}× the reference kernel's time for the group, at least {LIMIT_FLOOR:g} s)")
+                             f"{LIMIT_FACTOR:g}× the reference kernel's time for the group, at least {LIMIT_FLOOR:g} s; "
+                             f"at most {MAX_TIMEOUT:g})")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
-    for add in EXTRA_OPTIONS:
-        add(parser)
     return parser
 
 
@@ -99,6 +93,7 @@ def _error_dict(args, error: str) -> dict:
             "exit_code": 2, "error": error, "properties": []}
 
 
+@policy.command("gate")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     start = time.perf_counter()
@@ -106,33 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
-        if args.timeout is not None and not args.timeout > 0:
-            raise SuiteError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-        for path, flag in ((args.json, "--json"), (args.junit, "--junit")):
-            if path is not None:
-                check_writable(path, flag)
+        if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT:  # NaN and inf (1e400) fail here too
+            raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
+                             f"not {args.timeout:g}")
         contract = load()
         contract_file = shown(contract.path)
         controller = contract.controller(args.contract)
         path = Path(args.kernel) if args.kernel else controller.kernel
         kernel_file = shown(path)
+        check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
+                      inputs=[("kernel", path), ("contract", contract.path)])
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
                            timeout=args.timeout, require_coverage=args.require_coverage, sanitize=args.sanitize,
                            progress=_progress if sys.stderr.isatty() else None)
-        for extra in EXTRA_ROWS:
-            verdict.findings.extend(extra(args, verdict))
-    except (SuiteError, KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - every failure is one line, exit 2
-        if args.debug and not isinstance(err, SuiteError):
-            traceback.print_exc()
-        if isinstance(err, SuiteError):
-            error = str(err)
-        elif isinstance(err, KeyboardInterrupt):
-            error = "interrupted"
-        else:
-            error = f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
-        print(f"gate: error: {error}", file=sys.stderr)
-        _outputs_for_error(args, error, kernel_file, contract_file, time.perf_counter() - start)
-        return 2
+    except BaseException as err:  # the gate's own part of the policy: the exit-2 outcome in every asked-for form
+        _outputs_for_error(args, policy.describe(err), kernel_file, contract_file, time.perf_counter() - start)
+        raise
     code = 0 if verdict.ok else 1
     data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
     for row, f in zip(data["properties"], verdict.findings, strict=True):
@@ -144,18 +128,14 @@ def main(argv: list[str] | None = None) -> int:
         "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
         "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),
     }
-    try:
-        for fmt in formats:
-            text = printed[fmt]()
-            if text:
-                print(text)
-        if args.json:
-            write_text(args.json, render.to_json(data) + "\n")
-        if args.junit:
-            write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
-    except SuiteError as err:
-        print(f"gate: error: {err}", file=sys.stderr)
-        return 2
+    for fmt in formats:
+        text = printed[fmt]()
+        if text:
+            print(text)
+    if args.json:
+        write_text(args.json, render.to_json(data) + "\n")
+    if args.junit:
+        write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
     return code
 
 
@@ -176,12 +156,9 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
                        (args.junit, lambda: render.junit([], contract_file, suite, seconds, error=error))):
         if path is None:
             continue
-        try:
-            check_writable(path, "")
+        try:  # never over an input or a file of the repository, nor over the other output
+            check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
+                          inputs=[("kernel", Path(args.kernel) if args.kernel else None)])
             write_text(path, text())
         except SuiteError:
             pass  # the error above already says why; an unwritable output path was that error
-
-
-if __name__ == "__main__":
-    sys.exit(policy.run(main))

@@ -1,53 +1,201 @@
-"""What every command line shares: argparse errors in one line (exit 2), and stdout closed early by a reader."""
+"""The one error policy of every command line: exit 0, 1 or 2, and every failure one line on stderr.
+
+Exit 0: the command did its work (the gate: every property holds). Exit 1: only the command's own verdict
+(the gate: a property is violated; the benchmark: a mode regressed). Exit 2: anything that stopped it, as
+``NAME: error: …`` in one line — bad input (:class:`SuiteError`), Ctrl-C (at any moment, the command's
+imports included), a closed or full stdout/stderr, a path too long, a folder or forbidden where a file was
+meant, and any unexpected exception ("internal error"); a reader that closes stdout early (``| head``) ends
+it with exit 2 and no line. ``--debug`` (accepted by every command) adds the
+traceback. A command's ``main`` holds only what is its own (what it writes for an error, its verdict).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import functools
 import os
+import signal
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
+
+from repro.core.errors import SuiteError
+
+#: errno values that mean "the output could not be delivered" when no file name comes with them.
+_LOST = {errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG}
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, ``NAME: error: … (see --help)``, and exit 2."""
+    """argparse whose usage errors are one line, ``NAME: error: … (see --help)``, and exit 2; every
+    command gets ``--debug``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+
+    def _print_message(self, message, file=None):
+        if message:  # argparse's own swallows OSError: --help into a full disk would exit 0 with nothing written
+            (file or sys.stderr).write(message)
 
     def error(self, message: str):
         name = self.prog.split()[-1].rsplit(".", 1)[-1]
-        print(f"{name}: error: {message} (see --help)", file=sys.stderr)
+        _say(f"{name}: error: {message} (see --help)")
         raise SystemExit(2)
 
 
+def path(text: str) -> Path:
+    """argparse ``type`` for a path option: an empty string is refused (``--out ''`` would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
 
-def run(main: Callable[[], int]) -> int:
-    """``main()`` as a process's exit code; a reader that closes stdout early (``| head``) ends it quietly (2)."""
+
+def describe(err: BaseException) -> str:
+    """The one line that says why ``err`` stopped a command (without the ``NAME: error:`` prefix)."""
+    if isinstance(err, SuiteError):
+        return str(err)
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(err, OSError):
+        what = err.strerror or str(err)
+        if err.filename is not None:
+            return f"{err.filename}: {what}"
+        if err.errno in _LOST or isinstance(err, BrokenPipeError):
+            return f"the output could not be written ({what})"
+        return f"{what}"
+    if isinstance(err, MemoryError):
+        return "out of memory"
+    return f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
+
+
+def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """``body(argv)`` as an exit code under the policy above; never raises (SystemExit from argparse included)."""
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
-        code = main()
-        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit (which would exit 120)
-        return code
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 2  # the output was not delivered
+        if sys.stderr is None:  # `2>&-`: no room for an error or progress line; stdout is still empty
+            print(f"{name}: error: stderr is closed: errors and progress would be lost (2>/dev/null discards them)")
+            sys.stdout.flush()
+            return 2
+        if sys.stdout is None:  # `>&-`: print() would drop every line without a word
+            raise SuiteError("stdout is closed: the output would be lost (>/dev/null discards it)")
+        try:
+            code = body(argv)
+        except SystemExit as done:  # argparse: --help (0) or a usage error (2, its line already printed)
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
+        sys.stdout.flush()  # a closed pipe or a full disk shows here, not at interpreter exit (which exits 120)
+        sys.stderr.flush()
+        return code if code in (0, 1, 2) else 2
+    except BaseException as err:  # noqa: BLE001 - the policy: every way out is one line and exit 2
+        return _fail(name, err, debug)
+
+
+#: Set once a command ended by Ctrl-C: :func:`leave` then ends the process at once.
+_interrupted = False
+
+
+def leave(code: int):
+    """End the process with ``code`` (what ``python -m analysis`` calls last). After Ctrl-C, at once: worker
+    threads still inside a C call (the host backend's learner) would hold a normal exit until they finish,
+    and a second SIGINT meanwhile (a second Ctrl-C; ``timeout -s INT`` sends two) would end it as 130.
+    SIGINT is ignored from here: the interpreter's own teardown would otherwise restore its default (death, 130)."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _fail(name: str, err: BaseException, debug: bool) -> int:
+    global _interrupted
+    _interrupted = _interrupted or isinstance(err, KeyboardInterrupt)
+    previous = None
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
+    try:
+        return _report(name, err, debug)
+    finally:
+        if previous is not None and not _interrupted:  # a caller in the same process (a test) keeps its Ctrl-C
+            signal.signal(signal.SIGINT, previous)
+
+
+def _report(name: str, err: BaseException, debug: bool) -> int:
+    for stream in ("stdout", "stderr"):
+        _silence_if_broken(stream)
+    if debug and not isinstance(err, SuiteError | KeyboardInterrupt):
+        with contextlib.suppress(OSError, AttributeError):
+            traceback.print_exception(err, file=sys.stderr)
+    if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line
+        _say(f"{name}: error: {describe(err)}")
+    return 2
+
+
+def _silence_if_broken(stream: str) -> None:
+    """Point a stream that cannot take more output (closed pipe, full disk) at /dev/null, so that the
+    interpreter's flush at exit does not fail a second time (exit 120 and a traceback)."""
+    fh = getattr(sys, stream)
+    if fh is None:
+        return
+    try:
+        fh.flush()
+    except (OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fh.fileno())
+        except (OSError, ValueError):
+            setattr(sys, stream, None)
+
+
+def _say(line: str) -> None:
+    """One line on stderr, or nowhere when stderr cannot take it (the exit code still says 2)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, AttributeError, ValueError):
+        _silence_if_broken("stderr")
+
+
+def command(name: str):
+    """Decorator: ``main(argv) -> int`` run under :func:`run` (so that ``main([...])`` in a test or
+    ``python -m analysis NAME`` answer alike)."""
+
+    def wrap(body):
+        @functools.wraps(body)
+        def main(argv: list[str] | None = None) -> int:
+            return run(name, body, argv)
+
+        return main
+
+    return wrap
 
 
 def dispatch(argv: list[str]) -> int:
-    """``python -m analysis COMMAND ARGS``: import the command's module and run its ``main`` under :func:`run`."""
-    import importlib
-
+    """``python -m analysis COMMAND ARGS``: import the command's module (lazily: ``--help`` costs no numpy)
+    and run its ``main`` under :func:`run`; an interrupt or a missing package during the import is one line."""
     from analysis.cli import COMMANDS
 
     width = max(map(len, COMMANDS))
     listing = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
-    if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: python -m analysis COMMAND [ARGS] (COMMAND --help for its own)\n\ncommands:\n{listing}")
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"analysis: error: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
-        return 2
-    try:
-        module = importlib.import_module(COMMANDS[name][0])
-    except ModuleNotFoundError as err:
-        print(f"{name}: error: missing dependency {err.name!r} (install the run group: pip install --group run)",
-              file=sys.stderr)
-        return 2
-    return run(lambda: module.main(rest))
+    known = bool(argv) and argv[0] in COMMANDS
+
+    def body(rest: list[str]) -> int:
+        import importlib
+
+        if not argv:
+            raise SuiteError(f"no command given (one of: {', '.join(COMMANDS)}; --help says what each does)")
+        if argv[0] in ("-h", "--help"):
+            print(f"usage: python -m analysis COMMAND [ARGS] (COMMAND --help for its own)\n\ncommands:\n{listing}")
+            return 0
+        if not known:
+            raise SuiteError(f"unknown command {argv[0]!r} (one of: {', '.join(COMMANDS)})")
+        try:
+            module = importlib.import_module(COMMANDS[argv[0]][0])
+        except ModuleNotFoundError as err:
+            raise SuiteError(f"missing dependency {err.name!r} (install the dependency groups: pip install --group "
+                             "run, and --group study for the study; pip ≥ 25.1, see the README)") from None
+        return module.main(rest)
+
+    return run(argv[0] if known else "analysis", body, argv[1:])

@@ -4,9 +4,14 @@
                            [--kernel PATH [--contract NAME]] [--allow-nonfinite]
                            [--backend auto|host|cupy] [--csv OUT.csv] [--plot OUT.png] [--debug]
 
+The trace format (a sample: ``tests/data/sample_trace.csv``): UTF-8 CSV (a byte-order mark and CRLF line
+ends are accepted), a header line, one row per training step.
+
 TRACE.csv has a header naming a ``kl`` column and, optionally, a ``kl_target``
-column; without one, ``--target`` gives the target (not both). NaN/inf values
-are refused with their line unless ``--allow-nonfinite`` feeds them as recorded.
+column; without one, ``--target`` gives the target (not both). Values are read as
+the float32 the kernel sees: NaN/inf, and finite values that overflow float32
+(above 3.4e38), are refused with their line unless ``--allow-nonfinite`` feeds them
+as recorded; a non-zero value below 1.4e-45 (it would become 0) is refused.
 Each controller starts from its contract's seed λ; ``--kernel`` replays a
 candidate beside them, started from the seed λ of ``--contract`` (default fixed).
 Prints per controller: λ at the start and the end, its range, and how many steps
@@ -15,8 +20,6 @@ ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops i
 
 from __future__ import annotations
 
-import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +28,7 @@ from analysis.cli import policy
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
-from repro.core.outputs import check_writable
+from repro.core.outputs import Output, check_outputs
 from repro.runners.runner import run_scenarios, to_frame
 from repro.runners.scenarios import from_csv
 
@@ -64,51 +67,40 @@ def describe(frame) -> list[str]:
     return lines
 
 
+@policy.command("replay")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser(prog="python -m analysis replay", description=__doc__.splitlines()[0])
-    parser.add_argument("trace", type=Path)
+    parser.add_argument("trace", type=policy.path)
     parser.add_argument("--target", type=float, help="KL target, when the file has no kl_target column")
     parser.add_argument("--controller", default="both", choices=("fixed", "original", "both", "none"),
                         help="in-repo controllers to replay (none: only --kernel)")
-    parser.add_argument("--kernel", type=Path, help="a candidate kernel replayed beside the controllers")
-    parser.add_argument("--contract", default="fixed", help="contract entry whose seed λ starts the candidate")
+    parser.add_argument("--kernel", type=policy.path, help="a candidate kernel replayed beside the controllers")
+    parser.add_argument("--contract", help="with --kernel: the contract entry whose seed λ starts it (default fixed)")
     parser.add_argument("--allow-nonfinite", action="store_true", help="feed NaN/inf values as recorded")
     parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--csv", type=Path, help="write the tidy trajectories here")
-    parser.add_argument("--plot", type=Path, help="draw KL and λ over steps into this PNG")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
+    parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     args = parser.parse_args(argv)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
-    try:
-        if not names and args.kernel is None:
-            raise SuiteError("nothing to replay: --controller none needs --kernel")
-        for path, flag in ((args.csv, "--csv"), (args.plot, "--plot")):
-            if path is not None:
-                check_writable(path, flag)
-        frame = replay(args.trace, args.target, names, args.backend, args.kernel, args.contract, args.allow_nonfinite)
-        print("\n".join(describe(frame)))
-        if args.csv:
+    if not names and args.kernel is None:
+        raise SuiteError("nothing to replay: --controller none needs --kernel")
+    if args.contract is not None and args.kernel is None:
+        raise SuiteError(f"--contract {args.contract} names the seed λ of a --kernel; there is none")
+    contract = load()
+    entry = args.contract or "fixed"
+    contract.controller(entry)  # the name checked before any work
+    check_outputs([Output("--csv", args.csv), Output("--plot", args.plot, suffix=".png")],
+                  inputs=[("trace", args.trace), ("kernel", args.kernel), ("contract", contract.path),
+                          *(("kernel", contract.controller(n).kernel) for n in names)])
+    frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
+    print("\n".join(describe(frame)))
+    if args.csv:
+        try:
             frame.to_csv(args.csv, index=False)
-        if args.plot:
-            from analysis.present import plots
+        except OSError as err:
+            raise SuiteError(f"cannot write {args.csv}: {err.strerror or err}") from None
+    if args.plot:
+        from analysis.present import plots
 
-            plots.save(plots.replay(frame), args.plot)
-    except SuiteError as err:
-        print(f"replay: error: {err}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        raise  # stdout closed by its reader: policy.run ends quietly
-    except OSError as err:
-        print(f"replay: error: cannot write: {err.strerror or err} ({err.filename})", file=sys.stderr)
-        return 2
-    except Exception as err:  # every failure is one line, exit 2 (--debug: the traceback)
-        if args.debug:
-            traceback.print_exc()
-        print(f"replay: error: internal error: {type(err).__name__}: {err} (run with --debug for the traceback)",
-              file=sys.stderr)
-        return 2
+        plots.save(plots.replay(frame), args.plot)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(policy.run(main))

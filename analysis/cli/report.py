@@ -32,7 +32,7 @@ from repro.core import spec
 from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
-from repro.core.outputs import check_writable
+from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning import prereg as learning_study
 from repro.learning import study2 as learning_study2
@@ -45,6 +45,8 @@ CONTROLLERS = ("fixed", "original")
 SIGMAS = tuple(np.round(np.arange(0, 1.51, 0.1), 2))
 STRETCHES = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 #: Every figure the report promises: file name -> caption.
+#: The committed report's folder: the default --out, the one tracked folder the report may rewrite.
+COMMITTED = ROOT / "reports"
 FIGURES = {
     "fig1_collapse.png": "The collapse: λ under sustained aligned KL, original from 0.5 against fixed from 0.1.",
     "fig2_ramp_decay.png": "Ramp and decay: doubling under high KL, halving under low KL, measured steps marked.",
@@ -417,35 +419,32 @@ def write(report: Report, out: Path, progress=print) -> None:
     report.written.append(out / "summary.md")
 
 
+@policy.command("report")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser(prog="python -m analysis report", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "reports", help="output folder (default: reports/)")
+    parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
+                        "the committed report; a folder holding other files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--kernel", type=Path, help="candidate kernel to report in the fixed controller's place")
-    parser.add_argument("--studies", nargs=2, type=Path, metavar=("FIRST", "SECOND"),
+    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place")
+    parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    try:
-        check_writable(args.out / "summary.md")
-        contract = load()
-        sources = {n: contract.source(n) for n in CONTROLLERS}
-        if args.kernel:
-            sources["fixed"] = contract.source("fixed", args.kernel)
-        if args.studies and args.kernel:
-            raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
-        studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
-        report = measure(get_backend(args.backend), sources, contract, studies=studies)
-        write(report, args.out)
-    except SuiteError as err:
-        print(f"report: error: {err}", file=sys.stderr)
-        return 2
+    contract = load()
+    studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
+    check_outputs([Output("--out", args.out, folder=True)],
+                  inputs=[("kernel", args.kernel), ("contract", contract.path),
+                          *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
+    if args.studies and args.kernel:
+        raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+    sources = {n: contract.source(n) for n in CONTROLLERS}
+    if args.kernel:
+        sources["fixed"] = contract.source("fixed", args.kernel)
+    progress = lambda line: print(f"report: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
+    write(report, args.out, progress=progress)
     figs = sum(p.suffix == ".png" for p in report.written)
     print(f"done in {time.perf_counter() - start:.1f} s: {args.out / 'summary.md'}, {figs} figures, "
           f"data in {args.out / 'data'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(policy.run(main))

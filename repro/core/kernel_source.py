@@ -106,12 +106,21 @@ class KernelSource:
 def load_kernel(path: Path | str, symbol: str) -> KernelSource:
     """Read a ``.cu`` file and check that it defines the kernel ``symbol``."""
     path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"kernel file not found: {path}")
     try:
+        if path.is_dir():
+            raise SuiteError(f"kernel file {path} is a folder; name the .cu file in it")
+        if path.exists() and not path.is_file():
+            raise SuiteError(f"kernel file {path} is not a regular file (a device or a pipe); name a .cu file")
+        if not path.is_file():
+            raise SuiteError(f"kernel file not found: {path}")
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:  # a name too long, permission denied
+        raise SuiteError(f"cannot read kernel file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
         raise SuiteError(f"cannot read kernel file {path}: {err}") from None
+    if text.startswith("\ufeff"):  # nvcc, NVRTC and the C++ compiler all reject it, with a puzzling message
+        raise SuiteError(f"kernel file {path} starts with a UTF-8 byte-order mark (BOM), which CUDA compilers "
+                         "reject: save it as UTF-8 without a BOM")
     source = KernelSource(text=text, symbol=symbol, origin=shown(path))
     check_symbol(source)
     return source

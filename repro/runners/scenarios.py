@@ -205,15 +205,23 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
     positive and finite). NaN/inf values are refused with their line unless ``allow_nonfinite``.
     """
     path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"trace file not found: {path}")
-    if target is not None and not (math.isfinite(target) and target > 0):
-        raise SuiteError(f"--target must be a positive finite KL, not {target!r}")
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        if path.is_dir():
+            raise SuiteError(f"trace file {path} is a folder; name the CSV file in it")
+        if not path.is_file():
+            raise SuiteError(f"trace file not found: {path}")
+    except OSError as err:  # a name too long
+        raise SuiteError(f"cannot read trace file {path}: {err.strerror or err}") from None
+    if target is not None:
+        with np.errstate(over="ignore"):
+            as32 = float(F32(target))  # what the kernel reads: 1e39 would be inf, 1e-50 would be 0
+        if not (math.isfinite(as32) and as32 > 0):
+            raise SuiteError(f"--target must be a positive finite KL that float32 holds (1.4e-45 to 3.4e38), not {target!r}")
+    try:  # utf-8-sig: a byte-order mark (as spreadsheet programs save CSV) is dropped; csv reads CRLF lines
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise SuiteError(f"cannot read trace file {path}: {err}") from None
+        raise SuiteError(f"cannot read trace file {path}: {getattr(err, 'strerror', None) or err}") from None
     if not rows:
         raise SuiteError(f"{path}: empty trace file")
     header = [c.strip().lower() for c in rows[0][1]]
@@ -236,7 +244,9 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
         raise SuiteError(f"{path}: no KL values")
     if tgt_col is None:
         tg = [target] * len(kl)
-    return Scenario(name or path.stem, "replay", np.array(kl, dtype=F32), np.array(tg, dtype=F32), lambda0,
+    with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
+        kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
+    return Scenario(name or path.stem, "replay", kl32, tg32, lambda0,
                     f"recorded KL trace from {path.name}", {"file": path.name})
 
 
@@ -254,8 +264,23 @@ def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool
     except (IndexError, ValueError):
         shown = row[col] if col < len(row) else "(missing)"
         raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
-    if not allow_nonfinite and not math.isfinite(value):
-        raise SuiteError(f"{path}:{line}: {row[col].strip()!r} is not finite (--allow-nonfinite feeds it as recorded)")
+    return _float32(value, f"{path}:{line}: {row[col].strip()!r}", allow_nonfinite)
+
+
+def _float32(value: float, what: str, allow_nonfinite: bool) -> float:
+    """``value`` as the float32 the kernel will read; refused (one line) when the conversion changes its kind:
+    finite to ±inf (above 3.4e38), or non-zero to 0 (below 1.4e-45). NaN/inf as written pass only with
+    ``allow_nonfinite``, and so does a finite value that overflows (it is fed as the inf it becomes)."""
+    with np.errstate(over="ignore"):
+        as32 = float(F32(value))
+    if not math.isfinite(value) and not allow_nonfinite:
+        raise SuiteError(f"{what} is not finite (--allow-nonfinite feeds it as recorded)")
+    if math.isfinite(value) and not math.isfinite(as32) and not allow_nonfinite:
+        raise SuiteError(f"{what} overflows float32 (largest {float(np.finfo(F32).max):.4g}): it would be fed as inf "
+                         "(--allow-nonfinite feeds it so)")
+    if value != 0 and as32 == 0:
+        raise SuiteError(f"{what} is below float32's smallest subnormal (1.4e-45): it would be fed as 0 "
+                         "(write 0 if 0 is meant)")
     return value
 
 

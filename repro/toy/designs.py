@@ -37,11 +37,15 @@ def grid_points(grid: dict[str, tuple] = GRID) -> dict[str, np.ndarray]:
     return {k: m.ravel() for k, m in zip(grid, mesh, strict=True)}
 
 
-def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None, seed: int = 0) -> dict:
-    """One controller, one seed, with its per-step trace: the fields of the CLI's JSON and figure 8."""
+def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None, seed: int = 0,
+            progress=None) -> dict:
+    """One controller, one seed, with its per-step trace: the fields of the CLI's JSON and figure 8.
+
+    ``progress(steps_done)`` is called after each tenth of the steps (see :func:`simulate`).
+    """
     toy = toy or Toy()
     start = time.perf_counter()
-    batch = simulate(backend, [subject], toy, seeds=1, seed=seed, trace=True)[0]
+    batch = simulate(backend, [subject], toy, seeds=1, seed=seed, trace=True, progress=progress)[0]
     steps_to_floor = int(batch.steps_to_lambda_floor[0])
     return {
         "controller": name,

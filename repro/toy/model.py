@@ -106,12 +106,14 @@ def batched_stepper(groups: list[Group], base: int):
 
 
 def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: int = 0,
-             grid: dict[str, np.ndarray] | None = None, trace: bool = False, stepper=None) -> list[Batch]:
+             grid: dict[str, np.ndarray] | None = None, trace: bool = False, stepper=None,
+             progress=None) -> list[Batch]:
     """Run ``seeds`` × grid points per group, every group on the same noise; one :class:`Batch` per group.
 
     ``grid``: per-base-run values of ``actor_lr``, ``kl_ema_rate``, ``kl_target``
     (equal-length arrays); the base runs are those values × ``seeds``. ``stepper(isv)``
     advances every run's ISV row by one controller step (default: :func:`batched_stepper`).
+    ``progress(steps_done)``, when given, is called after each tenth of ``toy.steps``.
     """
     xp = backend.xp
     grid = grid or {}
@@ -147,33 +149,39 @@ def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: 
     floor_step = xp.full(n, -1, dtype=xp.int64)
     noise_rng = np.random.default_rng(seed + 1)
     rows = {"lambda": [], "q_pi_agree": [], "kl_ema": []} if trace else None
-    for t in range(toy.steps):
-        noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
-        q += toy.q_lr * (true_d + toy.reward_noise * noise - q)
-        own_est += toy.q_lr * (own_d + toy.reward_noise * noise - own_est)
-        p_q, log_p_q = _softmax_parts(xp, q / toy.q_temperature)
-        pi, _ = _softmax_parts(xp, theta)
-        advantage = own_est - own_est.mean(axis=1, keepdims=True)
-        theta += actor_lr * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
-        pi, log_pi = _softmax_parts(xp, theta)
-        kl = (p_q * (log_p_q - log_pi)).sum(axis=1)
-        ema = (1 - ema_rate[:, 0]) * ema + ema_rate[:, 0] * kl
-        isv[:, slots.kl] = ema.astype(xp.float32)
-        isv[:, slots.target] = target32
-        stepper(isv)
-        lam32 = isv[:, slots.lambda_]
-        lam = lam32.astype(xp.float64)
-        greedy = q.argmax(axis=1)
-        agree = pi[xp.arange(n), greedy]
-        log_agree_min = xp.minimum(log_agree_min, log_pi[xp.arange(n), greedy])
-        lam_min, lam_max = xp.minimum(lam_min, lam), xp.maximum(lam_max, lam)
-        agree_min = xp.minimum(agree_min, agree)
-        if t >= toy.warmup:
-            agree_min_late = xp.minimum(agree_min_late, agree)
-        floor_step = xp.where((floor_step < 0) & (lam32 == floors), t + 1, floor_step)
-        if trace:
-            for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
-                rows[key].append(float(value))
+    every = max(1, toy.steps // 10)
+    # λ of a rule without a ceiling (rllib's) may overflow to inf and its Q/π arithmetic give NaN: such a run
+    # is counted as diverged (Batch.lambda_max, q_pi_agree_final), not warned about on every step.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(toy.steps):
+            if progress and t and t % every == 0:
+                progress(t)
+            noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
+            q += toy.q_lr * (true_d + toy.reward_noise * noise - q)
+            own_est += toy.q_lr * (own_d + toy.reward_noise * noise - own_est)
+            p_q, log_p_q = _softmax_parts(xp, q / toy.q_temperature)
+            pi, _ = _softmax_parts(xp, theta)
+            advantage = own_est - own_est.mean(axis=1, keepdims=True)
+            theta += actor_lr * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
+            pi, log_pi = _softmax_parts(xp, theta)
+            kl = (p_q * (log_p_q - log_pi)).sum(axis=1)
+            ema = (1 - ema_rate[:, 0]) * ema + ema_rate[:, 0] * kl
+            isv[:, slots.kl] = ema.astype(xp.float32)
+            isv[:, slots.target] = target32
+            stepper(isv)
+            lam32 = isv[:, slots.lambda_]
+            lam = lam32.astype(xp.float64)
+            greedy = q.argmax(axis=1)
+            agree = pi[xp.arange(n), greedy]
+            log_agree_min = xp.minimum(log_agree_min, log_pi[xp.arange(n), greedy])
+            lam_min, lam_max = xp.minimum(lam_min, lam), xp.maximum(lam_max, lam)
+            agree_min = xp.minimum(agree_min, agree)
+            if t >= toy.warmup:
+                agree_min_late = xp.minimum(agree_min_late, agree)
+            floor_step = xp.where((floor_step < 0) & (lam32 == floors), t + 1, floor_step)
+            if trace:
+                for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
+                    rows[key].append(float(value))
     to_np = (lambda a: xp.asnumpy(a)) if xp is not np else (lambda a: a)
     out = []
     for g in range(G):
