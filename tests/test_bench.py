@@ -100,6 +100,7 @@ def test_interleaved_rounds_give_the_paired_difference_with_its_interval(contrac
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # device timings want a quiet host: beside 15 xdist workers the H200's graph-replay spread read 48.9 %
 @TIMING
 def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
     """A baseline pair, the same controller again, then one slowed by ~1 µs: only the slowed run fails.

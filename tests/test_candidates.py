@@ -51,7 +51,13 @@ REFACTORS = [p for p in CANDIDATES if header(p).get("expect-exit") == "0" and "g
 THROUGH_CLI = [p for p in CANDIDATES if p not in REFACTORS] + REFACTORS[:1]
 
 
-@pytest.mark.parametrize("path", THROUGH_CLI, ids=[p.stem for p in THROUGH_CLI])
+#: Through the CLI in the fast run: the candidate that always hangs (the gate must end it in seconds); the
+#: others (2-6 s each) in the slow job.
+FAST = {"hang_always"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=() if p.stem in FAST else pytest.mark.slow)
+                                  for p in THROUGH_CLI])
 def test_gate_answers_each_candidate(path, tmp_path):
     spec = header(path)
     if spec.get("needs") == "nvrtc" and ptx.unavailable_reason():
@@ -110,6 +116,7 @@ def test_refactor_is_cuda_for_nvrtc(contract, path):
         ptx.compile_ptx(unit, src.origin)
 
 
+@pytest.mark.slow  # every candidate once more, in process (4 s)
 def test_gate_time_per_candidate_on_the_cpu(contract, host):
     """The gate's own work for a candidate (compile, static rules, isolated runs, coverage) stays under 2 s.
 
@@ -170,6 +177,7 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
     assert spec["expect-row"] in {f.key for f in verdict.failed}, [(f.key, f.where) for f in verdict.failed]
 
 
+@pytest.mark.slow  # two gate processes (2.5 s each)
 @pytest.mark.parametrize("name, literal", [("oob_after", "isv[600]"), ("oob_before", "isv[-1]")])
 def test_a_stray_write_is_annotated_at_its_line(name, literal):
     """GitHub annotations put the isolation failure on the line that writes outside the ISV."""

@@ -65,6 +65,7 @@ def floor_gate(tmp_path_factory, floor_candidate):
     return done, {"text": text, "junit": "<?xml" + xml + "</testsuites>", "github": github}, folder
 
 
+@pytest.mark.slow  # three gate processes (6 s); test_bad_input checks the exit codes in process
 def test_exit_codes_and_json_for_all_three_outcomes(tmp_path, floor_gate):
     assert floor_gate[0].returncode == 1
     for args, code in (([], 0), ([tmp_path / "missing.cu"], 2)):
@@ -208,6 +209,7 @@ def test_an_inclusive_edge_is_found_with_its_comparison(contract, host):
     assert "kl_observed >= upper" in v.source.text.splitlines()[edge.source_line - 1]
 
 
+@pytest.mark.slow  # a pytest inside pytest (5 s each)
 @pytest.mark.parametrize("form", ["absolute", "relative"])
 def test_pytest_kernel_takes_any_path(tmp_path, floor_candidate, form):
     path = floor_candidate  # under the system's temporary folder, outside the repository
@@ -266,6 +268,7 @@ def test_replay_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, tex
         assert replay.main([str(path), "--target", "0.02", "--backend", "host", "--allow-nonfinite"]) == 0
 
 
+@pytest.mark.slow  # every gate command of the recipe in a process of its own (8 s)
 def test_ci_recipe_parses_and_its_commands_pass():
     yaml = pytest.importorskip("yaml", reason="pyyaml (test group) is not installed")
     workflow = yaml.safe_load((ROOT / "docs" / "ci" / "github-workflow.yml").read_text())

@@ -61,6 +61,7 @@ def test_mutant_file_exits_1_with_a_named_row(contract, tmp_path, capsys):
     assert "contracts.toml:" in out and "first shows: aligned" in out
 
 
+@pytest.mark.slow  # the gate on every in-repo kernel × contract (2.6 s); test_properties judges them
 def test_gate_exit_codes_for_the_in_repo_kernels(contract, capsys):
     original = str(contract.controller("original").kernel)
     assert gate.main(["--backend", "host"]) == 0

@@ -88,6 +88,7 @@ def test_applicability_follows_the_rule_kind(contract):
                                                        if k != "steps_to_floor"]
 
 
+@pytest.mark.slow  # the gate's whole command per peer (1-1.5 s each); test_peer_passes_its_own_contract judges them fast
 @pytest.mark.parametrize("peer", PEERS)
 def test_gate_cli_exits_0_for_each_peer(contract, peer, capsys):
     assert gate.main([str(contract.controller(peer).kernel), "--contract", peer, "--backend", "host"]) == 0

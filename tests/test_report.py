@@ -12,6 +12,9 @@ import pytest
 
 from analysis.cli import report
 
+# Each test here reads a whole report built on the CPU (about 25 s); the suite's fast run leaves them to the slow job.
+pytestmark = pytest.mark.slow
+
 MIN_DPI = 150
 MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
 QUICK = {"closed_loop_seeds": 2, "grid": {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}}

@@ -125,6 +125,7 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     assert (ours.lam != ours.lam[0]).any()  # λ moved: the controllers were in the loop
 
 
+@pytest.mark.slow  # about 5 s per task; the first study's reference test covers the shared loop in the fast run
 @pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
 def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, prereg, env):
     """The second study's axes (where and when the KL is measured, the auxiliary reward on odd states, the linear
@@ -278,6 +279,7 @@ def test_elementary_functions(backend, host):
         assert np.array_equal(g.view(np.uint64), h.view(np.uint64))
 
 
+@pytest.mark.slow  # a reduced study through the CLI (2 s)
 def test_cli_writes_json_and_plot(tmp_path, capsys):
     out, plot, grid, md = tmp_path / "s.json", tmp_path / "s.png", tmp_path / "figs" / "g.png", tmp_path / "s.md"
     assert cli.main(["--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0.001,const:1", "--seeds", "0:2",
@@ -476,6 +478,7 @@ def test_reduced_second_study(reduced2, prereg2):
     assert abs(first - signature_steps(prereg2)) <= 1
 
 
+@pytest.mark.slow  # the reduced second study twice (12 s on 2 cores)
 def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
     from repro.learning import study2
@@ -489,6 +492,7 @@ def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     assert json.dumps(ours) == json.dumps(ref)
 
 
+@pytest.mark.slow  # a reduced second study through the CLI (2 s)
 def test_second_study_cli(tmp_path, capsys):
     out = tmp_path / "s2.json"
     assert cli.main(["--second", "--env", "FrozenLake-v1", "--controllers", "fixed,original,const:0", "--seeds", "0:2",

@@ -15,18 +15,13 @@ from dataclasses import replace
 import numpy as np
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS, outcomes, same
+from analysis.judge.properties import RECORDS, outcomes
 from repro.core import spec
 from repro.core.contract import Contract, Controller
+from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour
 
-F32 = np.float32
-
 _ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
-
-
-def _bits_equal(a: float, b: float) -> bool:
-    return bool(F32(a).view(np.uint32) == F32(b).view(np.uint32))
 
 
 def applies(ctrl: Controller) -> bool:
@@ -64,9 +59,9 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
                 out.append(Difference("constant", name, doc.value, None, _unit(name), name, doc.line,
                                       note="never settles" if name in ("floor", "ceiling") else "not measurable"))
             continue
-        same = _bits_equal(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
+        agrees = same(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
         exact = getattr(b, f"{name}_exact", True)
-        if not same:
+        if not agrees:
             out.append(Difference("constant", name, doc.value, measured, _unit(name), name, doc.line,
                                   note="" if exact else "approximate: no float32 factor reproduces every step"))
     tol = ctrl["tolerance"]
@@ -76,7 +71,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
                 out.append(Difference("edge", name, tol.value, None, "×target", "tolerance", tol.line,
                                       note="no factor of the target reproduces the onsets"))
             continue
-        if not _bits_equal(edge.factor, tol.value):
+        if not same(edge.factor, tol.value):
             out.append(Difference("constant", name, tol.value, edge.factor, "×target", "tolerance", tol.line,
                                   note="inclusive" if edge.inclusive else ""))
         elif edge.inclusive:
@@ -173,8 +168,8 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
         if measured is None:
             out.append(item(name, "none", g(doc), False))
             continue
-        same = _bits_equal(measured, doc) if not prefix else ctrl[name].accepts(measured)
-        out.append(item(name, prefix + g(measured), prefix + g(doc), same))
+        agrees = same(measured, doc) if not prefix else ctrl[name].accepts(measured)
+        out.append(item(name, prefix + g(measured), prefix + g(doc), agrees))
     tol = ctrl.value("tolerance")
     for name, edge, sym in (("ramp above", b.upper, ">"), ("decay below", b.lower, "<")):
         op = "·" if name.startswith("ramp") else "/"
@@ -183,7 +178,7 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
             continue
         shown = f"target{op}{g(edge.factor)}" + (" (edge inclusive)" if edge.inclusive else "")
         out.append(item(name, shown, f"target{op}{g(tol)} (strict {sym})",
-                        _bits_equal(edge.factor, tol) and not edge.inclusive))
+                        same(edge.factor, tol) and not edge.inclusive))
     return out
 
 
@@ -213,7 +208,7 @@ def locate(text: str, d: Difference) -> int:
                     value = float(m.group(0).rstrip("fF"))
                 except ValueError:
                     continue
-                if _bits_equal(value, d.measured):
+                if same(value, d.measured):
                     return i
         return 0
     if d.kind == "edge" and d.measured == "inclusive":

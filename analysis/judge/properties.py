@@ -20,20 +20,10 @@ from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
 from repro.core import spec
 from repro.core.contract import Controller
+from repro.core.f32 import F32, bits, same
 from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.runner import Run
-
-F32 = np.float32
-
-
-def bits(a) -> np.ndarray:
-    return np.asarray(a, dtype=F32).view(np.uint32)
-
-
-def same(a, b) -> bool:
-    """Bitwise equality of float32 arrays (NaN payloads included)."""
-    return bool(np.array_equal(bits(a), bits(b)))
 
 
 def differs_beyond_nan(a, b) -> np.ndarray:

@@ -16,8 +16,8 @@ from analysis.judge.properties import bits, classify, first_step, vanishing_summ
 from analysis.judge.verdict import Verdict
 from analysis.present import render
 from repro.core import spec
+from repro.core.f32 import F32
 
-F32 = np.float32
 #: The peers, in the order the report lists them (contract names; kernels/peers/<name>.cu).
 NOISE_SIGMAS = (0.25, 0.5, 1.0)
 

@@ -231,10 +231,14 @@ class CupyBackend(Backend):
         self.xp = self.cp
         self._loaded: dict[tuple, CupyKernel | CupyLearner] = {}
 
+    def device_name(self) -> str:
+        """The current device's name (CUDA hands it over as bytes)."""
+        name = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)["name"]
+        return name.decode() if isinstance(name, bytes) else name
+
     def describe(self) -> str:
         cp = self.cp
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        name = self.device_name()
         driver = cp.cuda.runtime.driverGetVersion()
         return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 

@@ -75,6 +75,15 @@ class Guarded:
         self.address = base + offset
 
 
+def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAGS, cwd: Path | None = None) -> None:
+    """Compile the translation unit at ``unit`` into the shared library ``lib`` the way every host build does
+    (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error."""
+    cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++", str(unit), "-o", str(lib)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if done.returncode != 0:
+        raise compile_error(source.origin, Path(cxx).name, done.stderr)
+
+
 def cache_dir() -> Path:
     """Where compiled kernels live (``$RLQ_CACHE_DIR``, else ``.cache/rlq`` in the repo)."""
     return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
@@ -243,12 +252,12 @@ class HostBackend(Backend):
             cpp = folder / f"{key}.{os.getpid()}.cpp"
             tmp = folder / f"{key}.{os.getpid()}.so.tmp"
             cpp.write_text(unit)
-            cmd = [self.cxx, *FLAGS, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++", str(cpp),
-                   "-o", str(tmp)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            cpp.unlink(missing_ok=True)
-            if done.returncode != 0:
+            try:
+                build(self.cxx, cpp, tmp, source)
+            except BaseException:
                 tmp.unlink(missing_ok=True)
-                raise compile_error(source.origin, Path(self.cxx).name, done.stderr)
+                raise
+            finally:
+                cpp.unlink(missing_ok=True)
             os.replace(tmp, lib)
         return lib

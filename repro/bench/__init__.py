@@ -83,10 +83,9 @@ def gpu_info() -> dict | None:
     """The GPU the cupy backend uses (name, CUDA driver API and runtime versions, CuPy, SM clock in kHz); None without."""
     if unavailable_reason("cupy") is not None:
         return None
-    cp = get_backend("cupy").cp
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    return {"name": name, "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
+    backend = get_backend("cupy")
+    cp = backend.cp
+    return {"name": backend.device_name(), "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
             "runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__,
             "sm_clock_khz": int(cp.cuda.Device().attributes.get("ClockRate", 0))}
 

@@ -27,10 +27,10 @@ from repro.bench.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth
 from repro.core import spec
 from repro.core.contract import Contract
 from repro.core.errors import BackendUnavailable, SuiteError
+from repro.core.f32 import F32, same
 from repro.core.isv import new_isv
 from repro.core.kernel_source import KernelSource, load_kernel
 
-F32 = np.float32
 WHICH = ("controller", "empty")
 VERIFY_STEPS = 16  # launches per correctness check: 13 ramp steps reach the ceiling, the rest are clamped
 KL_HIGH, TARGET, FEED_ALPHA = F32(0.5), F32(0.02), F32(0.1)
@@ -107,10 +107,6 @@ def expected_isv(contract: Contract, which: str, isv0: np.ndarray, kl: np.ndarra
     out[s.lambda_] = spec.run(rule, [isv0[s.lambda_]], kl, isv0[s.target])[-1, 0]
     out[s.kl] = kl[-1, 0]
     return out
-
-
-def same_bits(a, b) -> bool:
-    return bool(np.array_equal(np.asarray(a, F32).view(np.uint32), np.asarray(b, F32).view(np.uint32)))
 
 
 @dataclass
@@ -196,7 +192,7 @@ def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     check = isv0.copy()
     for _ in range(VERIFY_STEPS):
         kernel.step(check.ctypes.data)
-    ok = same_bits(check, expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
+    ok = same(check, expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
     isv = isv0.copy()
     step, addr = kernel.step, isv.ctypes.data
 
@@ -217,7 +213,7 @@ def _device_check(rig: Rig, which: str, run_steps: Callable[[object, int], None]
     isv = cp.asarray(isv0)
     run_steps(isv, VERIFY_STEPS)
     cp.cuda.Device().synchronize()
-    return same_bits(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
+    return same(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
 
 
 def _cupy_launcher(rig: Rig, which: str):
@@ -284,13 +280,13 @@ def _native(rig: Rig, which: str, rounds: int) -> dict:
 
 def c_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     done = _native(rig, which, rounds)
-    ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
+    ok = same(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
     return Timed(_precomputed(done["async_us"]), ASYNC_LAUNCHES, ok, warmup=0)
 
 
 def c_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     done = _native(rig, which, rounds)
-    ok = same_bits(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
+    ok = same(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
     return Timed(_precomputed(done["sync_us"]), SYNC_LAUNCHES, ok, warmup=0)
 
 
@@ -415,7 +411,7 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
             ema = F32(F32(F32(1) - FEED_ALPHA) * ema) + F32(FEED_ALPHA * KL_HIGH)
             kl[t] = ema
     want = expected_isv(rig.contract, which, isv0, kl)
-    ok = all(same_bits(cp.asnumpy(isv), want) for isv in pool)
+    ok = all(same(cp.asnumpy(isv), want) for isv in pool)
     nodes = len(graphs) * GRAPH_STEPS
     return Timed(lambda: _replay_us(cp, graphs, stream, 1) / nodes, nodes, ok,
                  lambda us: {"isv_addresses": len(pool)}, hold=(buf, kl_new))  # the graphs hold addresses only
@@ -464,7 +460,7 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
         g.launch(stream)
     stream.synchronize()
     want = expected_isv(rig.contract, which, isv0, np.full(STEP_EXTRA, KL_HIGH))
-    ok = all(same_bits(cp.asnumpy(isv), want) for isv in pool)
+    ok = all(same(cp.asnumpy(isv), want) for isv in pool)
     per = STEP_REPLAYS // len(with_node)  # replays of each with-node graph in a window
     bare_us = []
 
@@ -495,7 +491,7 @@ def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     out = cp.empty_like(kl)
     kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
     got = unchunked(cp.asnumpy(out))[:2000]
-    ok = same_bits(got, _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
+    ok = same(got, _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
     return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / ONE_SCENARIO_STEPS,
                  ONE_SCENARIO_STEPS, ok)
 
@@ -515,7 +511,7 @@ def looped_many(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
     cols = slice(0, 64)
     got = unchunked(cp.asnumpy(out[:, cols]))
-    ok = same_bits(got, _expected_trace(rig, which, cp.asnumpy(lam0[cols]), unchunked(cp.asnumpy(kl[:, cols]))))
+    ok = same(got, _expected_trace(rig, which, cp.asnumpy(lam0[cols]), unchunked(cp.asnumpy(kl[:, cols]))))
 
     def throughput(us: list[float]) -> dict:
         best_s = min(us) * steps * 1e-6

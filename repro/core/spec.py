@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.core.contract import Controller
-
-F32 = np.float32
+from repro.core.f32 import F32
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from repro.backends.host import FLAGS, HostBackend, HostKernel, cache_dir
-from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM, compile_error, harness_unit
+from repro.backends.host import FLAGS, HostBackend, HostKernel, build, cache_dir
+from repro.backends.translation_unit import HOST_SHIM, harness_unit
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
@@ -60,11 +60,7 @@ def _build(backend: HostBackend, source: KernelSource, slots: Slots, folder: Pat
     unit = folder / "unit.cpp"
     unit.write_text(harness_unit(source, slots, for_device=False) + _DUMP)
     lib = folder / "unit.so"
-    cmd = [backend.cxx, *COVERAGE_FLAGS, "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM), "-x", "c++",
-           str(unit), "-o", str(lib)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
-    if done.returncode != 0:
-        raise compile_error(source.origin, Path(backend.cxx).name, done.stderr)
+    build(backend.cxx, unit, lib, source, COVERAGE_FLAGS, cwd=folder)
     return lib
 
 

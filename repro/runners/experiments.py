@@ -9,10 +9,9 @@ import pandas as pd
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Controller
+from repro.core.f32 import F32
 from repro.core.isv import new_isv
 from repro.runners.scenarios import FAR, REF_TARGET
-
-F32 = np.float32
 
 
 def noise_tolerance(kernel: CompiledKernel, controller: Controller, sigmas, samples: int = 20000,

@@ -16,11 +16,11 @@ import numpy as np
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Controller
+from repro.core.f32 import F32, equal_bits
 from repro.core.isv import new_isv, stray_writes
 from repro.runners.probes import onsets, settled
 from repro.runners.scenarios import FAR, PROBE_TARGETS, REF_TARGET
 
-F32 = np.float32
 SETTLE_STEPS = 4000  # steps a λ0 grid runs to find where λ settles (decay 0.998 needs ~1500 from 1 to 0.05)
 
 
@@ -55,10 +55,6 @@ def _run(kernel: CompiledKernel, isv0: np.ndarray, kl: np.ndarray, target: np.nd
     """Looped run with step-major ``kl``/``target`` ``[T, S]`` (the harness writes the contract's slots)."""
     return kernel.run_looped(np.ascontiguousarray(isv0, dtype=F32), np.ascontiguousarray(kl, dtype=F32),
                              np.ascontiguousarray(target, dtype=F32))
-
-
-def _same(a, b) -> np.ndarray:
-    return np.asarray(a, dtype=F32).view(np.uint32) == np.asarray(b, dtype=F32).view(np.uint32)
 
 
 def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
@@ -96,7 +92,7 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
     start = 0
     for size in bases:
         block = lam[0, start : start + size]
-        changed = ~_same(block[1:], block[0])
+        changed = ~equal_bits(block[1:], block[0])
         read.update(int(x) for x in per_slot[changed])
         start += size
     # Roles: from the in-band state (all inputs T), raise one slot ×100: a KL ramps λ, a target decays it.
@@ -163,7 +159,7 @@ def _factor(before: np.ndarray, after: np.ndarray) -> tuple[float | None, bool]:
     for offset in sorted(range(-32, 33), key=abs):
         r = np.array(guess + offset, dtype=np.uint32).view(F32)
         with np.errstate(all="ignore"):
-            if _same(F32(before * r), after).all():
+            if equal_bits(F32(before * r), after).all():
                 return float(r), True
     return float(median), False
 
@@ -185,15 +181,15 @@ def _edge(targets: np.ndarray, onset: np.ndarray, upper: bool) -> Edge | None:
         k = np.array(guess + offset, dtype=np.uint32).view(F32)
         edge = F32(t * k) if upper else F32(t / k)
         inf = F32(np.inf) if upper else F32(-np.inf)
-        if _same(onset, edge).all():
+        if equal_bits(onset, edge).all():
             found[True].append(k)
-        if _same(onset, np.nextafter(edge, inf)).all():
+        if equal_bits(onset, np.nextafter(edge, inf)).all():
             found[False].append(k)
     every = found[False] + found[True]
     if not every:
         return None
     k = _shortest(every)  # the factor a person would write (3.0 rather than 2.9999998 with the other comparison)
-    return Edge(float(k), not any(_same(k, x) for x in found[False]))
+    return Edge(float(k), not any(equal_bits(k, x) for x in found[False]))
 
 
 def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
@@ -222,7 +218,7 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     def free_pairs(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         full = np.concatenate([grid[None, :], lam])
         before, after = full[:-1].ravel(), full[1:].ravel()
-        keep = (before > lo) & (before < hi) & (after > lo) & (after < hi) & ~_same(before, after)
+        keep = (before > lo) & (before < hi) & (after > lo) & (after < hi) & ~equal_bits(before, after)
         return before[keep], after[keep]
 
     ramp, ramp_exact = _factor(*free_pairs(high))

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.backends.base import CompiledKernel
+from repro.core.f32 import F32
 from repro.core.isv import PAD, new_isv, new_window
 
-F32 = np.float32
 _POS_MIN, _POS_INF = 1, 0x7F800000  # bit patterns: smallest subnormal, +inf
 
 

@@ -19,9 +19,9 @@ import numpy as np
 
 from repro.core.contract import Controller
 from repro.core.errors import SuiteError
+from repro.core.f32 import F32
 from repro.core.spec import Rule, band_edges, steps_to_double, steps_to_settle
 
-F32 = np.float32
 #: The KL target the scripted training loop writes (nats). The rule is
 #: scale-free (it compares KL with target·tol), so any positive value serves.
 REF_TARGET = 0.02
