@@ -73,21 +73,39 @@ def test_every_record_has_its_mutant():
 
 
 @pytest.fixture(scope="module")
-def fixed_evidence(contract, host):
-    entry = contract.controller("fixed")
-    return gather(host, contract.source("fixed"), contract.slots, entry, static=False, coverage=False)
+def evidence_of(contract, host):
+    """Contract entry name → its own kernel's evidence (gathered once per module)."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = gather(host, contract.source(name), contract.slots, contract.controller(name), static=False,
+                                 coverage=False)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def fixed_evidence(evidence_of):
+    return evidence_of("fixed")
+
+
+def subject(contract, key: str) -> str:
+    """The first contract entry (fixed, original, then the peers) whose documented rule the record applies to."""
+    names = ["fixed", "original", *contract.peers()]
+    return next(n for n in names if RECORDS[key].applies_to(contract.controller(n)))
 
 
 NEEDING = [(key, need) for key, r in RECORDS.items() for need in r.needs if need in GROUPS]
 
 
 @pytest.mark.parametrize("key, need", NEEDING, ids=[f"{k}-{n}" for k, n in NEEDING])
-def test_a_row_whose_group_did_not_run_is_not_measured_and_fails(fixed_evidence, key, need):
-    if not RECORDS[key].applies_to(fixed_evidence.controller):
-        pytest.skip(f"{key} does not apply to the fixed contract")
-    whole = {f.key: f for f in judge_rows(fixed_evidence)}
+def test_a_row_whose_group_did_not_run_is_not_measured_and_fails(contract, evidence_of, key, need):
+    evidence = evidence_of(subject(contract, key))
+    whole = {f.key: f for f in judge_rows(evidence)}
     assert whole[key].ok and "not_measured" not in whole[key].detail
-    gone = replace(fixed_evidence, groups_run=fixed_evidence.groups_run - {need})
+    gone = replace(evidence, groups_run=evidence.groups_run - {need})
     row = next(f for f in judge_rows(gone) if f.key == key)
     assert not row.ok and need in row.detail["not_measured"]
     assert render.measured(row).startswith("not measured")
@@ -109,25 +127,35 @@ def test_coverage_and_sanitizer_rows_without_their_runs_are_not_measured(fixed_e
 
 @pytest.fixture(scope="module")
 def crashes_first(contract, host):
-    """A candidate that crashes (a null write) on its first step, whatever the input: no run finishes."""
+    """Contract entry name → the verdict, against that entry, of a candidate that crashes (a null write) on its
+    first step whatever the input: no run finishes."""
     entry = contract.controller("fixed")
     src = contract.source("fixed").with_edit("if (threadIdx.x != 0 || blockIdx.x != 0) return;",
                                              "if (threadIdx.x != 0 || blockIdx.x != 0) return;\n"
                                              "    *(volatile float*)0 = 1.0f;", "crashes first")
-    return evaluate(KernelSource(src.text, entry.symbol, "crashes_first.cu"), "fixed", host, contract, static=False)
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = evaluate(KernelSource(src.text, entry.symbol, "crashes_first.cu"), name, host, contract,
+                                   static=False)
+        return cache[name]
+
+    return get
 
 
 @pytest.mark.parametrize("key", [k for k, r in RECORDS.items() if set(r.needs) & (set(GROUPS) | {"coverage"})])
-def test_each_row_fails_not_measured_after_a_crash_before_it(crashes_first, key):
-    rows = {f.key: f for f in crashes_first.findings}
-    if key not in rows:
-        pytest.skip(f"{key} is not a row here (not applicable, or a tool this machine lacks)")
+def test_each_row_fails_not_measured_after_a_crash_before_it(contract, crashes_first, key):
+    verdict = crashes_first(subject(contract, key))
+    rows = {f.key: f for f in verdict.findings}
+    if key == "coverage" and key not in rows:
+        pytest.skip("coverage needs gcov, which this machine lacks")
     assert not rows[key].ok and "not_measured" in rows[key].detail, render.message(rows[key], "contracts.toml")
     assert rows["execution"].ok is False
 
 
 def test_isolation_never_passes_on_zero_runs(crashes_first):
-    row = next(f for f in crashes_first.findings if f.key == "isolation")
+    row = next(f for f in crashes_first("fixed").findings if f.key == "isolation")
     assert not row.ok and "0/0" not in render.measured(row)
 
 
