@@ -115,8 +115,8 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
             {"entropy_bonus": [0.0, 0.05, 0.0], "aux_reward": [0.0, 1.0, 0.2], "pi_view": [1, 1, 4]}.items()}
     learning = replace(prereg.learning, steps=2000)
     seeds = parse_seeds("0:5")
-    ours = agent.simulate(backend, tables, groups, learning, seeds, grid)
-    ref = reference.simulate(host, tables, groups, learning, seeds, grid)
+    ours = agent.run_loop(backend, tables, groups, learning, seeds, grid)
+    ref = reference.run_reference(host, tables, groups, learning, seeds, grid)
     assert np.array_equal(ours.steps, ref.steps)
     assert np.array_equal(_bits(ours.lam), _bits(ref.lam))
     assert np.array_equal(_bits(ours.episode_return), _bits(ref.episode_return))
@@ -144,8 +144,8 @@ def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, h
     measure = agent.Measure(replay_capacity=64, replay_sample=4, quiet_kl=float(np.float32(0.1) / np.float32(1.5)),
                             floor_lambda=0.001)
     seeds = parse_seeds("0:4")
-    ours = agent.simulate(backend, tables, groups, learning, seeds, grid, measure)
-    ref = reference.simulate(host, tables, groups, learning, seeds, grid, measure)
+    ours = agent.run_loop(backend, tables, groups, learning, seeds, grid, measure)
+    ref = reference.run_reference(host, tables, groups, learning, seeds, grid, measure)
     for key in ("lam", "episode_return", "n_unique", "quiet_floor_run"):
         assert np.array_equal(_bits(getattr(ours, key)), _bits(getattr(ref, key))), key
     for key in ("agree_mean", "log10_agree_min", "kl_ema", "agree_unique", "log10_min_unique", "agree_odd",

@@ -70,7 +70,7 @@ class Learning:
 
 
 @dataclass(frozen=True)
-class Group:
+class Arm:
     """One controller's runs: its kernel source, the contract's slots and the λ every run is seeded with."""
 
     name: str
@@ -149,7 +149,7 @@ def check_axes(tables: Tables, runs: dict[str, np.ndarray], measure: Measure) ->
     return int(runs["features"].max(initial=0))
 
 
-def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
+def run_loop(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
              grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 

@@ -18,7 +18,7 @@ import numpy as np
 from repro.core.ablation import FACTORS, variant
 from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
-from repro.learning.agent import Group
+from repro.learning.agent import Arm
 
 
 def ablation_names() -> list[str]:
@@ -32,8 +32,8 @@ def constant_source(contract: Contract):
                                                                   MIN_LAMBDA=0.0)
 
 
-def group(backend, name: str, contract: Contract | None = None, source=None) -> Group:
-    """The :class:`Group` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
+def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:
+    """The :class:`Arm` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
     does not compile on ``backend``).
 
     ``source`` runs that kernel source under a contract name (seeded with the entry's λ): a candidate.
@@ -48,7 +48,7 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
         if not (value == 0 or np.finfo(np.float32).tiny <= value <= 1):
             raise SuiteError(f"controller {name!r}: a constant λ must be 0 or lie in (0, 1] as a normal float32 "
                              f"(at least {np.finfo(np.float32).tiny:.3g})")
-        return _checked(backend, Group(name, constant_source(contract), contract.slots, value))
+        return _checked(backend, Arm(name, constant_source(contract), contract.slots, value))
     if name.startswith("ablation:"):
         fixes = _fixes(name.split(":", 1)[1])
         if fixes is None:
@@ -56,13 +56,13 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
                              "joined by +")
         source, seed = variant(contract.source("original"), contract.controller("original"),
                                contract.controller("fixed"), fixes)
-        return _checked(backend, Group(name, source, contract.slots, seed))
+        return _checked(backend, Arm(name, source, contract.slots, seed))
     entry = contract.controller(name)
     source = source or contract.source(name)
-    return _checked(backend, Group(name, source, contract.slots, entry.value("seed_lambda")))
+    return _checked(backend, Arm(name, source, contract.slots, entry.value("seed_lambda")))
 
 
-def _checked(backend, group: Group) -> Group:
+def _checked(backend, group: Arm) -> Arm:
     backend.compile_learner(group.source, group.slots)  # compile errors now, as one line, before any run starts
     return group
 

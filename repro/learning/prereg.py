@@ -21,7 +21,7 @@ from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
-from repro.learning.agent import Learning, Traces, simulate
+from repro.learning.agent import Learning, Traces, run_loop
 from repro.learning.env import Tables, make
 
 PREREGISTERED = ROOT / "studies" / "preregistered.toml"
@@ -135,7 +135,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
     contract = load()
     groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     points = grid_points(grid or prereg.grid)
-    traces = simulate(backend, tables, groups, prereg.learning, seeds, points)
+    traces = run_loop(backend, tables, groups, prereg.learning, seeds, points)
     P, K = len(points["pi_view"]), len(seeds)
     c = prereg.collapse
     v = verdicts(traces, tables.n_actions, c)

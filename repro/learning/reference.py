@@ -12,7 +12,7 @@ import numpy as np
 from repro.backends.base import LEARN_OUTPUTS
 from repro.core.isv import new_isv
 from repro.learning import rng
-from repro.learning.agent import FIRST_STUDY, KL_SITES, Group, Learning, Measure, Traces, per_run
+from repro.learning.agent import FIRST_STUDY, KL_SITES, Arm, Learning, Measure, Traces, per_run
 from repro.learning.env import BatchedEnv, Tables
 
 
@@ -22,7 +22,7 @@ def _softmax(xp, logits):
     return xp.exp(log_p), log_p
 
 
-def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
+def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
              grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 
@@ -31,12 +31,12 @@ def simulate(backend, tables: Tables, groups: list[Group], learning: Learning, s
     """
     # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _simulate(backend, tables, groups, learning, seeds, grid, measure)
+        return _run_reference(backend, tables, groups, learning, seeds, grid, measure)
 
 
-def _simulate(backend, tables: Tables, groups: list[Group], learning: Learning, seeds: np.ndarray,
+def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
               grid: dict[str, np.ndarray], measure: Measure) -> Traces:
-    """The loop of :func:`simulate`."""
+    """The loop of :func:`run_reference`."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions

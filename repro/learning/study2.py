@@ -35,7 +35,7 @@ from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
-from repro.learning.agent import KL_SITES, Learning, Measure, Traces, simulate
+from repro.learning.agent import KL_SITES, Learning, Measure, Traces, run_loop
 from repro.learning.env import Tables, make
 from repro.learning.prereg import MAX_TRACE_BYTES, load_prereg, parse_seeds
 
@@ -131,7 +131,7 @@ def grid_points(grid: dict[str, tuple]) -> list[dict]:
 
 
 def loop_grid(points: list[dict], features: int) -> dict[str, np.ndarray]:
-    """The loop's per-point arrays (:func:`repro.learning.agent.simulate`): the auxiliary reward on odd states."""
+    """The loop's per-point arrays (:func:`repro.learning.agent.run_loop`): the auxiliary reward on odd states."""
     def col(f, dtype=float):
         return np.asarray([f(p) for p in points], dtype)
     return {"entropy_bonus": col(lambda p: 0.0), "aux_reward": col(lambda p: p["aux_reward"]),
@@ -257,7 +257,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
     contract = load()
     groups = [ctl.group(backend, n, contract) for n in names]
     grid = loop_grid(points, prereg.features)
-    traces = simulate(backend, tables, groups, prereg.learning, seeds, grid, measure_of(prereg))
+    traces = run_loop(backend, tables, groups, prereg.learning, seeds, grid, measure_of(prereg))
     P, K = len(points), len(seeds)
     g_of = {n: slice(g * P * K, (g + 1) * P * K) for g, n in enumerate(names)}
     level = baseline_level(traces, g_of[c.baseline], P, K)
@@ -359,7 +359,7 @@ def incident(backend, prereg: Prereg2, seed: int, names=("original", "fixed"), e
     learning = replace(prereg.learning, steps=steps or inc["steps"], eval_every=every)
     contract = load()
     groups = [ctl.group(backend, n, contract) for n in names]
-    traces = simulate(backend, tables, groups, learning, np.array([seed], np.uint64), loop_grid([point], prereg.features),
+    traces = run_loop(backend, tables, groups, learning, np.array([seed], np.uint64), loop_grid([point], prereg.features),
                       measure_of(prereg))
     series = {}
     for g, n in enumerate(names):
@@ -452,7 +452,7 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
         start = time.perf_counter()
         _, tables = make(env, prereg.learning.default_max_episode_steps)
         groups = [ctl.group(backend, n) for n in names]
-        traces = simulate(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
+        traces = run_loop(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
         level = baseline_level(traces, slice(0, P * K), P, K)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
