@@ -22,6 +22,7 @@ import contextlib
 import faulthandler
 import multiprocessing as mp
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,19 @@ class _Answer:
     value: object = None  # the group's result, or the error text
     fault: tuple[str, str] | None = None  # (kind, detail) when the worker died or hung
     at_load: bool = False  # it died before its first request (loading the kernel)
+
+
+def _start_deaf_to_ctrl_c(proc) -> None:
+    """Start ``proc`` with SIGINT ignored, which it inherits (forked or spawned): Ctrl-C is the parent's to
+    answer in one line, and a worker interrupted in its own start-up would print a traceback of its own."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        proc.start()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource, slots: Slots,
@@ -132,7 +146,7 @@ class Worker:
         args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
                 self.controller, self.seed)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
-        proc.start()
+        _start_deaf_to_ctrl_c(proc)
         child.close()
         return proc, parent
 
