@@ -43,7 +43,8 @@ def mutant(contract, name):
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_fails_the_gate(contract, backend, name):
-    verdict = evaluate(mutant(contract, name), "fixed", backend, contract, static=False, coverage=False)
+    # In process: these mutants neither crash nor hang, and isolation is test_execution's and test_evidence's subject.
+    verdict = evaluate(mutant(contract, name), "fixed", backend, contract, static=False, coverage=False, isolate=False)
     failed = {f.key: f for f in verdict.failed}
     expected = MUTANTS[name][1]
     assert expected <= set(failed), f"{name}: expected {expected} to fail, failed: {sorted(failed)}"
