@@ -80,22 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         return second(args, start)
     args.prereg = args.prereg or PREREGISTERED
     prereg = load_prereg(args.prereg)
-    L, warmup = prereg.learning, prereg.collapse.warmup
-    if args.steps is not None and not (warmup < args.steps <= MAX_STEPS and args.steps % L.eval_every == 0):
-        raise SuiteError(f"--steps must be a multiple of {L.eval_every} (the evaluation interval) above the "
-                         f"warm-up of {warmup} steps (else no evaluation is judged), at most {MAX_STEPS}")
+    L = prereg.learning
+    _check_steps(args.steps, L.eval_every, prereg.collapse.warmup)
     envs = _names(args.env, prereg.envs)
     names = _names(args.controllers, prereg.controllers)
     if not envs or not names:
         raise SuiteError("--env and --controllers need at least one name each")
     seeds = parse_seeds(args.seeds or prereg.seeds)
-    as_preregistered = all(v is None for v in (args.env, args.controllers, args.seeds, args.steps))
-    # the committed results (studies/results/) are rewritten only by the study as pre-registered
-    committed = [p for p in (args.json, args.plot, args.grid_plot, args.markdown)
-                 if p and as_preregistered and _under(p, RESULTS)]
-    check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
-                   Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
-                  inputs=[("pre-registration", args.prereg)], committed=committed)
+    _check_outputs(args, [("pre-registration", args.prereg)], _as_preregistered(args))
     backend = get_backend(args.backend)
     names = controller_names(names)
     for env in envs:  # every environment and controller checked before the first run: no work lost to a typo
@@ -124,14 +116,9 @@ def main(argv: list[str] | None = None) -> int:
               f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
     if args.json:
         write_text(args.json, json.dumps(result, indent=1))
-    figures = {path: draw for path, draw in ((args.plot, "overview"), (args.grid_plot, "grid_heatmap")) if path}
-    if figures:
-        from analysis.present import plots, study_plots
-
-        for path, draw in figures.items():
-            plots.save(getattr(study_plots, draw)(result), path)
+    figures = _draw(result, {args.plot: "overview", args.grid_plot: "grid_heatmap"})
     if args.markdown:
-        write_text(args.markdown, markdown(result, args, list(figures)))
+        write_text(args.markdown, markdown(result, args, figures))
     print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
           f"blocks in {time.perf_counter() - start:.1f} s")
     return 0
@@ -143,17 +130,9 @@ def second(args, start: float) -> int:
 
     args.prereg = args.prereg or study2.PREREGISTERED_2
     prereg = study2.load_prereg2(args.prereg)
-    L = prereg.learning
-    if args.steps is not None and not (prereg.criteria.warmup < args.steps <= MAX_STEPS and args.steps % L.eval_every == 0):
-        raise SuiteError(f"--steps must be a multiple of {L.eval_every} (the evaluation interval) above the "
-                         f"warm-up of {prereg.criteria.warmup} steps, at most {MAX_STEPS}")
-    as_preregistered = all(v is None for v in (args.env, args.controllers, args.seeds, args.steps))
-    committed = [p for p in (args.json, args.plot, args.grid_plot, args.markdown)
-                 if p and (as_preregistered or args.from_json) and _under(p, RESULTS)]
+    _check_steps(args.steps, prereg.learning.eval_every, prereg.criteria.warmup)
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
-    check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
-                   Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
-                  inputs=inputs, committed=committed)
+    _check_outputs(args, inputs, _as_preregistered(args) or bool(args.from_json))
     backend = None if args.from_json else get_backend(args.backend)
     say = lambda line: print(f"study: {line}", file=sys.stderr, flush=True)  # noqa: E731
     if args.calibrate:
@@ -182,18 +161,45 @@ def second(args, start: float) -> int:
                 r, m, s = (e[k] for k in study2.CRITERIA)
                 print(f"{env:16s} {name:36s} relative {r['fraction']:6.1%} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]  "
                       f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
-        figures = {p: d for p, d in ((args.plot, "second_overview"), (args.grid_plot, "incident")) if p}
-        if figures:
-            from analysis.present import plots, study_plots
-
-            for path, draw in figures.items():
-                plots.save(getattr(study_plots, draw)(result), path)
+        figures = _draw(result, {args.plot: "second_overview", args.grid_plot: "incident"})
         if args.markdown:
-            write_text(args.markdown, markdown(result, args, list(figures), second=True))
+            write_text(args.markdown, markdown(result, args, figures, second=True))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
         write_text(args.json, json.dumps(result, separators=(",", ":")))
     print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _check_steps(steps: int | None, eval_every: int, warmup: int) -> None:
+    """``--steps`` (steps per run): a multiple of the evaluation interval above the warm-up, at most MAX_STEPS."""
+    if steps is not None and not (warmup < steps <= MAX_STEPS and steps % eval_every == 0):
+        raise SuiteError(f"--steps must be a multiple of {eval_every} (the evaluation interval) above the "
+                         f"warm-up of {warmup} steps (else no evaluation is judged), at most {MAX_STEPS}")
+
+
+def _as_preregistered(args) -> bool:
+    return all(v is None for v in (args.env, args.controllers, args.seeds, args.steps))
+
+
+def _check_outputs(args, inputs: list, may_rewrite_results: bool) -> None:
+    """The four output flags checked before any work; the committed results (studies/results/) are written only
+    where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON)."""
+    outputs = (args.json, args.plot, args.grid_plot, args.markdown)
+    committed = [p for p in outputs if p and may_rewrite_results and _under(p, RESULTS)]
+    check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
+                   Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
+                  inputs=inputs, committed=committed)
+
+
+def _draw(result: dict, figures: dict[Path | None, str]) -> list[Path]:
+    """Each given path ← the :mod:`analysis.present.study_plots` figure named beside it; the paths drawn."""
+    drawn = [p for p in figures if p]
+    if drawn:
+        from analysis.present import plots, study_plots
+
+        for path in drawn:
+            plots.save(getattr(study_plots, figures[path])(result), path)
+    return drawn
 
 
 def _under(path: Path, folder: Path) -> bool:
