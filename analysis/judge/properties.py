@@ -297,8 +297,8 @@ def guards(ev: Evidence) -> Finding:
         title, reference = "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "λ0"
     else:
         rule = Rule.of(ctrl)
-        expected = {id(r): spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
-                    for r in ev.guards}
+        predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.guards])
+        expected = {id(r): lam for r, lam in zip(ev.guards, predicted)}
         title, reference = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule", "spec"
     broken = [r for r in ev.guards if differs_beyond_nan(r.lam, expected[id(r)]).any()]
     where = None
@@ -330,8 +330,8 @@ def isolation(ev: Evidence) -> Finding:
 def spec_agreement(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     where, total = None, 0
-    for r in ev.catalogue:
-        expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
+    predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.catalogue])
+    for r, expected in zip(ev.catalogue, predicted):
         total += r.scenario.steps
         if where is None and differs_beyond_nan(r.lam, expected).any():
             step = first_step(differs_beyond_nan(r.lam, expected))

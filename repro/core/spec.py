@@ -222,6 +222,26 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
     return out
 
 
+def run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    """λ after each step for each ``(lambda0, kl [T_i], target [T_i])``: one :func:`run` over the runs as
+    columns, each padded to the longest with its own last inputs (steps past ``T_i`` are discarded). The
+    columns never meet (the rule is elementwise), so each is bit-identical to its own :func:`run`; one call
+    costs the longest run's steps instead of the sum of all (the gate's catalogue: about 1.6k against 6.5k)."""
+    if not runs:
+        return []
+    longest = max(len(kl) for _, kl, _ in runs)
+    kl = np.empty((longest, len(runs)), dtype=F32)
+    target = np.empty_like(kl)
+    for j, (_, k, t) in enumerate(runs):
+        k = np.asarray(k, dtype=F32)
+        t = np.broadcast_to(np.asarray(t, dtype=F32), k.shape)
+        kl[:len(k), j], target[:len(k), j] = k, t
+        if len(k):
+            kl[len(k):, j], target[len(k):, j] = k[-1], t[-1]
+    out = run(rule, np.array([lam0 for lam0, _, _ in runs], dtype=F32), kl, target)
+    return [out[:len(k), j] for j, (_, k, _) in enumerate(runs)]
+
+
 @functools.lru_cache(maxsize=64)
 def steps_to_settle(rule: Rule, lambda0: float, kl: float, target: float, cap: int = 200_000) -> int:
     """Steps of constant ``kl`` until λ stops moving: it reaches 0 or a float32 fixed point (a clamp, or a
