@@ -13,20 +13,16 @@ import numpy as np
 import pytest
 
 from analysis.cli import gate
+from analysis.cli.policy import dispatch
 from repro.core.contract import Slots, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.paths import ROOT
 
 
-def run_gate(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", "gate", *args], cwd=ROOT, capture_output=True, text=True)
-
-
-def test_missing_file_exits_2_with_one_line():
-    done = run_gate("no/such/kernel.cu", "--backend", "host")
-    assert done.returncode == 2
-    assert done.stderr.strip() == "gate: error: kernel file not found: no/such/kernel.cu"
+def test_missing_file_exits_2_with_one_line(capsys):
+    assert dispatch(["gate", "no/such/kernel.cu", "--backend", "host"]) == 2
+    assert capsys.readouterr().err.strip() == "gate: error: kernel file not found: no/such/kernel.cu"
 
 
 def test_compile_error_shows_the_compilers_message(tmp_path, capsys):
@@ -46,8 +42,9 @@ def test_missing_symbol_is_named(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args", [["--contract", "nope"], ["--backend", "tpu"]])
-def test_usage_errors_exit_2(args):
-    assert run_gate(*args).returncode == 2
+def test_usage_errors_exit_2(args, capsys):
+    assert dispatch(["gate", *args]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_unavailable_backend_is_a_clear_error(monkeypatch, capsys):
@@ -176,7 +173,6 @@ CASES = [
 def test_every_command_line_refuses_bad_input_in_one_line(command, args, words, tmp_path, capsys, monkeypatch):
     """As a user types it (``python -m analysis COMMAND …`` is :func:`dispatch`): exit 2, one line on stderr
     naming the problem, nothing on stdout, no kernel compiled, no guarded file changed."""
-    from analysis.cli.policy import dispatch
     from repro.backends import base
 
     def no_work(*a, **k):
@@ -210,8 +206,6 @@ COMMANDS = ("gate", "report", "bench", "replay", "toy", "study")
 def test_a_closed_or_full_stdout_is_one_line_exit_2(command, monkeypatch, capsys):
     """``>&-`` (Python's stdout is None) and ``> /dev/full``: exit 2 and one line on stderr, for every command
     (in-process: the policy is the dispatcher's; one real process of each kind below)."""
-    from analysis.cli.policy import dispatch
-
     monkeypatch.setattr(sys, "stdout", None)
     assert dispatch([command, "--help"]) == 2
     assert capsys.readouterr().err == f"{command}: error: stdout is closed: the output would be lost " \

@@ -3,6 +3,8 @@ root-cause rows, ``pytest --kernel``, and the CI recipe."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -15,6 +17,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from analysis.cli import gate
+from analysis.cli.policy import dispatch
 from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.core.contract import ROOT
@@ -29,6 +32,15 @@ def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
     prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
     return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
+
+
+def cli(command: str, *args) -> subprocess.CompletedProcess:
+    """``python -m analysis COMMAND ARGS`` in this process: the entry's own dispatch and error policy, without
+    a process start-up (what only a real process shows, :func:`run` checks)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = dispatch([command, *map(str, args)])
+    return subprocess.CompletedProcess([command, *args], code, out.getvalue(), err.getvalue())
 
 
 def variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
@@ -58,7 +70,7 @@ def floor_candidate(tmp_path_factory) -> Path:
 def floor_gate(tmp_path_factory, floor_candidate):
     """The gate run once on the floor candidate with every output: (process, stdout by format, folder)."""
     folder = tmp_path_factory.mktemp("gate-out")
-    done = run("gate", floor_candidate, "--backend", "host", "--format", "text,junit", "--format", "github",
+    done = cli("gate", floor_candidate, "--backend", "host", "--format", "text,junit", "--format", "github",
                "--junit", folder / "gate.xml", "--json", folder / "deep" / "verdict.json")
     text, rest = done.stdout.split("<?xml", 1)
     xml, github = rest.split("</testsuites>", 1)
@@ -94,7 +106,7 @@ def test_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys, monke
 
 
 def test_usage_error_is_one_line(capsys):
-    done = run("gate", "--format", "yaml")
+    done = cli("gate", "--format", "yaml")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "gate: error: unknown --format yaml (choose from text, json, junit, github)"]
     for args in (["--no-such-flag"], ["--format", ",,"], ["a.cu", "b.cu"], ["--backend", "tpu"]):
@@ -229,7 +241,7 @@ def test_pytest_kernel_takes_any_path(tmp_path, floor_candidate, form):
 def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candidate):
     trace = tmp_path / "t.csv"
     trace.write_text("kl,kl_target\n" + "0.0001,0.02\n" * 400)
-    done = run("replay", trace, "--backend", "host", "--kernel", floor_candidate)
+    done = cli("replay", trace, "--backend", "host", "--kernel", floor_candidate)
     assert done.returncode == 0, done.stderr
     lines = {ln.split()[0]: ln for ln in done.stdout.splitlines()}
     assert "→ 0.1 " in lines["candidate"] and "→ 0.05 " in lines["fixed"] and "original" in lines
@@ -298,7 +310,7 @@ def test_pytest_kernel_that_cannot_be_judged_is_one_usage_error(tmp_path):
     assert "Traceback" not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("module", ["gate", "replay"])
+@pytest.mark.parametrize("module", [pytest.param("gate", marks=pytest.mark.slow), "replay"])  # gate: 1.6 s; one policy
 def test_a_reader_closing_stdout_early_gets_no_traceback(tmp_path, module):
     trace = tmp_path / "t.csv"
     trace.write_text("kl\n0.1\n")
