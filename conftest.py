@@ -112,7 +112,10 @@ def backend_params():
 
 def pytest_generate_tests(metafunc):
     if "backend_name" in metafunc.fixturenames:
-        metafunc.parametrize("backend_name", backend_params(), scope="session")
+        params = backend_params()
+        if metafunc.definition.get_closest_marker("device_only"):
+            params = [p for p in params if p.id != "host"]
+        metafunc.parametrize("backend_name", params, scope="session")
     if "subject" in metafunc.fixturenames:
         candidate = metafunc.config.getoption("--kernel")
         names = ["candidate"] if candidate else ["fixed", "original"]

@@ -222,9 +222,10 @@ def test_reduced_study(reduced, prereg):
         assert block["brackets"] is not None and all(isinstance(r["wide"], bool) for r in block["brackets"])
 
 
+@pytest.mark.device_only  # on the host this would be two host runs: test_same_seeds_same_json
 def test_backends_agree_bit_for_bit(backend, host, prereg):
     """The GPU and the CPU run the same loop with the same arithmetic (its own exp and log): the same JSON, bit
-    for bit, apart from the backend's name; on the host, two runs."""
+    for bit, apart from the backend's name."""
     args = (["FrozenLake-v1", "CliffWalking-v1"], ["fixed", "original", "const:0.001", "ppo_paper"], parse_seeds("0:4"),
             prereg)
     grid = {"entropy_bonus": (0.0, 0.05), "aux_reward": (1.0,), "pi_view": (1, 4)}
@@ -478,7 +479,8 @@ def test_reduced_second_study(reduced2, prereg2):
     assert abs(first - signature_steps(prereg2)) <= 1
 
 
-@pytest.mark.slow  # the reduced second study twice (12 s on 2 cores)
+@pytest.mark.slow  # the reduced second study on both backends
+@pytest.mark.device_only
 def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
     from repro.learning import study2
