@@ -193,9 +193,13 @@ def _step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np
         above, below = _tests(rule, kl, target)
         held = _clipped(rule, lam * F32(1)) if rule.bounds == "clip_by_value" else lam
         up, down = _ramped(rule, lam), _decayed(rule, lam)
-        both = {"ramp": up, "decay": down, "unchanged": lam,
-                "ramp_then_decay": _decayed(rule, up), "decay_then_ramp": _ramped(rule, down)}[rule.overlap]
-        new = np.where(above & below, both, np.where(above, up, np.where(below, down, held)))
+        new = np.where(above, up, np.where(below, down, held))
+        overlap = above & below  # only where the band's edges cross (a lower edge above the upper one)
+        if overlap.any():
+            both = {"ramp": lambda: up, "decay": lambda: down, "unchanged": lambda: lam,
+                    "ramp_then_decay": lambda: _decayed(rule, up),
+                    "decay_then_ramp": lambda: _ramped(rule, down)}[rule.overlap]()
+            new = np.where(overlap, both, new)
     if not rule.guarded:
         return np.asarray(new, dtype=F32)
     guarded = (kl <= 0) | (target <= 0) | (lam <= 0)
