@@ -139,7 +139,7 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
 
 def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
-    from analysis.judge.verdict import evaluate
+    from analysis.judge.verdict import evaluate, judge
     from analysis.present import render
     from repro.runners import coverage
 
@@ -147,11 +147,13 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
         pytest.skip(coverage.unavailable_reason())
     path = Path(__file__).parent / "candidates" / "uncovered_branch.cu"
     unreached = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if "lambda = 0.5f;" in line)
-    relaxed = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract)
+    source = load_kernel(path, SYMBOL)
+    relaxed = evaluate(source, "fixed", host, contract)
     row = next(f for f in relaxed.findings if f.key == "coverage")
     assert relaxed.ok and unreached in row.detail["uncovered_lines"]
     assert f"lines never run: {unreached}" in render.measured(row)
-    strict = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract, require_coverage=True)
+    # the same evidence judged on request (judgement is a pure function of it: nothing runs twice)
+    strict = judge(relaxed.evidence, source, "fixed", contract, host, require_coverage=True)
     assert [f.key for f in strict.failed] == ["coverage"]
 
 
