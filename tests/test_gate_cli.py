@@ -140,7 +140,11 @@ def test_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, c
 
 
 def test_text_says_what_the_candidate_behaves_as_above_the_table(floor_gate):
+    assert floor_gate[0].returncode == 1
     lines = floor_gate[1]["text"].splitlines()
+    floor_row = next(line for line in lines if line.startswith("floor"))
+    assert floor_row.rstrip().endswith("FAIL")
+    assert f"{CONTRACT}:" in floor_gate[1]["text"] and "first shows: " in floor_gate[1]["text"]
     behaves = next(i for i, ln in enumerate(lines) if ln.startswith("behaves as: "))
     assert behaves < next(i for i, ln in enumerate(lines) if ln.startswith("property"))
     assert "floor 0.1 (contract 0.05)" in lines[behaves] and "ramp ×1.2," in lines[behaves]

@@ -52,16 +52,6 @@ def test_mutant_fails_the_gate(contract, backend, name):
         assert failed[key].where, f"{name}: the {key} row does not say where it fails"
 
 
-def test_mutant_file_exits_1_with_a_named_row(contract, tmp_path, capsys):
-    path = tmp_path / "candidate.cu"
-    path.write_text(mutant(contract, "floor_0.04").text)
-    assert gate.main([str(path), "--backend", "host"]) == 1
-    out = capsys.readouterr().out
-    floor_row = next(line for line in out.splitlines() if line.startswith("floor"))
-    assert floor_row.rstrip().endswith("FAIL")
-    assert "contracts.toml:" in out and "first shows: aligned" in out
-
-
 @pytest.mark.slow  # the gate on every in-repo kernel × contract (2.6 s); test_properties judges them
 def test_gate_exit_codes_for_the_in_repo_kernels(contract, capsys):
     original = str(contract.controller("original").kernel)
