@@ -118,7 +118,7 @@ def test_usage_error_is_one_line(capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
 
 
-@pytest.mark.parametrize("module,missing", [("gate", "pandas"), ("replay", "numpy")])
+@pytest.mark.parametrize("module,missing", [("gate", "numpy"), ("report", "pandas")])
 def test_a_missing_dependency_is_one_line(module, missing):
     code = (f"import sys, runpy; sys.modules[{missing!r}] = None; sys.argv[1:] = [{module!r}]; "
             "runpy.run_module('analysis', run_name='__main__')")
