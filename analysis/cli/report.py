@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.cli import policy
-from analysis.judge.properties import Finding, classify
+from analysis.judge import peer_measures
+from analysis.judge.peer_measures import PeerMeasures
+from analysis.judge.properties import classify
 from analysis.judge.verdict import Verdict, evaluate, judge
 from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from repro import toy as closed_loop
@@ -86,6 +88,7 @@ class Report:
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
+    measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
 
 
 def _git_commit() -> str:
@@ -164,6 +167,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                                       contract.controller(n).value("seed_lambda")) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
+    measures = peer_measures.measure_all({**verdicts, **peers})
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -178,7 +182,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                              f"{'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                              for (k, p), s in zip(studies.items(), (study, study2), strict=True)}
         return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                      robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
+                      robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2, measures=measures)
     full = backend.name == "cupy"
     progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
     study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
@@ -188,7 +192,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     header["studies"] = {k: f"run here (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                  robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
+                  robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2, measures=measures)
 
 
 def _read_study(path: Path) -> dict:
@@ -198,24 +202,12 @@ def _read_study(path: Path) -> dict:
         raise SuiteError(f"{path}: not a study JSON ({err})") from None
 
 
-def _steps(verdict: Verdict, key: str) -> int:
-    return int(next(f.measured for f in verdict.findings if f.key == key))
-
-
-def _finding(verdict: Verdict, key: str) -> Finding | None:
-    return next((f for f in verdict.findings if f.key == key), None)
-
-
 def draw(report: Report, out: Path, progress=print) -> None:
     """Write every figure into ``out``."""
     contracts = {n: report.evidence[n].controller for n in CONTROLLERS}
-    floors = {}
-    for n in CONTROLLERS:
-        held = report.trajectories.query("controller == @n and scenario == 'aligned'")
-        at = held.step[held["lambda"] == np.float32(contracts[n].value("floor"))]
-        floors[n] = int(at.min()) if len(at) else None
-    counts = {n: {"double": _steps(report.verdicts[n], "steps_to_double"),
-                  "halve": _steps(report.verdicts[n], "steps_to_halve")} for n in CONTROLLERS}
+    floors = {n: report.measures[n].floor_step for n in CONTROLLERS}
+    counts = {n: {"double": report.measures[n].steps_to_double, "halve": report.measures[n].steps_to_halve}
+              for n in CONTROLLERS}
     grid = [s for s in dict.fromkeys(report.trajectories.scenario)
             if report.trajectories.loc[report.trajectories.scenario == s, "family"].iloc[0] != "bad_values"]
     figures = {
@@ -228,7 +220,7 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
-        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces({**report.verdicts, **report.peers})),
+        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces(report.measures)),
         "fig11_study.png": lambda: study_plots.overview(report.study),
         "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
         "fig13_incident.png": lambda: study_plots.incident(report.study2),
@@ -253,15 +245,19 @@ def write_data(report: Report, out: Path) -> None:
     report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
     report.ablation.to_csv(data / "ablation.csv", index=False)
     report.robustness.to_csv(data / "robustness.csv", index=False)
-    all_verdicts = {**report.verdicts, **report.peers}
-    peers_section.table(all_verdicts, report.peer_loop).to_csv(data / "peers.csv", index=False)
-    peers_section.aligned_traces(all_verdicts).to_csv(data / "peers_aligned.csv", index=False)
+    _peers_table(report).to_csv(data / "peers.csv", index=False)
+    peers_section.aligned_traces(report.measures).to_csv(data / "peers_aligned.csv", index=False)
     if report.peer_loop is not None:
         report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
     (data / "study.json").write_text(json.dumps(report.study, indent=1))
     (data / "study2.json").write_text(json.dumps(report.study2, separators=(",", ":")))
     report.written += sorted(data.iterdir())
+
+
+def _peers_table(report: Report) -> pd.DataFrame:
+    toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
+    return peers_section.table(report.measures, toy)
 
 
 def _md_cell(text: str) -> str:
@@ -300,14 +296,13 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
     for key in keys:
         cells = [key]
         for n in CONTROLLERS:
-            f = _finding(v[n], key)
+            f = v[n].finding(key)
             cells += ([_md_cell(render.documented(f)), _md_cell(render.predicted(f)), _md_cell(render.measured(f)),
                        "pass" if f.ok else "**FAIL**"] if f else ["—", "—", "—", ""])
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, fixed, original)
-    all_verdicts = {**v, **report.peers}
-    lines += [""] + peers_section.markdown(all_verdicts, peers_section.table(all_verdicts, report.peer_loop))
+    lines += [""] + peers_section.markdown(report.measures, _peers_table(report))
     lines += ["", *study_section.section(report.study, figures=False)]
     lines += ["", *study_section.second_section(report.study2, figures=False)]
     lines += ["", "## Figures", ""]
@@ -324,15 +319,15 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
 def _differences(report: Report, fixed, original) -> list[str]:
     v = report.verdicts
     out = []
-    ramp_m, decay_m = _finding(v["fixed"], "ramp").measured, _finding(v["fixed"], "decay").measured
-    dbl, hlv = _steps(v["fixed"], "steps_to_double"), _steps(v["fixed"], "steps_to_halve")
+    ramp_m, decay_m = v["fixed"].finding("ramp").measured, v["fixed"].finding("decay").measured
+    dbl, hlv = report.measures["fixed"].steps_to_double, report.measures["fixed"].steps_to_halve
     if fixed.has("decay_slowness"):
         claim = fixed["decay_slowness"]
         out.append(f"- The kernel comment says *\"{claim.doc.split(': ', 1)[-1]}\"* Measured: the ratio of "
                    f"log-rates ln {ramp_m:.7f} / −ln {decay_m:.7f} is **{spec.decay_to_ramp_log_ratio(ramp_m, decay_m):.1f}×**, "
                    f"and steps to halve / steps to double is {hlv} / {dbl} = **{hlv / dbl:.1f}×** "
                    f"(documented {claim.value:g}×).")
-    f = _finding(v["original"], "steps_to_floor")
+    f = v["original"].finding("steps_to_floor")
     if f is not None and f.measured != original["steps_to_floor"].value:
         out.append(f"- The commit message says *\"{original['steps_to_floor'].doc}\"*. Measured on the "
                    f"reconstruction: {render.measured(f)} — the {int(original['steps_to_floor'].value)} steps bring λ "
