@@ -34,7 +34,17 @@ import tempfile
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.bench_verdict import baseline_runs, judge, load_baseline, load_run, regressions, thresholds, wrong_results
+from analysis.judge.bench_verdict import (
+    REFERENCE,
+    baseline_runs,
+    judge,
+    load_baseline,
+    load_run,
+    regressions,
+    run_to_run,
+    thresholds,
+    wrong_results,
+)
 from analysis.present import bench_report
 from repro import bench
 from repro.core.contract import load
@@ -103,9 +113,9 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
     if args.add and old is None:
         raise SuiteError(f"--add: no baseline to add to in {shown(folder)}")
     if args.out is None:
-        if args.record and tag != bench_report.REFERENCE:
+        if args.record and tag != REFERENCE:
             raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
-                             f"{bench_report.REFERENCE}'s; give --out DIR for this machine's table")
+                             f"{REFERENCE}'s; give --out DIR for this machine's table")
         args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
     if args.out.exists() and not args.out.is_dir():
         raise SuiteError(f"--out {args.out}: not a folder")
@@ -196,7 +206,7 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         repeat = load_run(written[1]).df
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
-        text = bench_report.write(args.out, title, df, runs[0].machine, repeat=repeat,
+        text = bench_report.write(args.out, title, df, runs[0].machine, drift=run_to_run(df, repeat),
                                   checks=thresholds(*(r.df for r in every)), skipped=skipped, verdict=lines,
                                   runs=shown_runs)
         print(text)

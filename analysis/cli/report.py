@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cli import policy
-from analysis.judge import peer_measures
+from analysis.judge import bench_verdict, peer_measures
 from analysis.judge.peer_measures import PeerMeasures
 from analysis.judge.properties import classify
 from analysis.judge.verdict import Verdict, evaluate, judge
@@ -391,11 +391,11 @@ def _figure_notes(report: Report, name: str) -> list[str]:
 
 def _bench_section(bench_dir: Path) -> list[str]:
     """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``."""
-    got = bench_report.committed(bench_dir)
+    got = bench_verdict.committed(bench_dir)
     if got is None:
         return []
     df, repeat, machine, paths, checks = got
-    table = bench_report.table(df, repeat, checks)
+    table = bench_report.table(df, None if repeat is None else bench_verdict.run_to_run(df, repeat), checks)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
     runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
