@@ -293,8 +293,8 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
     toy = closed_loop.Toy(steps=300, warmup=100)
 
     def subjects(names):
-        return {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
-                for n in names}
+        return {n: closed_loop.compile_subject(host, contract.source(n), contract.slots,
+                                               contract.controller(n).value("seed_lambda")) for n in names}
 
     mine = closed_loop.robustness(host, subjects(("fixed", "ppo_paper")), toy=toy, seeds=3, grid=grid)
     theirs = closed_loop.robustness(host, subjects(("original", "fixed")), toy=toy, seeds=3, grid=grid)

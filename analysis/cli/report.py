@@ -152,7 +152,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    subjects = {n: closed_loop.group(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
                 for n in CONTROLLERS}
     loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
     candidate = sources["fixed"].sha256 != contract.source("fixed").sha256
@@ -163,8 +163,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
-    subjects |= {n: closed_loop.group(backend, contract.source(n), contract.slots,
-                                      contract.controller(n).value("seed_lambda")) for n in contract.peers()}
+    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots,
+                                                contract.controller(n).value("seed_lambda")) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     measures = peer_measures.measure_all({**verdicts, **peers})
