@@ -56,10 +56,6 @@ BENCH_TESTS = "tests/test_bench.py"
 PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode raised, or timed wrong bits)
 
 
-def _progress(text: str) -> None:
-    print(f"bench: {text}", file=sys.stderr, flush=True)
-
-
 def _rounds(text: str) -> int:
     try:
         n = int(text)
@@ -156,14 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     modes, tag, folder, old = check(args)
     rig = bench.make_rig(load())
     skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
-    runs, failed = [], False
+    runs, failed, say = [], False, policy.progress("bench")
     with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
         for i in range(2 if args.record else 1):
             what = f"run {i + 1} of 2" if args.record else "run"
-            _progress(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
-                      f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
-                      + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns"
-                         if args.slow_ns else ""))
+            say(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
+                f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
+                + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns" if args.slow_ns else ""))
             path = Path(tmp) / f"run-{i}.json"
             code = pytest_run(modes, args, path)
             if code not in (0, PYTEST_FAILED) or not path.is_file():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -436,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
-    progress = lambda line: print(f"report: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    progress = policy.progress("report")
     report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
     write(report, args.out, progress=progress)
     figs = sum(p.suffix == ".png" for p in report.written)

@@ -12,7 +12,6 @@ Exit 0 on a run, 2 on bad input or anything else that stops it (one line).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 
 from analysis.cli import policy
@@ -52,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                   inputs=[("kernel", kernel), ("contract", contract.path)])
     source = contract.source(args.controller, args.kernel)
     backend = get_backend(args.backend)
-    long = args.steps >= LONG_STEPS
-
-    def say(line: str) -> None:
-        if long:
-            print(f"toy: {line}", file=sys.stderr, flush=True)
+    say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
     say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
     subject = compile_subject(backend, source, contract.slots, entry.value("seed_lambda"))
