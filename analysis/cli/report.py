@@ -177,18 +177,16 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = (_read_study(studies[k]) for k in ("first", "second"))
-        header["studies"] = {k: f"{shown(p)} (backend {s['backend']}, "
-                             f"{'as pre-registered' if s['as_preregistered'] else 'reduced'})"
-                             for (k, p), s in zip(studies.items(), (study, study2), strict=True)}
-        return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                      robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2, measures=measures)
-    full = backend.name == "cupy"
-    progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
-    study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
-        backend, sources={"fixed": sources["fixed"]} if candidate else None)
-    # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
-    study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
-    header["studies"] = {k: f"run here (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
+        where = {k: str(shown(p)) for k, p in studies.items()}
+    else:
+        full = backend.name == "cupy"
+        progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
+        study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
+            backend, sources={"fixed": sources["fixed"]} if candidate else None)
+        # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
+        study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
+        where = {"first": "run here", "second": "run here"}
+    header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
                   robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2, measures=measures)

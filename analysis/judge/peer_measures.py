@@ -19,6 +19,7 @@ from analysis.judge.verdict import Verdict
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits
+from repro.runners.evidence import Evidence
 from repro.runners.runner import Run
 
 #: The σ of the catalogue's log-normal KL scenarios the table reads (``lognormal_sigma{σ}``).
@@ -61,18 +62,13 @@ class PeerMeasures:
     # into the vanishing run's aligned stretch where it is longer (so that λ reaching 0 shows)
 
 
-def _run(v: Verdict, name: str) -> Run | None:
-    return next((r for r in v.evidence.catalogue if r.scenario.name == name), None)
-
-
 def _count(v: Verdict, key: str) -> int | None:
     f = v.finding(key)
     x = None if f is None else f.measured
     return None if x is None or np.isnan(x) else int(x)
 
 
-def _band(v: Verdict) -> tuple[tuple[float, float] | None, tuple[str, ...]]:
-    ev = v.evidence
+def _band(ev: Evidence) -> tuple[tuple[float, float] | None, tuple[str, ...]]:
     ratios = {k: ev.onsets[k].astype(np.float64) / ev.probe_targets for k in ("ramp", "decay")}
     never = tuple(k for k, r in ratios.items() if not np.isfinite(r).any())
     if never:
@@ -85,8 +81,8 @@ def _held(r: Run) -> float:
     return float(np.mean(bits(prev) == bits(r.lam)))
 
 
-def _aligned_trace(v: Verdict) -> np.ndarray:
-    ev, r = v.evidence, _run(v, "aligned")
+def _aligned_trace(ev: Evidence) -> np.ndarray:
+    r = ev.run("aligned")
     lam = r.lam
     if ev.vanishing and int(ev.vanishing[0].scenario.params["aligned_steps"]) > lam.size:
         van = ev.vanishing[0]
@@ -97,9 +93,9 @@ def _aligned_trace(v: Verdict) -> np.ndarray:
 def measure(v: Verdict) -> PeerMeasures:
     """The comparison's measures of one verdict's evidence."""
     ev, ctrl = v.evidence, v.evidence.controller
-    aligned, diverged = _run(v, "aligned"), _run(v, "diverged")
-    low = np.concatenate([r.lam for r in (aligned, *ev.vanishing) if r is not None])
-    band, never = _band(v)
+    aligned, diverged = ev.run("aligned"), ev.run("diverged")
+    low = np.concatenate([r.lam for r in (aligned, *ev.vanishing)])
+    band, never = _band(ev)
     rule = spec.Rule.of(ctrl)
     at_zero = next((r for r in ev.guards if r.scenario.name == "kl=0"), None)
     common = {
@@ -108,11 +104,11 @@ def measure(v: Verdict) -> PeerMeasures:
         "lowest": float(low.min()), "highest": float(diverged.lam.max()), "high_steps": diverged.scenario.steps,
         "band": band, "band_width": None if band is None else band[1] / band[0], "no_onset": never,
         "unfloored": bool(ev.vanishing), "aligned_steps": aligned.scenario.steps,
-        "held_under_noise": tuple(_held(_run(v, f"lognormal_sigma{s}")) for s in NOISE_SIGMAS),
+        "held_under_noise": tuple(_held(ev.run(f"lognormal_sigma{s}")) for s in NOISE_SIGMAS),
         "nonfinite_cases": len(ev.nonfinite), "nonfinite_nan": sum(bool(np.isnan(r.lam[0])) for r in ev.nonfinite),
         "nonfinite_moved": sum(classify(r.scenario.lambda0, r.lam[0], rule) != "unchanged" for r in ev.nonfinite),
         "at_zero_kl": None if at_zero is None else classify(at_zero.scenario.lambda0, at_zero.lam[0], rule),
-        "guards": v.finding("guards"), "aligned": _aligned_trace(v),
+        "guards": v.finding("guards"), "aligned": _aligned_trace(ev),
     }
     if ev.vanishing:
         r = ev.vanishing[0]
@@ -121,7 +117,7 @@ def measure(v: Verdict) -> PeerMeasures:
         return PeerMeasures(**common, floor_step=None, first_subnormal=s["first_subnormal"], first_zero=s["first_zero"],
                             stuck_at=float(s["settled"]), stuck_from=first_step(bits(r.lam[:n]) == bits(s["settled"])),
                             recovery=s["recovered"], recovery_window=r.scenario.steps - n, final=float(s["final"]))
-    back = _run(v, "ramp_from_floor")  # starts at the floor: where aligned KL leaves a floored rule
+    back = ev.run("ramp_from_floor")  # starts at the floor: where aligned KL leaves a floored rule
     return PeerMeasures(**common, floor_step=first_step(bits(aligned.lam) == bits(F32(ctrl.bound("floor")))),
                         first_subnormal=None, first_zero=None, stuck_at=None, stuck_from=None,
                         recovery=first_step(back.lam >= F32(ctrl.value("seed_lambda"))),
