@@ -75,6 +75,6 @@ def test_runs_as_columns_equal_each_run_alone(contract):
             kl[rng.random(length) < 0.1] = rng.choice(specials)
             target = np.where(rng.random(length) < 0.05, rng.choice(specials), F32(0.1)).astype(F32)
             runs.append((F32(rng.choice([0.1, 0.5, 0.0, np.nan])), kl, target))
-        for (lam0, kl, target), got in zip(runs, spec.run_each(rule, runs)):
+        for (lam0, kl, target), got in zip(runs, spec.run_each(rule, runs), strict=True):
             alone = spec.run(rule, [lam0], kl[:, None], target[:, None])[:, 0]
             assert got.view(np.uint32).tolist() == alone.view(np.uint32).tolist(), name

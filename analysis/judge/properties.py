@@ -298,7 +298,7 @@ def guards(ev: Evidence) -> Finding:
     else:
         rule = Rule.of(ctrl)
         predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.guards])
-        expected = {id(r): lam for r, lam in zip(ev.guards, predicted)}
+        expected = {id(r): lam for r, lam in zip(ev.guards, predicted, strict=True)}
         title, reference = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule", "spec"
     broken = [r for r in ev.guards if differs_beyond_nan(r.lam, expected[id(r)]).any()]
     where = None
@@ -331,7 +331,7 @@ def spec_agreement(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     where, total = None, 0
     predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.catalogue])
-    for r, expected in zip(ev.catalogue, predicted):
+    for r, expected in zip(ev.catalogue, predicted, strict=True):
         total += r.scenario.steps
         if where is None and differs_beyond_nan(r.lam, expected).any():
             step = first_step(differs_beyond_nan(r.lam, expected))
