@@ -257,10 +257,6 @@ def _peers_table(report: Report) -> pd.DataFrame:
     return peers_section.table(report.measures, toy)
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
 def summary(report: Report, bench_dir: Path | None = None) -> str:
     """summary.md's text; every number is read from the report's measurements (and ``bench_dir``'s benchmark run)."""
     h, v = report.header, report.verdicts
@@ -294,7 +290,7 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
         cells = [key]
         for n in CONTROLLERS:
             f = v[n].finding(key)
-            cells += ([_md_cell(render.documented(f)), _md_cell(render.predicted(f)), _md_cell(render.measured(f)),
+            cells += ([*(render.md_cell(read(f)) for read in (render.documented, render.predicted, render.measured)),
                        "pass" if f.ok else "**FAIL**"] if f else ["—", "—", "—", ""])
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]

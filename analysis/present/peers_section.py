@@ -114,7 +114,7 @@ def markdown(measures: dict[str, PeerMeasures], tab: pd.DataFrame, figure: str |
     cols = list(tab.columns)
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in tab.itertuples(index=False):
-        cells = [f"**{row[0]}**", *(str(c).replace("|", "\\|") for c in row[1:])]
+        cells = [f"**{row[0]}**", *map(render.md_cell, row[1:])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Steps to double and halve: from the seed λ under KL = 100·target and target/100. Dead zone: the "
               "least KL that raises λ and the greatest that lowers it (bisection over float32), over the target. "
