@@ -8,6 +8,7 @@ the float32 coefficient the kernel stores, KL is read in multiples of the target
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,7 +130,7 @@ def measure_all(verdicts: dict[str, Verdict]) -> dict[str, PeerMeasures]:
     return {name: measure(v) for name, v in verdicts.items()}
 
 
-def toy_outcomes(names, collapse: pd.DataFrame) -> dict[str, tuple[float, float] | None]:
+def toy_outcomes(names: Iterable[str], collapse: pd.DataFrame) -> dict[str, tuple[float, float] | None]:
     """Per controller: the closed-loop toy's collapsed and diverged fractions, means over its grid points
     (``collapse``: ``controller``, ``collapse_fraction``, ``diverged_fraction`` per grid point); None where
     the controller is not in the frame."""
