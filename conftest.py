@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.backends import get_backend, unavailable_reason
+from repro.backends import backend_unavailable, get_backend
 from repro.core.contract import load
 from repro.core.kernel_source import load_kernel
 
@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
     reasons = {}
     for item in items:
         if item.get_closest_marker("gpu"):  # a marker, not a keyword (a folder named gpu is one)
-            reason = reasons.setdefault("cupy", unavailable_reason("cupy"))
+            reason = reasons.setdefault("cupy", backend_unavailable("cupy"))
             if reason and config.getoption("--require-gpu"):
                 raise pytest.UsageError(f"--require-gpu: {reason}")
             if reason:

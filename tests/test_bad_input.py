@@ -274,7 +274,7 @@ def test_an_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch
         raise RuntimeError("boom")
 
     monkeypatch.setattr(toy, "one_run", broken)
-    monkeypatch.setattr(toy, "group", lambda *a, **k: None)
+    monkeypatch.setattr(toy, "compile_subject", lambda *a, **k: None)
     argv = ["--controller", "fixed", "--backend", "host", "--steps", "10"]
     assert toy.main(argv) == 2
     assert capsys.readouterr().err == "toy: error: internal error: RuntimeError: boom (run with --debug for the traceback)\n"

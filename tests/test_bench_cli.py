@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from analysis.cli import bench as bench_run
-from analysis.judge.bench_verdict import baseline_runs, load_run
+from analysis.judge.bench_verdict import REFERENCE, baseline_runs, committed, load_run, run_to_run
 from analysis.present import bench_report
 from repro import bench
 from repro.core.paths import ROOT
@@ -66,7 +66,7 @@ def test_table_reports_the_stats_pytest_benchmark_stored(recorded):
     folder, _ = recorded
     first, second = (load_run(p) for p in baseline_runs(folder / "base"))
     stats = {b["extra_info"]["kernel"]: b["stats"] for b in json.loads(first.path.read_text())["benchmarks"]}
-    text = bench_report.table(first.df, second.df)
+    text = bench_report.table(first.df, run_to_run(first.df, second.df))
     row = next(line for line in text.splitlines() if line.startswith("| host ctypes call |"))
     assert f"{stats['controller']['median'] / stats['empty']['median']:.2f}×" in row
     moved = second.df.set_index("kernel").median_us["controller"] / first.df.set_index("kernel").median_us["controller"]
@@ -167,8 +167,8 @@ def test_interleaved_difference_and_interval_reach_the_json(recorded):
 def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent():
     """reports/bench/baselines/NVIDIA_H200: runs of two fresh H200s; the training-step node and graph replay
     reproduce within the 5 % goal across them, so both are gated."""
-    df, repeat, machine, paths, checks = bench_report.committed(ROOT / "reports" / "bench")
-    assert machine["rlq_machine"] == bench_report.REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
+    df, repeat, machine, paths, checks = committed(ROOT / "reports" / "bench")
+    assert machine["rlq_machine"] == REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
     by_mode = {c.mode: c for c in checks}
     for mode in ("graph replay: controller", f"graph of {bench.modes.STEP_NODES} kernels: controller node"):
         assert by_mode[mode].gated and by_mode[mode].metric == "median" and by_mode[mode].spread <= 0.05, by_mode[mode]

@@ -60,8 +60,8 @@ FAST = {"hang_always"}
                                   for p in THROUGH_CLI])
 def test_gate_answers_each_candidate(path, tmp_path):
     spec = header(path)
-    if spec.get("needs") == "nvrtc" and ptx.unavailable_reason():
-        pytest.skip(ptx.unavailable_reason())
+    if spec.get("needs") == "nvrtc" and ptx.nvrtc_unavailable():
+        pytest.skip(ptx.nvrtc_unavailable())
     out_json = tmp_path / "verdict.json"
     cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
@@ -107,8 +107,8 @@ def test_refactor_is_cuda_for_nvrtc(contract, path):
     """NVRTC (no GPU needed) accepts each refactor, alone and inside the cupy backend's harness units."""
     from repro.backends.translation_unit import device_grid_unit, harness_unit
 
-    if ptx.unavailable_reason():
-        pytest.skip(ptx.unavailable_reason())
+    if ptx.nvrtc_unavailable():
+        pytest.skip(ptx.nvrtc_unavailable())
     src = load_kernel(path, SYMBOL)
     report = ptx.analyse(src)
     assert report.atomics == [] and report.global_stores >= 1
@@ -143,8 +143,8 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     from analysis.present import render
     from repro.runners import coverage
 
-    if coverage.unavailable_reason():
-        pytest.skip(coverage.unavailable_reason())
+    if coverage.gcov_unavailable():
+        pytest.skip(coverage.gcov_unavailable())
     path = Path(__file__).parent / "candidates" / "uncovered_branch.cu"
     unreached = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if "lambda = 0.5f;" in line)
     source = load_kernel(path, SYMBOL)

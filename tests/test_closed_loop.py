@@ -9,14 +9,14 @@ import pytest
 
 from analysis.cli.toy import main
 from repro import toy as closed_loop
-from repro.toy import COLLAPSE, Toy, simulate
+from repro.toy import COLLAPSE, Toy, run_toy
 
 SMALL_GRID = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
 
 
 def subject(backend, contract, name, source=None):
-    return closed_loop.group(backend, source or contract.source(name), contract.slots,
-                             contract.controller(name).value("seed_lambda"))
+    return closed_loop.compile_subject(backend, source or contract.source(name), contract.slots,
+                                       contract.controller(name).value("seed_lambda"))
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,8 @@ def per_step_stepper(groups, base):
 def test_batched_stepper_is_bit_identical_to_per_step_launches(backend, contract):
     groups = [subject(backend, contract, n) for n in ("original", "fixed")]
     toy, seeds = Toy(steps=120), 3
-    batched = simulate(backend, groups, toy, seeds=seeds, trace=True)
-    per_step = simulate(backend, groups, toy, seeds=seeds, trace=True, stepper=per_step_stepper(groups, seeds))
+    batched = run_toy(backend, groups, toy, seeds=seeds, trace=True)
+    per_step = run_toy(backend, groups, toy, seeds=seeds, trace=True, stepper=per_step_stepper(groups, seeds))
     for a, b in zip(batched, per_step, strict=True):
         for field in ("lambda_min", "lambda_max", "lambda_final", "log10_q_pi_agree_min", "steps_to_lambda_floor"):
             assert np.array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field))), field
@@ -78,7 +78,7 @@ def test_reduced_ablation(contract, backend):
     assert plain.median_lambda_min == np.float32(orig.value("floor"))
     # the all-four variant is the fixed kernel's behaviour (same constants), run for run
     all_four = table[table.variant == "fixed (all four)"].iloc[0]
-    direct = simulate(backend, [subject(backend, contract, "fixed")], Toy(steps=400), seeds=4,
+    direct = run_toy(backend, [subject(backend, contract, "fixed")], Toy(steps=400), seeds=4,
                       grid=closed_loop.grid_points(SMALL_GRID))[0]
     assert all_four.collapse_fraction == direct.collapsed.mean()
     assert all_four.median_log10_q_pi_agree_min == np.median(direct.log10_q_pi_agree_min)

@@ -109,8 +109,8 @@ def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
     """The gate's own experiments run every line and both arcs of every branch of the fixed kernel."""
     from repro.runners import coverage
 
-    if coverage.unavailable_reason():
-        pytest.skip(coverage.unavailable_reason())
+    if coverage.gcov_unavailable():
+        pytest.skip(coverage.gcov_unavailable())
     entry = contract.controller("fixed")
     src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
     cov = coverage.measure(host, src, contract.slots, entry, timeout=20)
@@ -135,8 +135,8 @@ def test_static_rules_see_local_memory_and_atomics(contract):
     """PTX of the fixed kernel: no atomics, no local memory; a volatile local and an atomic show up."""
     from repro.backends import ptx
 
-    if ptx.unavailable_reason():
-        pytest.skip(ptx.unavailable_reason())
+    if ptx.nvrtc_unavailable():
+        pytest.skip(ptx.nvrtc_unavailable())
     entry = contract.controller("fixed")
     src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
     clean = ptx.analyse(src)
@@ -151,7 +151,7 @@ def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host
     from analysis.judge.verdict import evaluate
     from repro.backends import ptx
 
-    monkeypatch.setattr(ptx, "unavailable_reason", lambda: "static checks: NVRTC not available (test)")
+    monkeypatch.setattr(ptx, "nvrtc_unavailable", lambda: "static checks: NVRTC not available (test)")
     entry = contract.controller("fixed")
     src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
     verdict = evaluate(src, "fixed", host, contract, coverage=False)

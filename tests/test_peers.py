@@ -237,10 +237,17 @@ def all_verdicts(contract, host):
     return {n: verdict(contract, host, n, n) for n in ("fixed", "original", *contract.peers())}
 
 
-def test_comparison_table_reads_measurements(contract, all_verdicts):
+@pytest.fixture(scope="module")
+def all_measures(all_verdicts):
+    from analysis.judge.peer_measures import measure_all
+
+    return measure_all(all_verdicts)
+
+
+def test_comparison_table_reads_measurements(contract, all_verdicts, all_measures):
     from analysis.present.peers_section import table
 
-    tab = table(all_verdicts).set_index("controller")
+    tab = table(all_measures).set_index("controller")
     assert list(tab.index) == list(all_verdicts)
     assert set(PEERS) <= set(contract.peers())
     for name in all_verdicts:
@@ -256,22 +263,22 @@ def test_comparison_table_reads_measurements(contract, all_verdicts):
             assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
 
 
-def test_peer_section_says_which_release_each_row_is(contract, all_verdicts):
+def test_peer_section_says_which_release_each_row_is(contract, all_measures):
     from analysis.present.peers_section import markdown, table
 
-    text = "\n".join(markdown(all_verdicts, table(all_verdicts)))
+    text = "\n".join(markdown(all_measures, table(all_measures)))
     for name in contract.peers():
         assert f"- **{name}**: {contract.controller(name).release_text()}" in text
     assert "frozen by the λ ≤ 0 guard" not in text  # no peer has the guard: a λ at 0 stays 0 by multiplication
-    tab = table(all_verdicts).set_index("controller")
+    tab = table(all_measures).set_index("controller")
     assert "KL = 0: unchanged" in tab.loc["fixed", "bad input"]
     assert all("KL = 0: decay" in tab.loc[n, "bad input"] for n in contract.peers())  # every source lowers λ at 0
 
 
-def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_verdicts):
+def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_measures):
     from analysis.present.peers_section import aligned_traces
 
-    traces = aligned_traces(all_verdicts)
+    traces = aligned_traces(all_measures)
     for name, rows in traces.groupby("controller"):
         assert rows["lambda"].iloc[0] == F32(contract.controller(name).value("seed_lambda"))
     assert (traces[traces.controller == "ppo_paper"]["lambda"] == 0).any()
@@ -286,8 +293,8 @@ def test_peer_loop_agrees_with_the_robustness_study_on_the_same_noise(contract, 
     toy = closed_loop.Toy(steps=300, warmup=100)
 
     def subjects(names):
-        return {n: closed_loop.group(host, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
-                for n in names}
+        return {n: closed_loop.compile_subject(host, contract.source(n), contract.slots,
+                                               contract.controller(n).value("seed_lambda")) for n in names}
 
     mine = closed_loop.robustness(host, subjects(("fixed", "ppo_paper")), toy=toy, seeds=3, grid=grid)
     theirs = closed_loop.robustness(host, subjects(("original", "fixed")), toy=toy, seeds=3, grid=grid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.cli import gate
-from repro.runners.sanitize import PATHS, parse, sanitize, unavailable_reason
+from repro.runners.sanitize import PATHS, parse, sanitize, sanitizer_unavailable
 
 
 def test_parse_reads_kind_kernel_and_line_of_each_report():
@@ -30,7 +30,7 @@ def test_parse_reads_kind_kernel_and_line_of_each_report():
 
 @pytest.fixture(scope="module")
 def sanitizer():
-    why = unavailable_reason()
+    why = sanitizer_unavailable()
     if why:
         pytest.skip(why)
 

@@ -34,7 +34,17 @@ import tempfile
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.bench_verdict import baseline_runs, judge, load_baseline, load_run, regressions, thresholds, wrong_results
+from analysis.judge.bench_verdict import (
+    REFERENCE,
+    baseline_runs,
+    judge,
+    load_baseline,
+    load_run,
+    regressions,
+    run_to_run,
+    thresholds,
+    wrong_results,
+)
 from analysis.present import bench_report
 from repro import bench
 from repro.core.contract import load
@@ -44,10 +54,6 @@ from repro.core.paths import ROOT, shown
 
 BENCH_TESTS = "tests/test_bench.py"
 PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode raised, or timed wrong bits)
-
-
-def _progress(text: str) -> None:
-    print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
 def _rounds(text: str) -> int:
@@ -103,9 +109,9 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
     if args.add and old is None:
         raise SuiteError(f"--add: no baseline to add to in {shown(folder)}")
     if args.out is None:
-        if args.record and tag != bench_report.REFERENCE:
+        if args.record and tag != REFERENCE:
             raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
-                             f"{bench_report.REFERENCE}'s; give --out DIR for this machine's table")
+                             f"{REFERENCE}'s; give --out DIR for this machine's table")
         args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
     if args.out.exists() and not args.out.is_dir():
         raise SuiteError(f"--out {args.out}: not a folder")
@@ -146,14 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     modes, tag, folder, old = check(args)
     rig = bench.make_rig(load())
     skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
-    runs, failed = [], False
+    runs, failed, say = [], False, policy.progress("bench")
     with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
         for i in range(2 if args.record else 1):
             what = f"run {i + 1} of 2" if args.record else "run"
-            _progress(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
-                      f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
-                      + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns"
-                         if args.slow_ns else ""))
+            say(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
+                f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
+                + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns" if args.slow_ns else ""))
             path = Path(tmp) / f"run-{i}.json"
             code = pytest_run(modes, args, path)
             if code not in (0, PYTEST_FAILED) or not path.is_file():
@@ -196,7 +201,7 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         repeat = load_run(written[1]).df
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
-        text = bench_report.write(args.out, title, df, runs[0].machine, repeat=repeat,
+        text = bench_report.write(args.out, title, df, runs[0].machine, drift=run_to_run(df, repeat),
                                   checks=thresholds(*(r.df for r in every)), skipped=skipped, verdict=lines,
                                   runs=shown_runs)
         print(text)

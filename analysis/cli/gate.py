@@ -83,11 +83,6 @@ def _text(verdict: Verdict, args, contract_file: str) -> str:
     return "\n".join(out)
 
 
-def _progress(line: str) -> None:
-    """One line per experiment group on stderr (a terminal only: a log or a pipe gets the verdict alone)."""
-    print(f"gate: {line}", file=sys.stderr, flush=True)
-
-
 def _error_dict(args, error: str) -> dict:
     return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
             "exit_code": 2, "error": error, "properties": []}
@@ -113,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                       inputs=[("kernel", path), ("contract", contract.path)])
         verdict = evaluate(load_kernel(path, controller.symbol), args.contract, get_backend(args.backend), contract,
                            timeout=args.timeout, require_coverage=args.require_coverage, sanitize=args.sanitize,
-                           progress=_progress if sys.stderr.isatty() else None)
+                           # one line per experiment group, on a terminal only: a log or a pipe gets the verdict alone
+                           progress=policy.progress("gate") if sys.stderr.isatty() else None)
     except BaseException as err:  # the gate's own part of the policy: the exit-2 outcome in every asked-for form
         _outputs_for_error(args, policy.describe(err), kernel_file, contract_file, time.perf_counter() - start)
         raise

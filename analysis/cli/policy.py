@@ -158,6 +158,11 @@ def _say(line: str) -> None:
         _silence_if_broken("stderr")
 
 
+def progress(name: str) -> Callable[[str], None]:
+    """A command's progress: each line as ``NAME: line`` on stderr, flushed at once (stdout is the result)."""
+    return lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+
 def command(name: str):
     """Decorator: ``main(argv) -> int`` run under :func:`run` (so that ``main([...])`` in a test or
     ``python -m analysis NAME`` answer alike)."""

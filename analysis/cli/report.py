@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.cli import policy
-from analysis.judge.properties import Finding, classify
+from analysis.judge import bench_verdict, peer_measures
+from analysis.judge.peer_measures import PeerMeasures
+from analysis.judge.properties import classify
 from analysis.judge.verdict import Verdict, evaluate, judge
 from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from repro import toy as closed_loop
@@ -86,6 +87,7 @@ class Report:
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
+    measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
 
 
 def _git_commit() -> str:
@@ -149,7 +151,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    subjects = {n: closed_loop.group(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
                 for n in CONTROLLERS}
     loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
     candidate = sources["fixed"].sha256 != contract.source("fixed").sha256
@@ -160,10 +162,11 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
-    subjects |= {n: closed_loop.group(backend, contract.source(n), contract.slots,
-                                      contract.controller(n).value("seed_lambda")) for n in contract.peers()}
+    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots,
+                                                contract.controller(n).value("seed_lambda")) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
+    measures = peer_measures.measure_all({**verdicts, **peers})
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -174,21 +177,19 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = (_read_study(studies[k]) for k in ("first", "second"))
-        header["studies"] = {k: f"{shown(p)} (backend {s['backend']}, "
-                             f"{'as pre-registered' if s['as_preregistered'] else 'reduced'})"
-                             for (k, p), s in zip(studies.items(), (study, study2), strict=True)}
-        return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                      robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
-    full = backend.name == "cupy"
-    progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
-    study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
-        backend, sources={"fixed": sources["fixed"]} if candidate else None)
-    # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
-    study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
-    header["studies"] = {k: f"run here (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
+        where = {k: str(shown(p)) for k, p in studies.items()}
+    else:
+        full = backend.name == "cupy"
+        progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
+        study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
+            backend, sources={"fixed": sources["fixed"]} if candidate else None)
+        # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
+        study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
+        where = {"first": "run here", "second": "run here"}
+    header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence, verdicts, cross, traj, noise, recovery, _bad_input_outcomes(evidence), loops, ablation,
-                  robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2)
+                  robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2, measures=measures)
 
 
 def _read_study(path: Path) -> dict:
@@ -198,24 +199,12 @@ def _read_study(path: Path) -> dict:
         raise SuiteError(f"{path}: not a study JSON ({err})") from None
 
 
-def _steps(verdict: Verdict, key: str) -> int:
-    return int(next(f.measured for f in verdict.findings if f.key == key))
-
-
-def _finding(verdict: Verdict, key: str) -> Finding | None:
-    return next((f for f in verdict.findings if f.key == key), None)
-
-
 def draw(report: Report, out: Path, progress=print) -> None:
     """Write every figure into ``out``."""
     contracts = {n: report.evidence[n].controller for n in CONTROLLERS}
-    floors = {}
-    for n in CONTROLLERS:
-        held = report.trajectories.query("controller == @n and scenario == 'aligned'")
-        at = held.step[held["lambda"] == np.float32(contracts[n].value("floor"))]
-        floors[n] = int(at.min()) if len(at) else None
-    counts = {n: {"double": _steps(report.verdicts[n], "steps_to_double"),
-                  "halve": _steps(report.verdicts[n], "steps_to_halve")} for n in CONTROLLERS}
+    floors = {n: report.measures[n].floor_step for n in CONTROLLERS}
+    counts = {n: {"double": report.measures[n].steps_to_double, "halve": report.measures[n].steps_to_halve}
+              for n in CONTROLLERS}
     grid = [s for s in dict.fromkeys(report.trajectories.scenario)
             if report.trajectories.loc[report.trajectories.scenario == s, "family"].iloc[0] != "bad_values"]
     figures = {
@@ -228,7 +217,7 @@ def draw(report: Report, out: Path, progress=print) -> None:
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
-        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces({**report.verdicts, **report.peers})),
+        "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces(report.measures)),
         "fig11_study.png": lambda: study_plots.overview(report.study),
         "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
         "fig13_incident.png": lambda: study_plots.incident(report.study2),
@@ -253,9 +242,8 @@ def write_data(report: Report, out: Path) -> None:
     report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
     report.ablation.to_csv(data / "ablation.csv", index=False)
     report.robustness.to_csv(data / "robustness.csv", index=False)
-    all_verdicts = {**report.verdicts, **report.peers}
-    peers_section.table(all_verdicts, report.peer_loop).to_csv(data / "peers.csv", index=False)
-    peers_section.aligned_traces(all_verdicts).to_csv(data / "peers_aligned.csv", index=False)
+    _peers_table(report).to_csv(data / "peers.csv", index=False)
+    peers_section.aligned_traces(report.measures).to_csv(data / "peers_aligned.csv", index=False)
     if report.peer_loop is not None:
         report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
@@ -264,8 +252,9 @@ def write_data(report: Report, out: Path) -> None:
     report.written += sorted(data.iterdir())
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|")
+def _peers_table(report: Report) -> pd.DataFrame:
+    toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
+    return peers_section.table(report.measures, toy)
 
 
 def summary(report: Report, bench_dir: Path | None = None) -> str:
@@ -300,14 +289,13 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
     for key in keys:
         cells = [key]
         for n in CONTROLLERS:
-            f = _finding(v[n], key)
-            cells += ([_md_cell(render.documented(f)), _md_cell(render.predicted(f)), _md_cell(render.measured(f)),
+            f = v[n].finding(key)
+            cells += ([*(render.md_cell(read(f)) for read in (render.documented, render.predicted, render.measured)),
                        "pass" if f.ok else "**FAIL**"] if f else ["—", "—", "—", ""])
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, fixed, original)
-    all_verdicts = {**v, **report.peers}
-    lines += [""] + peers_section.markdown(all_verdicts, peers_section.table(all_verdicts, report.peer_loop))
+    lines += [""] + peers_section.markdown(report.measures, _peers_table(report))
     lines += ["", *study_section.section(report.study, figures=False)]
     lines += ["", *study_section.second_section(report.study2, figures=False)]
     lines += ["", "## Figures", ""]
@@ -324,15 +312,15 @@ def summary(report: Report, bench_dir: Path | None = None) -> str:
 def _differences(report: Report, fixed, original) -> list[str]:
     v = report.verdicts
     out = []
-    ramp_m, decay_m = _finding(v["fixed"], "ramp").measured, _finding(v["fixed"], "decay").measured
-    dbl, hlv = _steps(v["fixed"], "steps_to_double"), _steps(v["fixed"], "steps_to_halve")
+    ramp_m, decay_m = v["fixed"].finding("ramp").measured, v["fixed"].finding("decay").measured
+    dbl, hlv = report.measures["fixed"].steps_to_double, report.measures["fixed"].steps_to_halve
     if fixed.has("decay_slowness"):
         claim = fixed["decay_slowness"]
         out.append(f"- The kernel comment says *\"{claim.doc.split(': ', 1)[-1]}\"* Measured: the ratio of "
                    f"log-rates ln {ramp_m:.7f} / −ln {decay_m:.7f} is **{spec.decay_to_ramp_log_ratio(ramp_m, decay_m):.1f}×**, "
                    f"and steps to halve / steps to double is {hlv} / {dbl} = **{hlv / dbl:.1f}×** "
                    f"(documented {claim.value:g}×).")
-    f = _finding(v["original"], "steps_to_floor")
+    f = v["original"].finding("steps_to_floor")
     if f is not None and f.measured != original["steps_to_floor"].value:
         out.append(f"- The commit message says *\"{original['steps_to_floor'].doc}\"*. Measured on the "
                    f"reconstruction: {render.measured(f)} — the {int(original['steps_to_floor'].value)} steps bring λ "
@@ -396,11 +384,11 @@ def _figure_notes(report: Report, name: str) -> list[str]:
 
 def _bench_section(bench_dir: Path) -> list[str]:
     """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``."""
-    got = bench_report.committed(bench_dir)
+    got = bench_verdict.committed(bench_dir)
     if got is None:
         return []
     df, repeat, machine, paths, checks = got
-    table = bench_report.table(df, repeat, checks)
+    table = bench_report.table(df, None if repeat is None else bench_verdict.run_to_run(df, repeat), checks)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
     runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
@@ -441,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
-    progress = lambda line: print(f"report: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    progress = policy.progress("report")
     report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
     write(report, args.out, progress=progress)
     figs = sum(p.suffix == ".png" for p in report.written)

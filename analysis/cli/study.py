@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     contract = load()
     for name in names:
         ctl.group(backend, name, contract)  # a bad name or a kernel that does not compile, as one line
-    say = lambda line: print(f"study: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    say = policy.progress("study")
     # One run per environment × controller, merged (merge() equals the joint study: tests/test_study.py),
     # so that progress shows from the start and after each block.
     parts, blocks, n = [], len(envs) * len(names), 0
@@ -134,7 +133,7 @@ def second(args, start: float) -> int:
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
     _check_outputs(args, inputs, _as_preregistered(args) or bool(args.from_json))
     backend = None if args.from_json else get_backend(args.backend)
-    say = lambda line: print(f"study: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    say = policy.progress("study")
     if args.calibrate:
         if prereg.criteria.consecutive < 0:
             raise SuiteError("consecutive must be at least 0")

@@ -12,7 +12,6 @@ Exit 0 on a run, 2 on bad input or anything else that stops it (one line).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 
 from analysis.cli import policy
@@ -20,7 +19,7 @@ from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
-from repro.toy.designs import group, one_run
+from repro.toy.designs import compile_subject, one_run
 from repro.toy.model import Toy
 
 #: Most steps one run takes (a million: about 50 s on 2 cores), and the seeds it takes (its noise uses seed + 1).
@@ -52,14 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                   inputs=[("kernel", kernel), ("contract", contract.path)])
     source = contract.source(args.controller, args.kernel)
     backend = get_backend(args.backend)
-    long = args.steps >= LONG_STEPS
-
-    def say(line: str) -> None:
-        if long:
-            print(f"toy: {line}", file=sys.stderr, flush=True)
+    say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
     say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
-    subject = group(backend, source, contract.slots, entry.value("seed_lambda"))
+    subject = compile_subject(backend, source, contract.slots, entry.value("seed_lambda"))
     result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
                      progress=lambda t: say(f"step {t} of {args.steps}"))
     for key, value in result.items():

@@ -1,6 +1,6 @@
 """The benchmark gate: which modes a run may be judged on, with what threshold, and which regressed.
 
-A run is the JSON pytest-benchmark writes for ``tests/test_bench.py`` (``--benchmark-json``): one
+A run (:class:`BenchRun`) is the JSON pytest-benchmark writes for ``tests/test_bench.py`` (``--benchmark-json``): one
 benchmark per mode × kernel, its stats in seconds per step, what it is in ``extra_info``
 (:meth:`repro.bench.Sample.info`). :func:`load_run` reads it as one row per benchmark, in µs.
 A baseline is a folder of two or more such runs (``run-1.json``, ``run-2.json``, ...): a pair of back-to-back runs of one machine,
@@ -31,12 +31,14 @@ import pandas as pd
 from repro.core.errors import SuiteError
 
 REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
+#: The machine whose baseline the committed table reports/bench/bench.md shows (``repro.bench.machine_tag``).
+REFERENCE = "NVIDIA_H200"
 SPREAD_FACTOR = 3  # threshold = this many times the baseline's own run-to-run spread (at least the goal)
 UNGATED_ABOVE = 2 * REPEATABILITY  # a spread beyond this does not reproduce: report, do not gate
 
 
 @dataclass(frozen=True)
-class Run:
+class BenchRun:
     """One pytest-benchmark JSON file of the suite's benchmarks: its rows (µs per step) and machine."""
 
     path: Path
@@ -64,7 +66,7 @@ def frame(benchmarks: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path) -> BenchRun:
     """A pytest-benchmark JSON of the suite's benchmarks; a one-line :class:`SuiteError` for anything else."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -74,7 +76,7 @@ def load_run(path: Path) -> Run:
         raise SuiteError(f"{path}: not a pytest-benchmark JSON ({type(err).__name__}: {err})".splitlines()[0]) from None
     if df.empty:
         raise SuiteError(f"{path}: a pytest-benchmark JSON without any of tests/test_bench.py's benchmarks")
-    return Run(Path(path), df, machine)
+    return BenchRun(Path(path), df, machine)
 
 
 def baseline_runs(folder: Path) -> list[Path]:
@@ -83,7 +85,7 @@ def baseline_runs(folder: Path) -> list[Path]:
                   p.stem.split("-")[1].isdigit() else 0)
 
 
-def load_baseline(folder: Path) -> list[Run]:
+def load_baseline(folder: Path) -> list[BenchRun]:
     """A baseline's runs (at least two, all of one machine); a one-line :class:`SuiteError` otherwise."""
     if not Path(folder).is_dir():
         raise SuiteError(f"{folder}: not a baseline folder (one with run-1.json, run-2.json, ...)")
@@ -183,3 +185,32 @@ def wrong_results(df: pd.DataFrame) -> list[str]:
     bad = df[df["matches_spec"] == False]  # noqa: E712 (a column of Python bools)
     return [f"WRONG RESULT {r['mode']} [{r['kernel']}]: the timed path does not compute the spec model's bits"
             for _, r in bad.iterrows()]
+
+
+def committed(bench_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict, list[Path], list[ModeCheck]] | None:
+    """The committed table's data under ``bench_dir``: the reference machine's last two baseline runs, the
+    machine, their paths, and the gate every mode gets from all the baseline's runs (None: no baseline)."""
+    every = baseline_runs(Path(bench_dir) / "baselines" / REFERENCE)
+    if not every:
+        return None
+    runs = [load_run(p) for p in every]
+    checks = thresholds(*(r.df for r in runs)) if len(runs) > 1 else []
+    last = runs[-2:]
+    return last[0].df, last[1].df if len(last) > 1 else None, last[0].machine, every[-2:], checks
+
+
+def run_to_run(first: pd.DataFrame, second: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per mode of ``first``, per kernel (controller, empty) timed in both runs: the relative change of its
+    median µs per step from ``first`` to ``second``."""
+    out = {}
+    for mode in dict.fromkeys(first["mode"]):
+        a = first[first["mode"] == mode].set_index("kernel")
+        b = second[second["mode"] == mode].set_index("kernel")
+        out[mode] = {k: b.loc[k, "median_us"] / a.loc[k, "median_us"] - 1 for k in ("controller", "empty")
+                     if k in a.index and k in b.index}
+    return out
+
+
+def beyond_goal(change: float) -> bool:
+    """Whether a run-to-run change (relative, :func:`run_to_run`) misses the repeatability goal."""
+    return abs(change) > REPEATABILITY

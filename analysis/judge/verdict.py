@@ -49,6 +49,10 @@ class Verdict:
     def failed(self) -> list[Finding]:
         return [f for f in self.findings if not f.ok]
 
+    def finding(self, key: str) -> Finding | None:
+        """The row ``key`` (None where the contract entry has no such row)."""
+        return next((f for f in self.findings if f.key == key), None)
+
     def as_dict(self) -> dict:
         ev = self.evidence
         return {

@@ -3,10 +3,10 @@
 Per mode: median and IQR in µs per step for the controller and its
 empty-kernel twin, their ratio, the controller − empty difference of the
 interleaved rounds with its 95 % confidence interval, the rounds, the clock that timed it and what
-sets its time. With ``--repeat`` (a second, back-to-back run) each median's
-change between the runs is shown against the 5 % repeatability goal, and the
-pair is read as a baseline: the gate each mode would get
-(:mod:`analysis.judge.bench_verdict`). A second table says what each mode measures.
+sets its time. Handed a second, back-to-back run's changes (:func:`analysis.judge.bench_verdict.run_to_run`),
+each median's change between the runs is shown against the 5 % repeatability goal; handed the gate's checks
+(:func:`analysis.judge.bench_verdict.thresholds` or ``judge``), the gate each mode gets. Nothing is judged
+here. A second table says what each mode measures.
 """
 
 from __future__ import annotations
@@ -16,29 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, baseline_runs, load_run, thresholds
+from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, beyond_goal
 from analysis.present import plots
-
-#: The machine whose baseline the committed table reports/bench/bench.md shows (``repro.bench.machine_tag``).
-REFERENCE = "NVIDIA_H200"
-
-
-def load(path: Path) -> tuple[pd.DataFrame, dict]:
-    """One row per mode × kernel (see :func:`analysis.judge.bench_verdict.frame`), and the machine it ran on."""
-    run = load_run(path)
-    return run.df, run.machine
-
-
-def committed(bench_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict, list[Path], list[ModeCheck]] | None:
-    """The committed table's data under ``bench_dir``: the reference machine's last two baseline runs, the
-    machine, their paths, and the gate every mode gets from all the baseline's runs (None: no baseline)."""
-    every = baseline_runs(Path(bench_dir) / "baselines" / REFERENCE)
-    if not every:
-        return None
-    runs = [load_run(p) for p in every]
-    checks = thresholds(*(r.df for r in runs)) if len(runs) > 1 else []
-    last = runs[-2:]
-    return last[0].df, last[1].df if len(last) > 1 else None, last[0].machine, every[-2:], checks
 
 
 def _us(x: float) -> str:
@@ -57,15 +36,15 @@ def _gate_cell(check: ModeCheck | None) -> str:
     return f"{what} {check.change:+.1%} (≤ +{check.threshold:.1%}) {verdict}"
 
 
-def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[ModeCheck] | None = None) -> str:
-    """The results table; with ``repeat`` the run-to-run Δ, with ``checks`` (or a repeat) the gate per mode."""
-    if checks is None and repeat is not None:
-        checks = thresholds(df, repeat)
+def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
+          checks: list[ModeCheck] | None = None) -> str:
+    """The results table; with ``drift`` (:func:`analysis.judge.bench_verdict.run_to_run`) the run-to-run Δ,
+    with ``checks`` the gate per mode."""
     by_mode = {c.mode: c for c in checks or []}
     head = ("| mode | controller µs/step: median (IQR) | empty µs/step: median (IQR) | ratio "
             "| controller − empty µs/step (95 % CI) | rounds | clock | set by |")
     sep = "|---|---|---|---|---|---|---|---|"
-    if repeat is not None:
+    if drift is not None:
         head += " run-to-run Δ median (controller / empty) |"
         sep += "---|"
     if checks is not None:
@@ -86,22 +65,17 @@ def table(df: pd.DataFrame, repeat: pd.DataFrame | None = None, checks: list[Mod
                 if "diff_us" in part and pd.notna(first.get("diff_us")) else "—")
         row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {diff} | {int(first['rounds'])} | {first['clock']} "
                f"| {first['set_by']} |")
-        if repeat is not None:
-            other = repeat[repeat["mode"] == mode].set_index("kernel")
-            deltas = []
-            for k in ("controller", "empty"):
-                if k in part.index and k in other.index:
-                    d = other.loc[k, "median_us"] / part.loc[k, "median_us"] - 1
-                    deltas.append(f"{d:+.1%}" + (" ⚠" if abs(d) > REPEATABILITY else ""))
-                    if abs(d) > REPEATABILITY:
-                        flagged.append(mode)
+        if drift is not None:
+            changes = drift.get(mode, {}).values()
+            deltas = [f"{d:+.1%}" + (" ⚠" if beyond_goal(d) else "") for d in changes]
+            flagged += [mode] if any(beyond_goal(d) for d in changes) else []
             row += f" {' / '.join(deltas) or '—'} |"
         if checks is not None:
             row += f" {_gate_cell(by_mode.get(mode))} |"
         lines.append(row)
     if flagged:
         lines += ["", f"⚠ a median that moved more than {REPEATABILITY:.0%} between the two runs: "
-                  f"{', '.join(dict.fromkeys(flagged))}."]
+                  f"{', '.join(flagged)}."]
     lines += _notes(df)
     return "\n".join(lines)
 
@@ -194,13 +168,12 @@ def header(title: str, machine: dict, runs: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def write(out: Path, title: str, df: pd.DataFrame, machine: dict, repeat: pd.DataFrame | None = None,
+def write(out: Path, title: str, df: pd.DataFrame, machine: dict, drift: dict[str, dict[str, float]] | None = None,
           checks: list[ModeCheck] | None = None, skipped: dict[str, str] | None = None,
           verdict: list[str] | None = None, runs: list[str] | None = None) -> str:
-    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown (``runs``: the data's paths)."""
-    if checks is None and repeat is not None:
-        checks = thresholds(df, repeat)
-    parts = [header(title, machine, runs), table(df, repeat, checks)]
+    """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown (``runs``: the data's paths;
+    ``drift`` and ``checks`` as :func:`table`'s)."""
+    parts = [header(title, machine, runs), table(df, drift, checks)]
     if verdict is not None:
         parts.append("## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"))
     parts.append("## Modes\n\n" + modes_table(df, checks, skipped))

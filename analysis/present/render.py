@@ -154,6 +154,11 @@ def table(findings: list[Finding], contract_file: str) -> str:
     return "\n".join(out)
 
 
+def md_cell(text) -> str:
+    """``text`` as one Markdown table cell (a ``|`` in it would end the cell)."""
+    return str(text).replace("|", "\\|")
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 

@@ -33,7 +33,7 @@ def get_backend(name: str = "auto") -> Backend:
     return _cache[name]
 
 
-def unavailable_reason(name: str) -> str | None:
+def backend_unavailable(name: str) -> str | None:
     """None when backend ``name`` runs here, else the one-line reason it does not."""
     try:
         get_backend(name)
@@ -42,4 +42,4 @@ def unavailable_reason(name: str) -> str | None:
     return None
 
 
-__all__ = ["Backend", "CompiledKernel", "get_backend", "unavailable_reason", "NAMES"]
+__all__ = ["Backend", "CompiledKernel", "get_backend", "backend_unavailable", "NAMES"]

@@ -3,7 +3,7 @@
 The candidate is compiled to PTX and, through NVRTC's built-in ptxas, to an
 sm_90 binary whose resource usage ptxas reports (``--ptxas-options=--verbose``).
 NVRTC comes from the ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` wheels
-(``pip install --group static``); where they are missing, :func:`unavailable_reason`
+(``pip install --group static``); where they are missing, :func:`nvrtc_unavailable`
 says so and the caller reports the checks as not run.
 
 A source that the host shim accepts but NVRTC rejects fails here with the
@@ -59,7 +59,7 @@ def _nvrtc():
     return nvrtc
 
 
-def unavailable_reason() -> str | None:
+def nvrtc_unavailable() -> str | None:
     """None when NVRTC is usable here, else the one-line reason."""
     try:
         _nvrtc()

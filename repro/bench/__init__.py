@@ -13,7 +13,7 @@ import platform
 import re
 from collections.abc import Callable
 
-from repro.backends import get_backend, unavailable_reason
+from repro.backends import backend_unavailable, get_backend
 from repro.backends.host import cpu_model
 from repro.bench.modes import MODES, WHICH, Mode, Rig, Sample, run_mode, sources, unavailable
 from repro.core.contract import Contract
@@ -81,7 +81,7 @@ def make_rig(contract: Contract, controller: KernelSource | None = None) -> Rig:
 
 def gpu_info() -> dict | None:
     """The GPU the cupy backend uses (name, CUDA driver API and runtime versions, CuPy, SM clock in kHz); None without."""
-    if unavailable_reason("cupy") is not None:
+    if backend_unavailable("cupy") is not None:
         return None
     backend = get_backend("cupy")
     cp = backend.cp

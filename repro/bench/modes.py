@@ -597,7 +597,7 @@ def unavailable(mode: Mode, rig: Rig) -> str | None:
     if mode.needs == "native":
         from repro.bench import native
 
-        return native.unavailable_reason()
+        return native.launcher_unavailable()
     if mode.needs == "bindings":
         try:
             _bindings()

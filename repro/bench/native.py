@@ -30,7 +30,7 @@ def _cc() -> str | None:
                 None)
 
 
-def unavailable_reason() -> str | None:
+def launcher_unavailable() -> str | None:
     """None when the C loop can run here, else why not."""
     if _cc() is None:
         return "native launcher: no C compiler (install gcc or set CC)"

@@ -30,7 +30,7 @@ from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, Coverage, Fault
 from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
 
-__all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "unavailable_reason"]
+__all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "gcov_unavailable"]
 
 _DUMP = '\nextern "C" void __gcov_dump(void);\nextern "C" void rlq_gcov_dump(void) { __gcov_dump(); }\n'
 COVERAGE_FLAGS = tuple(f for f in FLAGS if f != "-O2") + ("-O0", "--coverage")
@@ -43,7 +43,7 @@ def _gcov() -> str:
     return found
 
 
-def unavailable_reason() -> str | None:
+def gcov_unavailable() -> str | None:
     """None when coverage can be measured here (g++ and gcov), else the one-line reason."""
     try:
         _gcov()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from repro.backends import Backend, get_backend, ptx, unavailable_reason
+from repro.backends import Backend, backend_unavailable, get_backend, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -77,7 +77,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
-        reason = ptx.unavailable_reason()
+        reason = ptx.nvrtc_unavailable()
         if reason:
             notes.append(f"static checks not run: {reason}")
             unavailable.add("static")
@@ -111,7 +111,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                                         reference=times, clock=clock, progress=progress)
     coverage_report = None
     if coverage:
-        reason = cov.unavailable_reason() or unavailable_reason("host")
+        reason = cov.gcov_unavailable() or backend_unavailable("host")
         if reason:
             notes.append(f"coverage not measured: {reason}")
             unavailable.add("coverage")

@@ -64,13 +64,13 @@ def executable() -> str | None:
     return None
 
 
-def unavailable_reason() -> str | None:
+def sanitizer_unavailable() -> str | None:
     """None when the sanitizer can run here, else why not."""
     if executable() is None:
         return "compute-sanitizer not found (install the CUDA toolkit or put it on PATH)"
-    from repro.backends import unavailable_reason as backend_reason
+    from repro.backends import backend_unavailable
 
-    return backend_reason("cupy")
+    return backend_unavailable("cupy")
 
 
 def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
@@ -125,7 +125,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
                  timeout: float = 600) -> tuple[list[SanitizerReport], list[tuple[str, str]]]:
     """:func:`sanitize`, with a child that runs past ``timeout`` s (a hung candidate) killed and listed as
     ``(tool, path)`` instead of raising: (reports, hung)."""
-    why = unavailable_reason()
+    why = sanitizer_unavailable()
     if why:
         raise BackendUnavailable(why)
     with tempfile.TemporaryDirectory(prefix="rlq-sanitize-") as tmp:

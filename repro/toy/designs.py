@@ -1,6 +1,6 @@
 """Study designs on the closed-loop toy: one traced run, the robustness grid, the ablation of the fix.
 
-Every design takes compiled controllers (:class:`Group`) or sources from its
+Every design takes compiled controllers (:class:`Subject`) or sources from its
 caller; nothing here loads a kernel by name, so a candidate handed to the
 report is the kernel these designs run.
 """
@@ -20,15 +20,15 @@ from repro.core.contract import Controller, Slots
 from repro.core.kernel_source import KernelSource
 from repro.runners.probes import settled_floor
 from repro.runners.scenarios import FAR
-from repro.toy.model import Group, Toy, simulate
+from repro.toy.model import Subject, Toy, run_toy
 
 #: The robustness grid: π's own signal strength, the KL EMA rate, the KL target (each × seeds).
 GRID = {"actor_lr": (0.25, 0.5, 1.0), "kl_ema_rate": (0.003, 0.01, 0.03), "kl_target": (0.5, 1.0, 2.0)}
-def group(backend: Backend, source: KernelSource, slots: Slots, seed_lambda: float) -> Group:
+def compile_subject(backend: Backend, source: KernelSource, slots: Slots, seed_lambda: float) -> Subject:
     """Compile ``source`` and measure the floor it settles at under aligned KL (λ; the label of the outcome)."""
     kernel = backend.compile(source, slots)
     floor = settled_floor(kernel, seed_lambda, 1.0 / FAR)
-    return Group(kernel, seed_lambda, float("nan") if floor is None else floor)
+    return Subject(kernel, seed_lambda, float("nan") if floor is None else floor)
 
 
 def grid_points(grid: dict[str, tuple] = GRID) -> dict[str, np.ndarray]:
@@ -37,15 +37,15 @@ def grid_points(grid: dict[str, tuple] = GRID) -> dict[str, np.ndarray]:
     return {k: m.ravel() for k, m in zip(grid, mesh, strict=True)}
 
 
-def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None, seed: int = 0,
+def one_run(backend: Backend, name: str, subject: Subject, toy: Toy | None = None, seed: int = 0,
             progress=None) -> dict:
     """One controller, one seed, with its per-step trace: the fields of the CLI's JSON and figure 8.
 
-    ``progress(steps_done)`` is called after each tenth of the steps (see :func:`simulate`).
+    ``progress(steps_done)`` is called after each tenth of the steps (see :func:`run_toy`).
     """
     toy = toy or Toy()
     start = time.perf_counter()
-    batch = simulate(backend, [subject], toy, seeds=1, seed=seed, trace=True, progress=progress)[0]
+    batch = run_toy(backend, [subject], toy, seeds=1, seed=seed, trace=True, progress=progress)[0]
     steps_to_floor = int(batch.steps_to_lambda_floor[0])
     return {
         "controller": name,
@@ -69,7 +69,7 @@ def one_run(backend: Backend, name: str, subject: Group, toy: Toy | None = None,
     }
 
 
-def robustness(backend: Backend, subjects: dict[str, Group], toy: Toy | None = None, seeds: int = 20,
+def robustness(backend: Backend, subjects: dict[str, Subject], toy: Toy | None = None, seeds: int = 20,
                grid: dict[str, tuple] = GRID, seed: int = 0) -> pd.DataFrame:
     """Per controller and grid point, every controller on the same noise: the collapse fraction (q_pi_agree
     below the toy's threshold), the diverged fraction (λ reached +inf or the toy's state turned NaN, which
@@ -77,7 +77,7 @@ def robustness(backend: Backend, subjects: dict[str, Group], toy: Toy | None = N
     toy = toy or Toy()
     points = grid_points(grid)
     with np.errstate(over="ignore", invalid="ignore"):  # λ → inf drives the toy's logits to NaN: counted below
-        batches = simulate(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
+        batches = run_toy(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
     rows = []
     for name, b in zip(subjects, batches, strict=True):
         collapsed = b.collapsed.reshape(-1, seeds)
@@ -93,7 +93,7 @@ def robustness(backend: Backend, subjects: dict[str, Group], toy: Toy | None = N
 
 def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Controller, after: Controller,
              toy: Toy | None = None, seeds: int = 20, grid: dict[str, tuple] = GRID, seed: int = 0,
-             extra: dict[str, Group] | None = None) -> pd.DataFrame:
+             extra: dict[str, Subject] | None = None) -> pd.DataFrame:
     """All 16 combinations of the fix's four changes applied to the original, each over the grid × seeds.
 
     Variants are ``original``'s source with #defines overridden to ``after``'s
@@ -104,16 +104,16 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     """
     toy = toy or Toy()
     combos = list(itertools.product((False, True), repeat=len(FACTORS)))
-    labels, groups = [], []
+    labels, subjects = [], []
     for combo in combos:
         on = dict(zip(FACTORS, combo, strict=True))
         source, seed_lambda = variant(original, before, after, [f for f in FACTORS if on[f]])
-        groups.append(group(backend, source, slots, seed_lambda))
+        subjects.append(compile_subject(backend, source, slots, seed_lambda))
         labels.append(("fixed (all four)" if all(combo) else "+".join(f for f in FACTORS if on[f]) or "original", on))
-    for name, g in (extra or {}).items():
-        groups.append(g)
+    for name, s in (extra or {}).items():
+        subjects.append(s)
         labels.append((name, dict.fromkeys(FACTORS, None)))
-    batches = simulate(backend, groups, toy, seeds=seeds, seed=seed, grid=grid_points(grid))
+    batches = run_toy(backend, subjects, toy, seeds=seeds, seed=seed, grid=grid_points(grid))
     rows = []
     for (label, on), b in zip(labels, batches, strict=True):
         rows.append({"variant": label, **on, "runs": len(b.collapsed),

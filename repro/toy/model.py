@@ -82,8 +82,8 @@ def _softmax_parts(xp, logits):
 
 
 @dataclass(frozen=True)
-class Group:
-    """One controller variant in a batch: its compiled kernel, the λ it starts from, and its floor (λ).
+class Subject:
+    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ).
 
     The floor only labels the outcome (the first step at which λ sits on it); it
     comes from the contract or from :func:`repro.runners.probes.settled_floor`, never
@@ -95,20 +95,20 @@ class Group:
     floor: float
 
 
-def batched_stepper(groups: list[Group], base: int):
-    """The production stepper: one batched harness call per group per step, on the device ISV rows."""
+def batched_stepper(subjects: list[Subject], base: int):
+    """The production stepper: one batched harness call per subject per step, on the device ISV rows."""
 
     def step(isv) -> None:
-        for g, group in enumerate(groups):
-            group.kernel.batched_step(isv[g * base : (g + 1) * base])
+        for g, subject in enumerate(subjects):
+            subject.kernel.batched_step(isv[g * base : (g + 1) * base])
 
     return step
 
 
-def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: int = 0,
-             grid: dict[str, np.ndarray] | None = None, trace: bool = False, stepper=None,
-             progress=None) -> list[Batch]:
-    """Run ``seeds`` × grid points per group, every group on the same noise; one :class:`Batch` per group.
+def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, seed: int = 0,
+            grid: dict[str, np.ndarray] | None = None, trace: bool = False, stepper=None,
+            progress=None) -> list[Batch]:
+    """Run ``seeds`` × grid points per subject, every subject on the same noise; one :class:`Batch` per subject.
 
     ``grid``: per-base-run values of ``actor_lr``, ``kl_ema_rate``, ``kl_target``
     (equal-length arrays); the base runs are those values × ``seeds``. ``stepper(isv)``
@@ -121,7 +121,7 @@ def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: 
     base = n_points * seeds
     per_run = {k: xp.asarray(np.repeat(np.asarray(grid.get(k, [getattr(toy, k)] * n_points), float), seeds))[:, None]
                for k in ("actor_lr", "kl_ema_rate", "kl_target")}
-    K, G = toy.n_actions, len(groups)
+    K, G = toy.n_actions, len(subjects)
     rng = np.random.default_rng(seed)
     true = rng.standard_normal((base, K))
     best = true.argmax(axis=1)
@@ -130,13 +130,13 @@ def simulate(backend: Backend, groups: list[Group], toy: Toy, seeds: int, seed: 
     own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
     own_d = xp.asarray(np.tile(own, (G, 1)))
     true_d = xp.asarray(np.tile(true, (G, 1)))
-    tile = lambda a: xp.tile(a, (G, 1))  # noqa: E731 - same per-run parameters for every group
+    tile = lambda a: xp.tile(a, (G, 1))  # noqa: E731 - same per-run parameters for every subject
     actor_lr, ema_rate, target = (tile(per_run[k]) for k in ("actor_lr", "kl_ema_rate", "kl_target"))
     n = G * base
-    slots = groups[0].kernel.slots
-    isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
-    floors = xp.asarray(np.repeat(np.float32([g.floor for g in groups]), base))
-    stepper = stepper or batched_stepper(groups, base)
+    slots = subjects[0].kernel.slots
+    isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
+    floors = xp.asarray(np.repeat(np.float32([s.floor for s in subjects]), base))
+    stepper = stepper or batched_stepper(subjects, base)
     target32 = target[:, 0].astype(xp.float32)
     q = xp.zeros((n, K))
     own_est = xp.zeros((n, K))  # the actor's own value estimates, learned from the same rewards
