@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
+from repro.core import spec
 from repro.core.isv import new_isv
 from repro.core.paths import ROOT
 
@@ -16,8 +17,9 @@ def test_ieee_flags():
     assert "-ffp-contract=off" in FLAGS and not any("fast-math" in f and "no" not in f for f in FLAGS)
 
 
-def test_cache_is_keyed_by_content(contract, tmp_path, monkeypatch):
-
+def test_cache_is_keyed_by_content_and_its_precompiled_prelude_is_speed_only(contract, tmp_path, monkeypatch):
+    """One library per content; and with the precompiled standard headers (.gch) replaced by garbage, the
+    compiler reads their text: a kernel built then still equals the spec model bit for bit."""
     monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
     src = contract.source("fixed")
     HostBackend().compile(src, contract.slots)
@@ -26,6 +28,15 @@ def test_cache_is_keyed_by_content(contract, tmp_path, monkeypatch):
     HostBackend().compile(src.with_defines(MIN_LAMBDA=0.07), contract.slots)
     assert len(list(tmp_path.glob("*.so"))) == 2
     assert cache_dir() == tmp_path
+    [pch] = tmp_path.glob("prelude-*.h.gch")
+    pch.write_bytes(b"not a precompiled header")
+    kl = np.geomspace(1e-4, 10.0, 400).astype(np.float32)[:, None]
+    target = np.full_like(kl, 0.1)
+    got = HostBackend().compile(src.with_defines(MIN_LAMBDA=0.0725), contract.slots).run_looped(
+        new_isv(contract.slots, 0.3, 1), kl, target)[0]
+    assert len(list(tmp_path.glob("*.so"))) == 3
+    want = spec.run(spec.Rule.of(contract.controller("fixed"), floor=0.0725), [0.3], kl, target)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
 
 
 def test_concurrent_compiles_share_one_library(tmp_path):
@@ -43,19 +54,3 @@ def test_concurrent_compiles_share_one_library(tmp_path):
     assert len(set(outs)) == 1 and len(list(tmp_path.glob("*.so"))) == 1
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.cpp"))
 
-
-def test_a_stale_precompiled_prelude_costs_time_not_bits(contract, tmp_path, monkeypatch):
-    """The precompiled standard headers are speed only: with the prelude's .gch replaced by garbage the compiler
-    reads the text, and the kernel gives the same λ bits as the normal build."""
-    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
-    src = contract.source("fixed").with_defines(MIN_LAMBDA=0.0725)
-    isv0 = new_isv(contract.slots, 0.3, 1)
-    kl = np.geomspace(1e-4, 10.0, 64).astype(np.float32)[:, None]
-    target = np.full_like(kl, 0.1)
-    expected = HostBackend().compile(src, contract.slots).run_looped(isv0, kl, target)[0]
-    [pch] = tmp_path.glob("prelude-*.h.gch")
-    pch.write_bytes(b"not a precompiled header")
-    for lib in tmp_path.glob("*.so"):
-        lib.unlink()
-    got = HostBackend().compile(src, contract.slots).run_looped(isv0, kl, target)[0]
-    assert got.view(np.uint32).tolist() == expected.view(np.uint32).tolist()

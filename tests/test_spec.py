@@ -85,11 +85,11 @@ def test_a_run_equals_its_steps_one_by_one(contract):
     step by step, bit for bit, on inputs with long constant stretches (clamps and fixed points), NaN among them."""
     rng = np.random.default_rng(11)
     levels = np.array([1e-4, 0.1, 0.5, 10.0, np.nan, 0.0], dtype=F32)
-    kl = np.repeat(rng.choice(levels, 12), rng.integers(1, 400, 12)).astype(F32)[:, None]
+    kl = np.repeat(rng.choice(levels, 12), rng.integers(1, 80, 12)).astype(F32)[:, None]
     target = np.full_like(kl, 0.1)
     for name, entry in contract.controllers.items():
         rule = spec.Rule.of(entry)
-        for lam0 in (F32(0.1), F32(1e-30), F32(np.nan)):
+        for lam0 in (F32(0.1), F32(np.nan)):
             got = spec.run(rule, [lam0], kl, target)[:, 0]
             lam, want = lam0, []
             for t in range(len(kl)):
