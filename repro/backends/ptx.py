@@ -81,7 +81,11 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     nvrtc = _nvrtc()
     prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), origin.encode(), 0, [], []))
     try:
-        opts = [o.encode() for o in (*options, f"--gpu-architecture={arch}", "--ptxas-options=--verbose")]
+        # NVRTC ≥ 12.9 caches compilations, and a cached one prints no ptxas report (registers, stack):
+        # the resources row would go unmeasured on a second run (seen on the H200 with NVRTC 13.0).
+        version = _check(nvrtc, nvrtc.nvrtcVersion())
+        no_cache = ("--no-cache",) if tuple(version) >= (12, 9) else ()
+        opts = [o.encode() for o in (*options, *no_cache, f"--gpu-architecture={arch}", "--ptxas-options=--verbose")]
         status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         size = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
         log = b" " * size
