@@ -258,7 +258,8 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
 @pytest.mark.parametrize("command, args, after", [
     ("gate", [], None),  # while importing
     ("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed ("),  # mid-run
-    ("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]"),  # while the gate's child processes run
+    pytest.param("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]",  # while the gate's child processes run
+                 marks=pytest.mark.slow),
 ])
 def test_ctrl_c_at_any_moment_is_one_line_exit_2(command, args, after, tmp_path):
     done = _interrupt(_command(command, *[a.replace("{tmp}", str(tmp_path)) for a in args]), after)

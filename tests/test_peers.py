@@ -71,13 +71,13 @@ def test_contracts_discriminate_pairwise(contract):
     for a in names:
         scenarios = {s.name: s for s in catalogue(contract.controller(a)) if s.family != "bad_values"}
         picked = [scenarios[n] for n in ("aligned", "diverged", "band_edges") if n in scenarios]
+        runs = [(s.lambda0, s.kl[:300], s.target[:300]) for s in picked]
+        own = spec.run_each(spec.Rule.of(contract.controller(a)), runs)
         for b in names:
             if a == b:
                 continue
-            ra, rb = spec.Rule.of(contract.controller(a)), spec.Rule.of(contract.controller(b))
-            differ = any(not np.array_equal(bits(spec.run(ra, [s.lambda0], s.kl[:300, None], s.target[:300, None])),
-                                            bits(spec.run(rb, [s.lambda0], s.kl[:300, None], s.target[:300, None])))
-                         for s in picked)
+            other = spec.run_each(spec.Rule.of(contract.controller(b)), runs)
+            differ = any(not np.array_equal(bits(x), bits(y)) for x, y in zip(own, other, strict=True))
             assert differ, f"{a} and {b} give the same λ on {a}'s sustained scenarios and band edges"
 
 
@@ -244,6 +244,7 @@ def all_measures(all_verdicts):
     return measure_all(all_verdicts)
 
 
+@pytest.mark.slow  # the report's peer table (every controller judged; 2-3 s): the report's tests are slow too
 def test_comparison_table_reads_measurements(contract, all_verdicts, all_measures):
     from analysis.present.peers_section import table
 
@@ -263,6 +264,7 @@ def test_comparison_table_reads_measurements(contract, all_verdicts, all_measure
             assert (f"0 at step {n}" in cell) if lam[-1, 0] == 0 else ("never 0" in cell), cell
 
 
+@pytest.mark.slow  # as above
 def test_peer_section_says_which_release_each_row_is(contract, all_measures):
     from analysis.present.peers_section import markdown, table
 
