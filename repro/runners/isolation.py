@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import multiprocessing as mp
+import resource
 import signal
 import threading
 import time
@@ -77,6 +78,8 @@ def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, s
            controller: Controller, seed: int) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``)."""
     faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
+    with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
     try:
         if load is not None:  # forked: the parent's loader (a cached build, loaded here)
             kernel = load()
