@@ -39,6 +39,11 @@ def _main(argv: list[str]) -> int:
         return done.code
 
 
+#: The tests on a recorded baseline run pytest-benchmark itself three times in process (5 s on 2 cores): they
+#: run in the slow job; the bad-input checks, which stop before any benchmark, in the fast one.
+on_a_recording = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")
@@ -47,6 +52,7 @@ def recorded(tmp_path_factory):
     return folder, done
 
 
+@on_a_recording
 def test_record_saves_two_pytest_benchmark_runs_and_says_so_on_stderr_as_it_goes(recorded):
     folder, done = recorded
     paths = baseline_runs(folder / "base")
@@ -62,6 +68,7 @@ def test_record_saves_two_pytest_benchmark_runs_and_says_so_on_stderr_as_it_goes
     assert "bench: saved the baseline" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
+@on_a_recording
 def test_table_reports_the_stats_pytest_benchmark_stored(recorded):
     folder, _ = recorded
     first, second = (load_run(p) for p in baseline_runs(folder / "base"))
@@ -76,6 +83,7 @@ def test_table_reports_the_stats_pytest_benchmark_stored(recorded):
     assert (folder / "table" / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@on_a_recording
 def test_a_judging_run_fails_one_line_per_regressed_mode(recorded, tmp_path):
     """The recorded pair with the controller's stats cut to a tenth: the host run now regresses (exit 1).
 
@@ -134,6 +142,7 @@ def test_a_garbage_baseline_is_refused_before_the_benchmark_runs(tmp_path, capsy
     assert "at least two runs" in _refused(["--baseline", str(tmp_path / "empty")], capsys)
 
 
+@on_a_recording
 def test_another_machines_baseline_is_refused_for_judging_and_adding(recorded, tmp_path, capsys):
     folder, _ = recorded
     other = tmp_path / "other"
@@ -157,6 +166,7 @@ def test_record_rewrites_the_committed_table_only_on_the_reference_machine(tmp_p
     assert args.out == ROOT / "reports" / "bench" / "last-run"
 
 
+@on_a_recording
 def test_interleaved_difference_and_interval_reach_the_json(recorded):
     folder, _ = recorded
     run = load_run(baseline_runs(folder / "base")[0])
