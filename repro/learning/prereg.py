@@ -245,7 +245,7 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     return result
 
 
-def _median(values: list) -> float:
+def defined_median(values: list) -> float:
     """Median of the defined values (NaN when none is)."""
     kept = [v for v in values if v is not None and np.isfinite(v)]
     return float(np.median(kept)) if kept else float("nan")
@@ -263,7 +263,7 @@ def table(result: dict):
                                                          "recovered", "deep_collapse_fraction", "deep_ci_low",
                                                          "deep_ci_high", "deep_persisting", "deep_recovered",
                                                          "diverged_fraction", "lambda_zero_fraction")},
-                         "final_agree_mean_median": _median(e["final_agree_mean_per_grid_point"])})
+                         "final_agree_mean_median": defined_median(e["final_agree_mean_per_grid_point"])})
     return pd.DataFrame(rows)
 
 
