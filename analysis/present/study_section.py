@@ -7,6 +7,9 @@ Pure functions; every number is read from the JSON (see :mod:`repro.learning.pre
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
+from urllib.parse import quote
 
 from analysis.judge import study_measures as sm
 from repro.learning.prereg import defined_median
@@ -419,3 +422,18 @@ def second_section(result: dict, figures: bool = True) -> list[str]:
     for name, caption in FIGURES_2.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines
+
+def document(result: dict, at: Path, data: Path | None, figures: list[Path], second: bool = False) -> str:
+    """A study's section as a Markdown file of its own at ``at``: a title naming the backend, the section, and
+    ``data`` (its JSON) and the ``figures`` beside it linked by their paths relative to ``at``."""
+    here = at.resolve().parent
+    rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
+    link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
+    title = "The second learning-loop study" if second else "The learning-loop study"
+    body = (second_section if second else section)(result, figures=False)
+    lines = [f"# {title} (backend `{result['backend']}`)", "",
+             "Written by `python -m analysis study` (see its `--help`)"
+             + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
+             *body]
+    lines += [f"![{p.stem}]({link(p)})" for p in figures]
+    return "\n".join(lines) + "\n"
