@@ -51,6 +51,11 @@ def lowest_quartiles(result: dict) -> tuple[tuple[float, str, str], tuple[float,
     return (min(lows), min(means)) if lows else None
 
 
+def pair(block: dict) -> dict | None:
+    """Second study: one task's paired tests of the original against the fixed kernel (None: not made)."""
+    return next((p for p in block["pairs"] if p["kind"] == "original vs fixed"), None)
+
+
 def largest_gap(result: dict) -> tuple | None:
     """Second study: where the original meets a criterion (relative or minimum) more often than the fixed kernel
     by the most: ``(gap, env, criterion, regime index, regime, original's, fixed's, their paired test)`` (None:
@@ -60,12 +65,12 @@ def largest_gap(result: dict) -> tuple | None:
         ctrl = block["controllers"]
         if not {"original", "fixed"} <= set(ctrl):
             continue
-        pair = next((p for p in block["pairs"] if p["kind"] == "original vs fixed"), None)
+        tests = pair(block)
         for crit in ("relative", "minimum"):
             for j, r in enumerate(block["regimes"]):
                 o, f = ctrl["original"][crit]["per_regime"][j], ctrl["fixed"][crit]["per_regime"][j]
                 if best is None or o["fraction"] - f["fraction"] > best[0]:
-                    best = (o["fraction"] - f["fraction"], env, crit, j, r, o, f, pair[crit]["per_regime"][j])
+                    best = (o["fraction"] - f["fraction"], env, crit, j, r, o, f, tests[crit]["per_regime"][j])
     return best
 
 

@@ -154,10 +154,6 @@ def _p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
 
 
-def _pair(block: dict, kind: str) -> dict | None:
-    return next((p for p in block["pairs"] if p["kind"] == kind), None)
-
-
 def headline2(result: dict) -> str:
     """The summary's sentence on the second study, read from its data: the regime and agreement criterion
     (relative or minimum) where the original's collapse exceeds the fixed's the most, beside the first study's
@@ -173,7 +169,7 @@ def headline2(result: dict) -> str:
     block = result["envs"][env]
     first = next(i for i, x in enumerate(block["regimes"]) if x["kl_site"] == "visited" and not x["kl_before"])
     o0, f0 = (block["controllers"][n][crit]["per_regime"][first] for n in ("original", "fixed"))
-    m0 = _pair(block, "original vs fixed")[crit]["per_regime"][first]
+    m0 = sm.pair(block)[crit]["per_regime"][first]
     return (f"When the controller's KL is measured on the {_regime_name(r)} ({env}), the original meets the {crit} "
             f"collapse criterion in {_ci(o)} of runs and the fixed kernel in {_ci(f)} (McNemar p = {_p(m['p'])}: "
             f"{m['only_a']} against {m['only_b']} discordant runs)"
@@ -186,7 +182,7 @@ def regime_answers(result: dict) -> list[str]:
     McNemar's test on the same runs), and does the fix prevent it (original vs fixed)?"""
     out = []
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         if pair is None or "const:1" not in ctrl:
             continue
         for j, r in enumerate(block["regimes"]):
@@ -215,7 +211,7 @@ def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.0
     lines = ["| task | KL measured on | criterion | " + " | ".join(names) + " | original vs fixed: discordant, McNemar p |",
              "|---|---|---|" + "---|" * len(names) + "---|"]
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         for j, r in enumerate(block["regimes"]):
             for crit in ("relative", "minimum", "signature"):
                 cells = [_ci(ctrl[n][crit]["per_regime"][j]) if n in ctrl else "—" for n in names]
@@ -250,7 +246,7 @@ def fix_worse(result: dict) -> list[str]:
     """Where the fixed kernel meets an agreement criterion significantly more often than the original (p < 0.05)."""
     out = []
     for env, block in result["envs"].items():
-        pair = _pair(block, "original vs fixed")
+        pair = sm.pair(block)
         for crit in ("relative", "minimum") if pair else ():
             for j, r in enumerate(block["regimes"]):
                 m = pair[crit]["per_regime"][j]
@@ -268,7 +264,7 @@ def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
     alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests)."""
     out = []
     for env, block in result["envs"].items():
-        pair = _pair(block, "original vs fixed")
+        pair = sm.pair(block)
         if pair is None:
             continue
         for j, r in enumerate(block["regimes"]):
@@ -355,7 +351,7 @@ def per_point_table(result: dict, names=("original", "fixed")) -> list[str]:
     lines = ["| task | KL measured on | policy | aux | " + " | ".join(f"{n}: relative / minimum [95 % CI]" for n in names)
              + " | McNemar p (minimum) |", "|---|---|---|---|" + "---|" * len(names) + "---|"]
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         for i, p in enumerate(block["grid_points"]):
             cells = [f"{_pct(ctrl[n]['relative']['per_point'][i]['fraction'])} / {_ci(ctrl[n]['minimum']['per_point'][i])}"
                      for n in names if n in ctrl]
@@ -422,6 +418,7 @@ def second_section(result: dict, figures: bool = True) -> list[str]:
     for name, caption in FIGURES_2.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines
+
 
 def document(result: dict, at: Path, data: Path | None, figures: list[Path], second: bool = False) -> str:
     """A study's section as a Markdown file of its own at ``at``: a title naming the backend, the section, and
