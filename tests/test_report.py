@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.cli import report
+from analysis.present.summary import FIGURES
 
 # Each test here reads a whole report built on the CPU (about 25 s); the suite's fast run leaves them to the slow job.
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def png_info(path):
 
 def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made):
     out, _ = made
-    for name in report.FIGURES:
+    for name in FIGURES:
         width, height, dpi = png_info(out / name)
         assert width >= MIN_SIZE[0] and height >= MIN_SIZE[1], f"{name}: {width}×{height}"
         assert dpi >= MIN_DPI, f"{name}: {dpi} dpi"
@@ -53,7 +54,7 @@ def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made):
 def test_summary_links_every_figure_and_names_its_sources(made):
     out, rep = made
     text = (out / "summary.md").read_text()
-    for name in report.FIGURES:
+    for name in FIGURES:
         assert f"]({name})" in text
     for n in report.CONTROLLERS:
         assert rep.header["kernels"][n]["sha256"] in text

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.verdict import Verdict, evaluate
+from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
@@ -66,23 +66,6 @@ def _formats(values: list[str] | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _text(verdict: Verdict, args, contract_file: str) -> str:
-    out = [f"kernel   {shown(verdict.source.origin)}  (sha256 {verdict.source.sha256[:12]})",
-           f"contract {args.contract}  ({contract_file})",
-           f"backend  {verdict.backend}: {verdict.device}", ""]
-    if verdict.behaves_as:
-        out += [render.behaves_as(verdict.behaves_as), ""]
-    out += [render.table(verdict.findings, contract_file), ""]
-    out += [f"note: {note}" for note in verdict.notes]
-    n, bad = len(verdict.findings), verdict.failed
-    if bad:
-        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
-                   f"in {verdict.seconds:.2f} s")
-    else:
-        out.append(f"PASS: all {n} properties hold in {verdict.seconds:.2f} s")
-    return "\n".join(out)
-
-
 def _error_dict(args, error: str) -> dict:
     return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
             "exit_code": 2, "error": error, "properties": []}
@@ -119,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         row["message"] = render.message(f, contract_file)  # the row as the table and JUnit say it
     suite = f"gate.{args.contract}"
     printed = {
-        "text": lambda: _text(verdict, args, contract_file),
+        "text": lambda: render.verdict(verdict, contract_file),
         "json": lambda: render.to_json(data),
         "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
         "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),

@@ -28,9 +28,9 @@ import json
 import os
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 from analysis.cli import policy
+from analysis.present import study_section
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text(args.json, json.dumps(result, indent=1))
     figures = _draw(result, {args.plot: "overview", args.grid_plot: "grid_heatmap"})
     if args.markdown:
-        write_text(args.markdown, markdown(result, args, figures))
+        write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures))
     print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
           f"blocks in {time.perf_counter() - start:.1f} s")
     return 0
@@ -162,7 +162,8 @@ def second(args, start: float) -> int:
                       f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
         figures = _draw(result, {args.plot: "second_overview", args.grid_plot: "incident"})
         if args.markdown:
-            write_text(args.markdown, markdown(result, args, figures, second=True))
+            write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures,
+                                                             second=True))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
         write_text(args.json, json.dumps(result, separators=(",", ":")))
     print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")
@@ -208,21 +209,3 @@ def _under(path: Path, folder: Path) -> bool:
 def _names(text: str | None, default) -> list[str]:
     """Comma-separated names, stripped, empty ones and repeats dropped (order kept); ``default`` when not given."""
     return list(dict.fromkeys(n.strip() for n in (text.split(",") if text is not None else default) if n.strip()))
-
-
-def markdown(result: dict, args, figures: list[Path], second: bool = False) -> str:
-    """The study's section under a title naming the backend, the files beside it linked by relative path."""
-    from analysis.present import study_section
-
-    here = args.markdown.resolve().parent
-    rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
-    link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
-    data = args.json or getattr(args, "from_json", None)
-    title = "The second learning-loop study" if second else "The learning-loop study"
-    body = (study_section.second_section if second else study_section.section)(result, figures=False)
-    lines = [f"# {title} (backend `{result['backend']}`)", "",
-             "Written by `python -m analysis study` (see its `--help`)"
-             + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
-             *body]
-    lines += [f"![{p.stem}]({link(p)})" for p in figures]
-    return "\n".join(lines) + "\n"

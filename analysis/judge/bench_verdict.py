@@ -122,6 +122,14 @@ class ModeCheck:
         return self.gated and self.change is not None and self.change > self.threshold
 
 
+def ratio(df: pd.DataFrame, mode: str) -> float | None:
+    """``mode``'s controller/empty ratio of medians in one run's frame (None when the run lacks a kernel)."""
+    part = df[df["mode"] == mode].set_index("kernel")
+    if not {"controller", "empty"} <= set(part.index):
+        return None
+    return float(part.loc["controller", "median_us"] / part.loc["empty", "median_us"])
+
+
 def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
     """The number the gate judges for ``mode`` in one run's frame (None when the run lacks it)."""
     part = df[df["mode"] == mode].set_index("kernel")
@@ -129,9 +137,29 @@ def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
         return None
     if part.loc["controller", "set_by"] == "device":
         return "median", float(part.loc["controller", "median_us"])
-    if "empty" not in part.index:
-        return None
-    return "ratio", float(part.loc["controller", "median_us"] / part.loc["empty", "median_us"])
+    got = ratio(df, mode)
+    return None if got is None else ("ratio", got)
+
+
+#: The launch paths from Python (mode-name prefixes) set beside the C driver API's launch loop.
+PYTHON_LAUNCHES = ("cupy async", "cuda.bindings async")
+
+
+def _controller_median(df: pd.DataFrame, mode_prefix: str) -> float | None:
+    rows = df[df["mode"].str.startswith(mode_prefix) & (df["kernel"] == "controller")]
+    return float(rows["median_us"].iloc[0]) if len(rows) else None
+
+
+def launch_costs(df: pd.DataFrame) -> list[tuple[str, float, float, float]]:
+    """Per launch path from Python (:data:`PYTHON_LAUNCHES`) run beside the C driver API's loop: its mode prefix,
+    the controller's median µs per launch on it and on the C loop, and the first over the second (×)."""
+    c_loop = _controller_median(df, "C driver API async")
+    out = []
+    for prefix in PYTHON_LAUNCHES:
+        other = _controller_median(df, prefix)
+        if c_loop and other:
+            out.append((prefix, other, c_loop, other / c_loop))
+    return out
 
 
 def thresholds(*baseline: pd.DataFrame) -> list[ModeCheck]:

@@ -150,7 +150,6 @@ def _quantity(d: Difference) -> str:
 def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple[str, str, str | None]]:
     """(quantity, measured, documented where it differs) in reading order, for the 'behaves as' line."""
     s = contract.slots
-    g = _g
 
     def item(name, measured, documented, same):
         return name, measured, None if same else documented
@@ -166,18 +165,18 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
     for name, prefix in (("floor", ""), ("ceiling", ""), ("ramp", "×"), ("decay", "×")):
         measured, doc = getattr(b, name), ctrl.value(name)
         if measured is None:
-            out.append(item(name, "none", g(doc), False))
+            out.append(item(name, "none", _g(doc), False))
             continue
         agrees = same(measured, doc) if not prefix else ctrl[name].accepts(measured)
-        out.append(item(name, prefix + g(measured), prefix + g(doc), agrees))
+        out.append(item(name, prefix + _g(measured), prefix + _g(doc), agrees))
     tol = ctrl.value("tolerance")
     for name, edge, sym in (("ramp above", b.upper, ">"), ("decay below", b.lower, "<")):
         op = "·" if name.startswith("ramp") else "/"
         if edge is None:
-            out.append(item(name, "unmeasured", f"target{op}{g(tol)}", False))
+            out.append(item(name, "unmeasured", f"target{op}{_g(tol)}", False))
             continue
-        shown = f"target{op}{g(edge.factor)}" + (" (edge inclusive)" if edge.inclusive else "")
-        out.append(item(name, shown, f"target{op}{g(tol)} (strict {sym})",
+        shown = f"target{op}{_g(edge.factor)}" + (" (edge inclusive)" if edge.inclusive else "")
+        out.append(item(name, shown, f"target{op}{_g(tol)} (strict {sym})",
                         same(edge.factor, tol) and not edge.inclusive))
     return out
 

@@ -9,15 +9,14 @@ _TITLE = {"memcheck": "no out-of-bounds or misaligned device memory access",
           "initcheck": "no read of uninitialised device memory"}
 
 
-def memory_findings(reports: list[SanitizerReport], tools: tuple[str, ...] = TOOLS,
-                    paths: tuple[str, ...] = PATHS) -> list[Finding]:
+def memory_findings(reports: list[SanitizerReport], tools: tuple[str, ...] = TOOLS) -> list[Finding]:
     """Rows for the gate's table: each report fails at the line it names; a tool with none passes."""
     rows = []
     for tool in tools:
         mine = [r for r in reports if r.tool == tool]
         if not mine:
             rows.append(Finding(key=tool, title=f"compute-sanitizer {tool}", ok=True, unit="errors", documented=0,
-                                predicted=0, measured=0, detail={"tool": tool, "paths": list(paths)}, where=None, line=0,
+                                predicted=0, measured=0, detail={"tool": tool, "paths": list(PATHS)}, where=None, line=0,
                                 doc=_TITLE[tool]))
         for r in mine:
             detail = {"tool": tool, "kind": r.kind, "kernel": r.kernel, "location": r.location, "path": r.path,

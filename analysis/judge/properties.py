@@ -37,10 +37,6 @@ def _f(x) -> float | None:
     return None if x is None else float(x)
 
 
-def _g(x: float) -> str:
-    return f"{float(x):.8g}"
-
-
 def _limits(ctrl: Controller) -> tuple[np.float32, np.float32]:
     """The floor and ceiling as float32, or 0 and +inf where the rule has none."""
     floor, ceiling = ctrl.bound("floor"), ctrl.bound("ceiling")
@@ -373,7 +369,7 @@ def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
         if value is not None and same(value, lam1):
             return name
     # A NaN's payload is the backend's (the GPU returns its canonical NaN): any NaN λ is "nan".
-    return "nan" if np.isnan(lam1) else f"other ({_g(lam1)})"
+    return "nan" if np.isnan(lam1) else f"other ({g(lam1)})"
 
 
 def nonfinite(ev: Evidence) -> Finding:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.judge import bench_verdict
 from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, beyond_goal
 from analysis.present import plots
 
@@ -58,8 +59,8 @@ def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
         for k in ("controller", "empty"):
             r = part.loc[k] if k in part.index else None
             cells.append("—" if r is None else f"{_us(r.median_us)} ({_us(r.q1_us)}–{_us(r.q3_us)})")
-        ratio = (part.loc["controller", "median_us"] / part.loc["empty", "median_us"]
-                 if {"controller", "empty"} <= set(part.index) else float("nan"))
+        ratio = bench_verdict.ratio(df, mode)
+        ratio = float("nan") if ratio is None else ratio  # a kernel missing
         first = part.iloc[0]
         diff = (f"{_us(first['diff_us'])} ± {_us(first['diff_ci95_us'])}"
                 if "diff_us" in part and pd.notna(first.get("diff_us")) else "—")
@@ -80,20 +81,13 @@ def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
     return "\n".join(lines)
 
 
-def _median(df: pd.DataFrame, mode_prefix: str, kernel: str) -> float | None:
-    rows = df[df["mode"].str.startswith(mode_prefix) & (df["kernel"] == kernel)]
-    return float(rows["median_us"].iloc[0]) if len(rows) else None
-
-
 def _notes(df: pd.DataFrame) -> list[str]:
-    """Sentences read from the data: launch paths against the C floor, the graph step, throughput."""
+    """Sentences read from the data: launch paths against the C floor (:func:`analysis.judge.bench_verdict.launch_costs`),
+    the graph step, throughput."""
     out = []
-    c_floor = _median(df, "C driver API async", "controller")
-    for prefix in ("cupy async", "cuda.bindings async"):
-        other = _median(df, prefix, "controller")
-        if c_floor and other:
-            out.append(f"- Launching the controller from Python costs {other / c_floor:.1f}× the C loop's launch "
-                       f"({prefix.split()[0]}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
+    for prefix, other, c_floor, times in bench_verdict.launch_costs(df):
+        out.append(f"- Launching the controller from Python costs {times:.1f}× the C loop's launch "
+                   f"({prefix.split()[0]}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
     step = df[df["mode"].str.startswith("graph of")]
     if len(step):
         parts = step.set_index("kernel")

@@ -97,7 +97,7 @@ def aligned_traces(measures: dict[str, PeerMeasures]) -> pd.DataFrame:
                       for name, m in measures.items()], ignore_index=True)
 
 
-def markdown(measures: dict[str, PeerMeasures], tab: pd.DataFrame, figure: str | None = None) -> list[str]:
+def markdown(measures: dict[str, PeerMeasures], tab: pd.DataFrame) -> list[str]:
     """The section's lines: sources, the table, and what the measurements say about floors."""
     lines = ["## Peer controllers: the published adaptive-KL rules through the same suite", "",
              "Each rule is a one-thread kernel under `kernels/peers/` with the same ISV interface, judged against "
@@ -131,8 +131,6 @@ def markdown(measures: dict[str, PeerMeasures], tab: pd.DataFrame, figure: str |
                      "multiplies 0 and no KL brings it back.")
     if stuck:
         lines.append(f"- No floor, λ sinks to a subnormal that float32 rounding holds still: {', '.join(stuck)}.")
-    if figure:
-        lines += ["", f"![λ under sustained aligned KL, every controller]({figure})", ""]
     lines += ["", "Data: `data/peers.csv` (this table), `data/peers_aligned.csv` (λ under aligned KL per controller), "
               "`data/peers_closed_loop.csv` (the toy per grid point).", ""]
     return lines

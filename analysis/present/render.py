@@ -16,6 +16,8 @@ from xml.etree import ElementTree as ET
 from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.properties import RECORDS
 from analysis.judge.reading import g, value
+from analysis.judge.verdict import Verdict
+from repro.core.paths import shown
 
 
 def documented(f: Finding) -> str:
@@ -151,6 +153,24 @@ def table(findings: list[Finding], contract_file: str) -> str:
             if f.where:
                 out.append(f"    first shows: {where(f.where)}")
             out += [f"    {h}" for h in hints(f, contract_file)]
+    return "\n".join(out)
+
+
+def verdict(v: Verdict, contract_file: str) -> str:
+    """The gate's text output: what was judged on what, how it behaves, the table, notes and the verdict line."""
+    out = [f"kernel   {shown(v.source.origin)}  (sha256 {v.source.sha256[:12]})",
+           f"contract {v.contract}  ({contract_file})",
+           f"backend  {v.backend}: {v.device}", ""]
+    if v.behaves_as:
+        out += [behaves_as(v.behaves_as), ""]
+    out += [table(v.findings, contract_file), ""]
+    out += [f"note: {note}" for note in v.notes]
+    n, bad = len(v.findings), v.failed
+    if bad:
+        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
+                   f"in {v.seconds:.2f} s")
+    else:
+        out.append(f"PASS: all {n} properties hold in {v.seconds:.2f} s")
     return "\n".join(out)
 
 

@@ -1,11 +1,18 @@
 """The report's section on the learning-loop study: markdown built from the study's JSON.
 
-Pure functions; every number is read from the JSON (see :mod:`repro.learning.prereg`).
+Pure functions; every number is read from the JSON (see :mod:`repro.learning.prereg`) or computed from it by
+:mod:`analysis.judge.study_measures`.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+from analysis.judge import study_measures as sm
+from repro.learning.prereg import defined_median
 
 #: Figures of the section: file name -> caption.
 FIGURES = {
@@ -29,8 +36,8 @@ def collapse_table(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
-            kept = [x for x in e["final_agree_mean_per_grid_point"] if x is not None and np.isfinite(x)]
-            final = f"{np.median(kept):.3f}" if kept else "— (diverged)"
+            median = defined_median(e["final_agree_mean_per_grid_point"])
+            final = "— (diverged)" if math.isnan(median) else f"{median:.3f}"
             lines.append(f"| {env} | {name} | {e['runs']} | {_pct(e['collapse_fraction'])} [{_pct(e['ci_low'])}, "
                          f"{_pct(e['ci_high'])}] | {e['persisting']} / {e['recovered']} | "
                          f"{_pct(e['deep_collapse_fraction'])} [{_pct(e['deep_ci_low'])}, {_pct(e['deep_ci_high'])}] | "
@@ -52,9 +59,7 @@ def bracket_lines(result: dict) -> list[str]:
                        f"{'yes' if r['wide'] else 'no'} |")
     if len(out) == 2:
         return ["(No bracket: the study ran without const:0.001 and const:1.)"]
-    n_wide = sum(r["wide"] for b in result["envs"].values() for r in b["brackets"] or [])
-    n_all = sum(len(b["brackets"] or []) for b in result["envs"].values())
-    return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."]
+    return [*out, "", "The bracket is wide enough at {} of {} grid points.".format(*sm.wide_brackets(result))]
 
 
 def where_it_collapses(result: dict, name: str = "original", at_least: float = 0.05) -> list[str]:
@@ -79,19 +84,10 @@ def where_it_collapses(result: dict, name: str = "original", at_least: float = 0
 
 def mean_vs_min(result: dict) -> list[str]:
     """Which agreement the incident's 1e-22 most likely was, from the study's own numbers."""
-    lows, means = [], []
-    for env, block in result["envs"].items():
-        for name, e in block["controllers"].items():
-            if e.get("diverged_fraction", 0.0) > 0:  # runaway logits of a λ without ceiling say nothing here
-                continue
-            mins = [x for x in e["over_steps"]["log10_agree_min"]["q25"] if x is not None]
-            agree = [x for x in e["over_steps"]["agree_mean"]["q25"] if x is not None]
-            if mins and agree:
-                lows.append((min(mins), env, name))
-                means.append((min(agree), env, name))
-    if not lows:
+    got = sm.lowest_quartiles(result)
+    if got is None:
         return []
-    lo, mn = min(lows), min(means)
+    lo, mn = got
     return [f"Mean against minimum (controllers without a diverged run): the lower quartile of the minimum over "
             f"visited states reaches 10^{lo[0]:.1f} "
             f"({lo[1]}, {lo[2]}), while the lower quartile of the mean over visited states never falls below "
@@ -158,26 +154,12 @@ def _p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
 
 
-def _pair(block: dict, kind: str) -> dict | None:
-    return next((p for p in block["pairs"] if p["kind"] == kind), None)
-
-
 def headline2(result: dict) -> str:
     """The summary's sentence on the second study, read from its data: the regime and agreement criterion
     (relative or minimum) where the original's collapse exceeds the fixed's the most, beside the first study's
     regime (KL at the visited state, after π's update). The signature is left out here: its λ side (λ at the
     original's floor) cannot happen under the fixed kernel's higher floor, so it separates the two by construction."""
-    best = None
-    for env, block in result["envs"].items():
-        ctrl = block["controllers"]
-        if not {"original", "fixed"} <= set(ctrl):
-            continue
-        pair = _pair(block, "original vs fixed")
-        for crit in ("relative", "minimum"):
-            for j, r in enumerate(block["regimes"]):
-                o, f = ctrl["original"][crit]["per_regime"][j], ctrl["fixed"][crit]["per_regime"][j]
-                if best is None or o["fraction"] - f["fraction"] > best[0]:
-                    best = (o["fraction"] - f["fraction"], env, crit, j, r, o, f, pair[crit]["per_regime"][j])
+    best = sm.largest_gap(result)
     if best is None:
         return "The second study ran without both original and fixed."
     gap, env, crit, j, r, o, f, m = best
@@ -187,7 +169,7 @@ def headline2(result: dict) -> str:
     block = result["envs"][env]
     first = next(i for i, x in enumerate(block["regimes"]) if x["kl_site"] == "visited" and not x["kl_before"])
     o0, f0 = (block["controllers"][n][crit]["per_regime"][first] for n in ("original", "fixed"))
-    m0 = _pair(block, "original vs fixed")[crit]["per_regime"][first]
+    m0 = sm.pair(block)[crit]["per_regime"][first]
     return (f"When the controller's KL is measured on the {_regime_name(r)} ({env}), the original meets the {crit} "
             f"collapse criterion in {_ci(o)} of runs and the fixed kernel in {_ci(f)} (McNemar p = {_p(m['p'])}: "
             f"{m['only_a']} against {m['only_b']} discordant runs)"
@@ -200,21 +182,19 @@ def regime_answers(result: dict) -> list[str]:
     McNemar's test on the same runs), and does the fix prevent it (original vs fixed)?"""
     out = []
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         if pair is None or "const:1" not in ctrl:
             continue
         for j, r in enumerate(block["regimes"]):
             parts = []
             for crit in ("relative", "minimum"):
                 o, f = (ctrl[n][crit] for n in ("original", "fixed"))
-                vs_one = _mcnemar_lists(o["verdicts"], ctrl["const:1"][crit]["verdicts"], block, j)
                 m = pair[crit]["per_regime"][j]
-                collapses = vs_one["p"] < 0.05 and vs_one["only_a"] > vs_one["only_b"]
-                if not collapses:
+                if not sm.a_more(sm.regime_test(block, crit, "original", "const:1", j)):
                     answer = "the original does not collapse more than λ = 1"
-                elif m["p"] < 0.05 and m["only_a"] > m["only_b"]:
+                elif sm.a_more(m):
                     answer = f"the original collapses and the fix prevents it (p = {_p(m['p'])})"
-                elif m["p"] < 0.05:
+                elif sm.significant(m):
                     answer = f"the original collapses and the fixed kernel more often still (p = {_p(m['p'])})"
                 else:
                     answer = f"the original collapses and the fix does not prevent it (p = {_p(m['p'])})"
@@ -225,22 +205,13 @@ def regime_answers(result: dict) -> list[str]:
     return out
 
 
-def _mcnemar_lists(a: list, b: list, block: dict, j: int) -> dict:
-    """McNemar's test of two controllers' per-run verdicts over regime ``j``'s runs."""
-    from repro.learning.study2 import mcnemar
-
-    K = len(a) // len(block["grid_points"])
-    idx = np.concatenate([np.arange(i * K, (i + 1) * K) for i in block["regimes"][j]["points"]])
-    return mcnemar(np.asarray(a, bool)[idx], np.asarray(b, bool)[idx])
-
-
 def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")) -> list[str]:
     """Per task and regime: each criterion's fraction with its interval for ``names``, and original vs fixed's
     McNemar test (discordant runs original-only / fixed-only, exact p)."""
     lines = ["| task | KL measured on | criterion | " + " | ".join(names) + " | original vs fixed: discordant, McNemar p |",
              "|---|---|---|" + "---|" * len(names) + "---|"]
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         for j, r in enumerate(block["regimes"]):
             for crit in ("relative", "minimum", "signature"):
                 cells = [_ci(ctrl[n][crit]["per_regime"][j]) if n in ctrl else "—" for n in names]
@@ -275,11 +246,11 @@ def fix_worse(result: dict) -> list[str]:
     """Where the fixed kernel meets an agreement criterion significantly more often than the original (p < 0.05)."""
     out = []
     for env, block in result["envs"].items():
-        pair = _pair(block, "original vs fixed")
+        pair = sm.pair(block)
         for crit in ("relative", "minimum") if pair else ():
             for j, r in enumerate(block["regimes"]):
                 m = pair[crit]["per_regime"][j]
-                if m["p"] < 0.05 and m["only_b"] > m["only_a"]:
+                if sm.b_more(m):
                     o, f = (block["controllers"][n][crit]["per_regime"][j] for n in ("original", "fixed"))
                     out.append(f"- {env}, KL on the {_regime_name(r)}, {crit}: fixed {_ci(f)} against original "
                                f"{_ci(o)} ({m['only_b']} against {m['only_a']} discordant runs, p = {_p(m['p'])}).")
@@ -293,17 +264,17 @@ def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
     alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests)."""
     out = []
     for env, block in result["envs"].items():
-        pair = _pair(block, "original vs fixed")
+        pair = sm.pair(block)
         if pair is None:
             continue
         for j, r in enumerate(block["regimes"]):
             m = pair[crit]["per_regime"][j]
-            if not (m["p"] < 0.05 and m["only_a"] > m["only_b"]):
+            if not sm.a_more(m):
                 continue
             alone = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].endswith("alone vs none")]
             removed = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].startswith("all but")]
-            protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
-            needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if x["p"] < 0.05 and x["only_a"] > x["only_b"]]
+            protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if sm.a_more(x)]
+            needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if sm.a_more(x)]
             out.append(f"- {env}, KL on the {_regime_name(r)}: original vs fixed {m['only_a']}/{m['only_b']} "
                        f"(p = {_p(m['p'])}). Alone, a fix that protects significantly: "
                        f"{', '.join(protect) or 'none'}; removed from the four, a fix whose loss costs significantly: "
@@ -319,7 +290,6 @@ def agreement_sets(result: dict, name: str = "original") -> list[str]:
     sets = ("visited", "odd", "replay")
     lines = ["| task | KL measured on | " + " | ".join(f"{s}: min (median / lowest / ≤ 1e-20) · mean (median / lowest)"
                                                       for s in sets) + " |", "|---|---|---|---|---|"]
-    deepest, mean_low = None, None
     fmt = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
     for env, block in result["envs"].items():
         e = block["controllers"].get(name)
@@ -331,16 +301,12 @@ def agreement_sets(result: dict, name: str = "original") -> list[str]:
                 x = e["lowest_log10_agreement"][s][j]
                 cells.append(f"{fmt(x['median'])} / {fmt(x['lowest'])} / {_pct(x['at_most_1e-20'])} · "
                              f"{fmt(x['mean_median'])} / {fmt(x['mean_lowest'])}")
-                if x["median"] is not None and (deepest is None or x["median"] < deepest[0]):
-                    deepest = (x["median"], s, env, r, j)
-                if x["mean_lowest"] is not None and (mean_low is None or x["mean_lowest"] < mean_low[0]):
-                    mean_low = (x["mean_lowest"], s, env, r)
             lines.append(f"| {env} | {_regime_name(r)} | " + " | ".join(cells) + " |")
-    if deepest is None:
+    got = sm.lowest_agreement(result, name, sets)
+    if got is None:
         return lines
-    _, s, env, r, j = deepest
+    (_, s, env, r, j, blind), mean_low = got
     low = result["envs"][env]["controllers"][name]["lowest_log10_agreement"]
-    blind = low["odd"][j]["median"] == low["visited"][j]["median"]
     lines += ["", f"The {name}'s agreement goes lowest with the KL on the {_regime_name(r)} ({env}): the median run's "
               f"lowest state reaches 10^{low['visited'][j]['median']:.1f}, the lowest run 10^{low['visited'][j]['lowest']:.1f}, "
               f"and {_pct(low['visited'][j]['at_most_1e-20'])} of its runs reach 1e-20"
@@ -361,8 +327,7 @@ def ties_lines(result: dict) -> list[str]:
         for name in ("const:0", "const:1", "original", "fixed"):
             e = block["controllers"].get(name)
             if e:
-                med = e["final_unique_states_median_per_point"]
-                cells.append(f"{name} {min(med):g}–{max(med):g}")
+                cells.append("{} {:g}–{:g}".format(name, *sm.unique_states(e)))
         out.append(f"- Ties excluded, {env} ({block['n_states']} states): at the last evaluation the median number "
                    f"of visited states with a unique greedy action per grid point is {', '.join(cells)}; the rest "
                    "tie and are not judged.")
@@ -372,14 +337,13 @@ def ties_lines(result: dict) -> list[str]:
 def brackets2(result: dict) -> list[str]:
     out = ["| task | KL measured on | policy | aux | relative collapse λ=0.001 / λ=1 | λ=1 − λ=0.001 final agreement "
            "(signed) | wide enough |", "|---|---|---|---|---|---|---|"]
-    n_wide = n_all = 0
     for env, block in result["envs"].items():
         for r in block["brackets"] or []:
             gap = "—" if r["agree_gap"] is None else f"{r['agree_gap']:+.3f}"
             out.append(f"| {env} | {_regime_name(r)} | {r['policy']} | {r['aux_reward']:g} | "
                        f"{_pct(r['relative_lambda_0.001'])} / {_pct(r['relative_lambda_1'])} | {gap} | "
                        f"{'yes' if r['wide'] else 'no'} |")
-            n_wide, n_all = n_wide + r["wide"], n_all + 1
+    n_wide, n_all = sm.wide_brackets(result)
     return [*out, "", f"The bracket is wide enough at {n_wide} of {n_all} grid points."] if n_all else []
 
 
@@ -387,7 +351,7 @@ def per_point_table(result: dict, names=("original", "fixed")) -> list[str]:
     lines = ["| task | KL measured on | policy | aux | " + " | ".join(f"{n}: relative / minimum [95 % CI]" for n in names)
              + " | McNemar p (minimum) |", "|---|---|---|---|" + "---|" * len(names) + "---|"]
     for env, block in result["envs"].items():
-        ctrl, pair = block["controllers"], _pair(block, "original vs fixed")
+        ctrl, pair = block["controllers"], sm.pair(block)
         for i, p in enumerate(block["grid_points"]):
             cells = [f"{_pct(ctrl[n]['relative']['per_point'][i]['fraction'])} / {_ci(ctrl[n]['minimum']['per_point'][i])}"
                      for n in names if n in ctrl]
@@ -401,16 +365,10 @@ def incident_lines(result: dict) -> list[str]:
     inc = result.get("incident")
     if not inc:
         return []
-    lam = inc["series"]["original"]["lam"]
     floor = result["parameters"]["signature"]["floor_lambda"]
-    block = result["envs"][inc["env"]]
-    i = block["grid_points"].index(inc["point"])
-    K = result["seeds"][1] - result["seeds"][0]
-    shows = block["controllers"]["original"]["signature"]["verdicts"][i * K + inc["seed"] - result["seeds"][0]]
+    shows, first = sm.incident(result)
     how = ("the first seed whose original run shows the whole signature there" if shows else
            "no original run shows the whole signature there, so by the pre-registered rule the first seed")
-    at = next((k for k, x in enumerate(lam) if x is not None and x <= floor), None)
-    first = inc["steps"][at] if at is not None else None
     return [f"- The incident figure: {inc['env']}, KL on the {_regime_name(inc['point'])}, {inc['point']['policy']}, "
             f"aux {inc['point']['aux_reward']:g}, seed {inc['seed']} ({how}).",
             f"- The λ half of the incident, from the EMA's cold start (figure's seed {inc['seed']}, {inc['env']}): "
@@ -460,3 +418,19 @@ def second_section(result: dict, figures: bool = True) -> list[str]:
     for name, caption in FIGURES_2.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]
     return lines
+
+
+def document(result: dict, at: Path, data: Path | None, figures: list[Path], second: bool = False) -> str:
+    """A study's section as a Markdown file of its own at ``at``: a title naming the backend, the section, and
+    ``data`` (its JSON) and the ``figures`` beside it linked by their paths relative to ``at``."""
+    here = at.resolve().parent
+    rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
+    link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
+    title = "The second learning-loop study" if second else "The learning-loop study"
+    body = (second_section if second else section)(result, figures=False)
+    lines = [f"# {title} (backend `{result['backend']}`)", "",
+             "Written by `python -m analysis study` (see its `--help`)"
+             + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",
+             *body]
+    lines += [f"![{p.stem}]({link(p)})" for p in figures]
+    return "\n".join(lines) + "\n"

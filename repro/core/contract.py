@@ -48,7 +48,6 @@ class Documented:
     line: int  # line of contracts.toml that holds it
     rtol: float = 0.0
     tolerance: float = 0.0  # absolute, in the value's own unit (steps)
-    informational: bool = False  # reported beside its measurement, not gated
     none: bool = False  # documented as absent (a rule with no floor): value is NaN
     form: str = ""  # how a band edge is computed from the target (EDGE_FORMS)
     op: str = ""  # how a rate is applied to λ: "mul" (λ·value) or "div" (λ/value)
@@ -199,7 +198,6 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]
         line=_line_of(lines, section, key),
         rtol=float(spec.get("rtol", 0.0)),
         tolerance=float(spec.get("tolerance", 0.0)),
-        informational=bool(spec.get("informational", False)),
         none=none,
         form=form,
         op=op,

@@ -7,6 +7,7 @@ number of steps, seeds, grid points and controllers, never a learning parameter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import tomllib
@@ -117,10 +118,18 @@ def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarra
             "lambda_zero": (traces.lam == 0).any(axis=0)}
 
 
+@contextlib.contextmanager
+def undefined_ok():
+    """NumPy statistics over NaN (a diverged run, a slice where every run diverged) and log10(0) without
+    warnings: the result is NaN or -inf, which the JSON records as null."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def _quantiles(a: np.ndarray) -> dict[str, list]:
     # inf − inf inside the interpolation of a diverged λ, or an evaluation where every run is undefined: NaN, null
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with undefined_ok():
         q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
     clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
     return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}
@@ -157,8 +166,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
             entry[f"{crit}_fraction"] = float(hit.mean())
             entry[f"{crit}_ci_low"], entry[f"{crit}_ci_high"] = exact_interval(hit.sum(), hit.size, c.confidence)
         entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep", "diverged")}
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():  # all-NaN: every run diverged there
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with undefined_ok():  # all-NaN: every run diverged there
             final = np.nanmedian(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6)
         entry["final_agree_mean_per_grid_point"] = [float(x) if np.isfinite(x) else None for x in final]  # JSON: no NaN
         entry["over_steps"] = {"agree_mean": _quantiles(traces.agree_mean[:, s]),
@@ -245,7 +253,7 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     return result
 
 
-def _median(values: list) -> float:
+def defined_median(values: list) -> float:
     """Median of the defined values (NaN when none is)."""
     kept = [v for v in values if v is not None and np.isfinite(v)]
     return float(np.median(kept)) if kept else float("nan")
@@ -263,7 +271,7 @@ def table(result: dict):
                                                          "recovered", "deep_collapse_fraction", "deep_ci_low",
                                                          "deep_ci_high", "deep_persisting", "deep_recovered",
                                                          "diverged_fraction", "lambda_zero_fraction")},
-                         "final_agree_mean_median": _median(e["final_agree_mean_per_grid_point"])})
+                         "final_agree_mean_median": defined_median(e["final_agree_mean_per_grid_point"])})
     return pd.DataFrame(rows)
 
 

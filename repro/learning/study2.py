@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import time
 import tomllib
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -37,7 +36,7 @@ from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
 from repro.learning.agent import KL_SITES, Learning, Measure, Traces, run_loop
 from repro.learning.env import Tables, make
-from repro.learning.prereg import MAX_TRACE_BYTES, load_prereg, parse_seeds
+from repro.learning.prereg import MAX_TRACE_BYTES, load_prereg, parse_seeds, undefined_ok
 
 PREREGISTERED_2 = ROOT / "studies" / "preregistered_2.toml"
 CRITERIA = ("relative", "minimum", "signature")
@@ -175,8 +174,7 @@ def _runs_of(mask: np.ndarray, k: int) -> np.ndarray:
 def baseline_level(traces: Traces, base: slice, P: int, K: int) -> np.ndarray:
     """``[E, P]``: the median over the baseline's runs of agreement (ties excluded) per evaluation and point."""
     a = traces.agree_unique[:, base].reshape(-1, P, K)
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with undefined_ok():
         return np.nanmedian(a, axis=2)
 
 
@@ -238,8 +236,7 @@ def _interval(hit: np.ndarray, confidence: float) -> dict:
 
 
 def _median_series(a: np.ndarray) -> list:
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with undefined_ok():
         m = np.nanmedian(a, axis=1) if a.size else np.array([])
     return [float(round(x, 9)) if np.isfinite(x) else None for x in m]
 
@@ -289,8 +286,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
         lowest = {}
         for set_name, (mean_key, log_min) in SETS.items():
             m = getattr(traces, log_min)[judged][:, s].min(axis=0).reshape(P, K)
-            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
+            with undefined_ok():
                 mm = np.log10(np.nanmin(getattr(traces, mean_key)[judged][:, s], axis=0)).reshape(P, K)
             rows = []
             for r in regs:
@@ -306,8 +302,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
         n_unique = traces.n_unique[-1, s].reshape(P, K)
         entry["final_unique_states_median_per_point"] = [float(np.median(n_unique[i])) for i in range(P)]
         final = traces.agree_unique[-1, s].reshape(P, K)
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with undefined_ok():
             entry["final_agreement_median_per_point"] = [_clean(x) for x in np.nanmedian(final, axis=1).round(6)]
         if not name.startswith("ablation:"):
             series = {}
@@ -455,8 +450,7 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
         traces = run_loop(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
         level = baseline_level(traces, slice(0, P * K), P, K)
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with undefined_ok():
             final = np.nanmedian(traces.agree_unique[-1].reshape(len(names), P, K), axis=2)  # [controller, point]
         gap = final[2] - final[0]
         effective = gap >= prereg.criteria.bracket_min_agreement_gap

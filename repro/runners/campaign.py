@@ -62,8 +62,8 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
     return [(r.lam, r.stray) for r in run_scenarios(kernel, scenarios, mode)] if scenarios else []
 
 
-def assemble(controller: Controller, slots: Slots, results: dict, faults: list[Fault] = (),
-             timeout: float | None = None, seed: int = 0, **more) -> Evidence:
+def assemble(controller: Controller, slots: Slots, results: dict, faults: list[Fault] = (), seed: int = 0,
+             **more) -> Evidence:
     """Evidence from group results; a scenario group's result may be partial: ``{index: (λ, stray)}``.
 
     ``more``: the other :class:`Evidence` fields (limits, static, coverage, …)."""
@@ -88,7 +88,6 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         lambda_slot=slots.lambda_,
         threads=results.get("threads"),
         faults=list(faults),
-        timeout=timeout,
         isv_len=slots.isv_len,
         groups_run=frozenset(g for g in GROUPS if g in results and (results[g] not in ({}, [])
                                                                     or not groups.get(g, ([0],))[0])),

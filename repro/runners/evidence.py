@@ -140,7 +140,6 @@ class Evidence:
     vanishing: list[Run] = field(default_factory=list)  # aligned until λ settles, then high KL (rules with no floor)
     threads: ThreadProbe | None = None  # None when the probe did not finish
     faults: list[Fault] = field(default_factory=list)
-    timeout: float | None = None  # s per experiment group with a fixed limit; None: derived limits or in process
     isv_len: int = 0  # floats in the ISV: a stray index outside [0, isv_len) is a write outside it
     static: StaticReport | None = None  # where NVRTC ran
     groups_run: frozenset[str] = frozenset(GROUPS)  # groups with at least one result (see GROUPS)
@@ -148,7 +147,6 @@ class Evidence:
     behaviour: Behaviour | None = None  # the rule the kernel behaves as, where measured
     sanitizer: tuple[SanitizerReport, ...] | None = None  # compute-sanitizer's reports, where it ran
     limits: Limits | None = None  # None: run in this process, unprotected
-    isolated: bool = False  # the candidate ran in child processes
     notes: tuple[str, ...] = ()  # what was not measured and why (a missing tool), CPU/GPU caveats
     unavailable: frozenset[str] = frozenset()  # SOURCES asked for that this machine cannot measure
     skipped: tuple[tuple[str, str, str], ...] = ()  # (group, scenario, why) not run: it hung in an earlier group

@@ -41,8 +41,7 @@ SANITIZER_TIMEOUT = 600.0
 #: s a reference timing is reused for (in one process: the report, a test session): the machine's load moves.
 REFERENCE_TTL = 60.0
 
-_REFERENCE: dict[tuple, tuple[float, dict[str, float], dict]] = {}
-_COVERAGE_REFERENCE: dict[tuple, tuple[float, dict[str, float]]] = {}
+_REFERENCE: dict[tuple, tuple[float, object]] = {}  # key -> (when, the reference's times and results)
 
 
 def reference_source(controller: Controller) -> KernelSource:
@@ -50,12 +49,11 @@ def reference_source(controller: Controller) -> KernelSource:
     return load_kernel(controller.kernel, controller.symbol)
 
 
-def _reference(backend: Backend, ref: KernelSource, slots: Slots, controller: Controller, seed: int,
-               inference: bool) -> tuple[dict[str, float], dict]:
-    key = (backend.name, ref.sha256, controller.name, seed, inference, slots)
+def _reference(key: tuple, measure: Callable[[], object]):
+    """``measure()`` of the reference kernel, reused for :data:`REFERENCE_TTL` s under ``key``."""
     if key not in _REFERENCE or time.monotonic() - _REFERENCE[key][0] > REFERENCE_TTL:
-        _REFERENCE[key] = (time.monotonic(), *time_reference(backend, ref, slots, controller, seed, inference))
-    return _REFERENCE[key][1:]
+        _REFERENCE[key] = (time.monotonic(), measure())
+    return _REFERENCE[key][1]
 
 
 def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Controller, *,
@@ -94,7 +92,8 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     else:
         ref = reference_source(controller)
         start = time.perf_counter()
-        times, results = _reference(backend, ref, slots, controller, seed, inference)
+        times, results = _reference((backend.name, ref.sha256, controller.name, seed, inference, slots),
+                                    lambda: time_reference(backend, ref, slots, controller, seed, inference))
         say(f"reference {ref.origin}: {sum(times.values()):.2f} s in all (timed {time.perf_counter() - start:.2f} s ago)")
         budget = derive_budget(times)
         clock = Clock(budget)
@@ -103,7 +102,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
             limits = Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(times),
                             factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
             evidence = assemble(controller, slots, {g: results[g] for g in GROUPS}, seed=seed,
-                                behaviour=results.get(INFERENCE), limits=limits, isolated=True)
+                                behaviour=results.get(INFERENCE), limits=limits)
             for group in GROUPS:
                 say(f"{group}: ran (the reference kernel itself)")
         else:
@@ -121,11 +120,8 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                 ref_times = None
                 if timeout is None:
                     ref = reference_source(controller)
-                    key = (ref.sha256, controller.name, seed, slots)
-                    if key not in _COVERAGE_REFERENCE or time.monotonic() - _COVERAGE_REFERENCE[key][0] > REFERENCE_TTL:
-                        _COVERAGE_REFERENCE[key] = (time.monotonic(),
-                                                    cov.reference_times(host, ref, slots, controller, seed))
-                    ref_times = _COVERAGE_REFERENCE[key][1]
+                    ref_times = _reference(("coverage", ref.sha256, controller.name, seed, slots),
+                                           lambda: cov.reference_times(host, ref, slots, controller, seed))
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
                                               skip=frozenset(f.group for f in evidence.faults),
                                               reference=ref_times, clock=clock, progress=progress,

@@ -272,8 +272,7 @@ class Clock:
 
 
 def time_reference(backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
-                   inference: bool = False, load: Callable[[], CompiledKernel] | None = None,
-                   requests: tuple[str, ...] = GROUPS) -> tuple[dict[str, float], dict]:
+                   inference: bool = False, load: Callable[[], CompiledKernel] | None = None) -> tuple[dict[str, float], dict]:
     """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
     it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
     worker = Worker(backend, source, slots, controller, seed, load=load)
@@ -284,7 +283,7 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
         if started is not None:
             raise SuiteFailure(f"the reference kernel {source.origin} did not load: {started.fault or started.value}")
         seconds["startup"] = time.monotonic() - start
-        for request in (*requests, *((INFERENCE,) if inference else ())):
+        for request in (*GROUPS, *((INFERENCE,) if inference else ())):
             start = time.monotonic()
             answer = worker.ask((request, None), DEFAULT_TIMEOUT)
             seconds[request] = time.monotonic() - start
@@ -441,5 +440,5 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
                 progress(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     finally:
         worker.stop()
-    return assemble(controller, slots, results, faults, timeout, seed, behaviour=behaviour, limits=limits,
-                    isolated=True, skipped=tuple(skipped))
+    return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
+                    skipped=tuple(skipped))

@@ -27,6 +27,7 @@ import numpy as np
 
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
+from repro.core.isv import new_isv
 from repro.core.kernel_source import KernelSource
 from repro.core.paths import ROOT
 
@@ -179,8 +180,7 @@ def _child(spec_path: str, path: str) -> None:
     # KL above, below and inside the band for target 0.02, so every branch runs
     kl = np.array([0.5, 0.5, 0.001, 0.001, 0.02, 0.05, 0.007, 0.5], dtype=np.float32)
     n_runs = 4
-    isv = np.full((n_runs, slots.isv_len), slots.sentinel, dtype=np.uint32).view(np.float32)
-    isv[:, slots.lambda_] = np.float32(0.1)
+    isv = new_isv(slots, 0.1, n_runs)
     isv[:, slots.kl], isv[:, slots.target] = np.float32(0.5), np.float32(0.02)
     if path == "per-step":
         kernel.run_per_step(isv[0], kl, np.full_like(kl, 0.02))

@@ -1,0 +1,92 @@
+"""What the report measured and judged (:class:`Report`), and the numbers its summary states beyond the rows.
+
+Pure functions of the report's runs and verdicts: no kernel runs here and nothing is formatted
+(``analysis.present.summary`` does that; ``analysis.cli.report`` measures and writes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis.judge.findings import Finding
+from analysis.judge.peer_measures import PeerMeasures
+from analysis.judge.properties import classify
+from analysis.judge.verdict import Verdict
+from repro.core import spec
+from repro.runners.evidence import Evidence
+
+#: The report's two controllers, in its order.
+CONTROLLERS = ("fixed", "original")
+
+
+@dataclass
+class Report:
+    evidence: dict[str, Evidence]
+    verdicts: dict[str, Verdict]
+    cross: Verdict  # the original judged against the fixed contract
+    trajectories: pd.DataFrame
+    noise: dict[str, pd.DataFrame]
+    recovery: dict[str, pd.DataFrame]
+    outcomes: pd.DataFrame
+    closed_loop: dict[str, dict]
+    ablation: pd.DataFrame
+    robustness: pd.DataFrame
+    header: dict
+    peers: dict[str, Verdict] = field(default_factory=dict)  # each peer against its own contract
+    peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
+    study: dict | None = None  # the learning-loop study's JSON
+    study2: dict | None = None  # the second learning-loop study's JSON
+    measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
+
+
+def bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
+    """One row per bad-value case and controller: the slot/regime column, the value, what step 1 did."""
+    rows = []
+    for name, ev in evidence.items():
+        rule = spec.Rule.of(ev.controller)
+        for r in ev.catalogue:
+            if r.scenario.family != "bad_values":
+                continue
+            parts = dict(r.scenario.inputs)
+            if "lambda" in parts:
+                column, value = f"λ (KL {parts['kl']})", parts["lambda"]
+            else:
+                (slot, value), = parts.items()
+                column = "KL" if slot == "kl" else "target"
+            rows.append({"controller": name, "case": r.scenario.name, "column": column, "value": value,
+                         "outcome": classify(r.scenario.lambda0, r.lam[0], rule)})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Numbers:
+    """The summary's numbers that are no row's: each computed from the report's measurements."""
+
+    decay_slowness: tuple[float, float] | None  # fixed, where documented: ln ramp / −ln decay of the measured
+    # rates, and steps to halve / steps to double
+    floor_count_off: Finding | None  # the original's steps_to_floor row where its count is not the documented one
+    noise_predicted: dict[str, list[float]]  # per controller, per σ of its noise run: 1 − P(KL in the band)
+    robustness: dict[str, float]  # per controller: collapse fraction, mean over the robustness grid
+    worst: pd.DataFrame  # the fixed controller's three grid points of most collapse
+
+
+def numbers(report: Report) -> Numbers:
+    """:class:`Numbers` of ``report``."""
+    v, fixed = report.verdicts, report.evidence["fixed"].controller
+    slowness = None
+    if fixed.has("decay_slowness"):
+        ramp, decay = v["fixed"].finding("ramp").measured, v["fixed"].finding("decay").measured
+        m = report.measures["fixed"]
+        slowness = (spec.decay_to_ramp_log_ratio(ramp, decay), m.steps_to_halve / m.steps_to_double)
+    f = v["original"].finding("steps_to_floor")
+    off = f if f is not None and f.measured != report.evidence["original"].controller["steps_to_floor"].value else None
+    predicted = {}
+    for n in CONTROLLERS:
+        tol = report.evidence[n].controller.value("tolerance")
+        predicted[n] = [1 - spec.in_band_probability(tol, sigma) for sigma in report.noise[n].sigma]
+    rb = report.robustness
+    return Numbers(decay_slowness=slowness, floor_count_off=off, noise_predicted=predicted,
+                   robustness=dict(rb.groupby("controller").collapse_fraction.mean().items()),
+                   worst=rb[rb.controller == "fixed"].nlargest(3, "collapse_fraction"))
