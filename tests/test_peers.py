@@ -277,6 +277,7 @@ def test_peer_section_says_which_release_each_row_is(contract, all_measures):
     assert all("KL = 0: decay" in tab.loc[n, "bad input"] for n in contract.peers())  # every source lowers λ at 0
 
 
+@pytest.mark.slow  # as above: the report's figure of the aligned traces, every controller judged
 def test_aligned_traces_start_at_the_seed_and_show_zero(contract, all_measures):
     from analysis.present.peers_section import aligned_traces
 
