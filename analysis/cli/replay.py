@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from analysis.cli import policy
+from analysis.judge.trace_moves import moves
+from analysis.present import render
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
@@ -56,17 +56,6 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     return pd.concat(frames, ignore_index=True)
 
 
-def describe(frame) -> list[str]:
-    """One line per controller: λ start → end, range, and the steps that ramped, decayed, held."""
-    lines = []
-    for name, part in frame.groupby("controller", sort=False):
-        lam = np.concatenate([[part.lambda0.iloc[0]], part["lambda"].to_numpy()]).astype(np.float32)
-        up, down = int((lam[1:] > lam[:-1]).sum()), int((lam[1:] < lam[:-1]).sum())
-        lines.append(f"{name:9s} λ {lam[0]:.4g} → {lam[-1]:.4g} (min {np.nanmin(lam):.4g}, max {np.nanmax(lam):.4g}) "
-                     f"over {len(part)} steps: {up} up, {down} down, {len(part) - up - down} unchanged")
-    return lines
-
-
 @policy.command("replay")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser(prog="python -m analysis replay", description=__doc__.splitlines()[0])
@@ -93,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                   inputs=[("trace", args.trace), ("kernel", args.kernel), ("contract", contract.path),
                           *(("kernel", contract.controller(n).kernel) for n in names)])
     frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
-    print("\n".join(describe(frame)))
+    print("\n".join(render.replay_line(m) for m in moves(frame)))
     if args.csv:
         try:
             frame.to_csv(args.csv, index=False)

@@ -16,6 +16,7 @@ from xml.etree import ElementTree as ET
 from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.properties import RECORDS
 from analysis.judge.reading import g, value
+from analysis.judge.trace_moves import Moves
 from analysis.judge.verdict import Verdict
 from repro.core.paths import shown
 
@@ -172,6 +173,12 @@ def verdict(v: Verdict, contract_file: str) -> str:
     else:
         out.append(f"PASS: all {n} properties hold in {v.seconds:.2f} s")
     return "\n".join(out)
+
+
+def replay_line(m: Moves) -> str:
+    """One controller's replay in a line: λ start → end, its range, and the steps that ramped, decayed, held."""
+    return (f"{m.controller:9s} λ {m.start:.4g} → {m.end:.4g} (min {m.low:.4g}, max {m.high:.4g}) over {m.steps} "
+            f"steps: {m.up} up, {m.down} down, {m.unchanged} unchanged")
 
 
 def md_cell(text) -> str:
