@@ -6,8 +6,6 @@ and shared; every bad input is refused in-process, before a benchmark runs (no p
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from argparse import Namespace
@@ -20,23 +18,14 @@ from analysis.judge.bench_verdict import REFERENCE, baseline_runs, committed, lo
 from analysis.present import bench_report
 from repro import bench
 from repro.core.paths import ROOT
+from tests.test_gate_cli import cli
 
 HOST = ["--mode", "host ctypes", "--rounds", "5"]
 
 
-def _cli(*args: str) -> Namespace:
+def _cli(*args: str):
     """The command as a user runs it, in this process (pytest-benchmark's run is in-process there too)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = _main(list(args))
-    return Namespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
-
-
-def _main(argv: list[str]) -> int:
-    try:
-        return bench_run.main(argv)
-    except SystemExit as done:  # argparse's usage errors
-        return done.code
+    return cli("bench", *args)
 
 
 #: The tests on a recorded baseline run pytest-benchmark itself three times in process (5 s on 2 cores): they
@@ -108,7 +97,7 @@ def test_a_judging_run_fails_one_line_per_regressed_mode(recorded, tmp_path):
 
 
 def _refused(argv: list[str], capsys) -> str:
-    assert _main(argv) == 2
+    assert bench_run.main(argv) == 2  # the one policy: argparse's refusals are exit codes too
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "bench: run" not in err, err
     return err
