@@ -82,13 +82,19 @@ PRELUDE = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include
           "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n"
 
 
+_NO_PRELUDE: set[tuple[Path, str]] = set()  # (cache, key) whose precompiled header failed to build: not retried
+
+
 def _prelude(cxx: str, flags: tuple[str, ...]) -> Path | None:
-    """The prelude header beside its precompiled form in the build cache (None: it could not be built)."""
+    """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
+    failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
     key = hashlib.sha256("\0".join([PRELUDE, cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
     if pch.exists():
         return header
+    if (folder, key) in _NO_PRELUDE:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"prelude-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -100,6 +106,7 @@ def _prelude(cxx: str, flags: tuple[str, ...]) -> Path | None:
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 tmp.unlink(missing_ok=True)
+                _NO_PRELUDE.add((folder, key))
                 return None
             os.replace(tmp, pch)
     return header
