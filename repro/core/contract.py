@@ -162,17 +162,19 @@ class Contract:
             raise SuiteError(f"unknown contract {name!r} (known: {known})") from None
 
 
-def _line_of(text_lines: list[str], section: str, key: str) -> int:
-    """1-based line of ``key = …`` inside ``[section]`` (0 when not found)."""
+def _key_lines(text_lines: list[str]) -> dict[tuple[str, str], int]:
+    """1-based line of each ``key = …`` by ``(section, key)``, the first one where a key repeats (one pass)."""
+    found: dict[tuple[str, str], int] = {}
     current = None
-    pattern = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
     for number, line in enumerate(text_lines, start=1):
         header = re.match(r"^\s*\[([^\]]+)\]", line)
         if header:
             current = header.group(1).strip()
-        elif current == section and pattern.match(line):
-            return number
-    return 0
+            continue
+        key = re.match(r'^\s*"?([^"=\s]+)"?\s*=', line)
+        if current is not None and key:
+            found.setdefault((current, key.group(1)), number)
+    return found
 
 
 def _section_line(text_lines: list[str], section: str) -> int:
@@ -180,7 +182,7 @@ def _section_line(text_lines: list[str], section: str) -> int:
     return next((n for n, line in enumerate(text_lines, start=1) if line.strip() == f"[{section}]"), 0)
 
 
-def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]) -> Documented:
+def _documented(path: Path, section: str, key: str, spec: dict, lines: dict[tuple[str, str], int]) -> Documented:
     none = bool(spec.get("none", False))
     if not none and "value" not in spec:
         raise SuiteError(f"{path}: [{section}] {key} has neither a value nor none = true")
@@ -195,7 +197,7 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: list[str]
         name=key,
         value=math.nan if none else float(spec["value"]),
         doc=spec.get("doc", ""),
-        line=_line_of(lines, section, key),
+        line=lines.get((section, key), 0),
         rtol=float(spec.get("rtol", 0.0)),
         tolerance=float(spec.get("tolerance", 0.0)),
         none=none,
@@ -216,6 +218,7 @@ def load(path: Path | str = CONTRACTS) -> Contract:
     except tomllib.TOMLDecodeError as err:
         raise SuiteError(f"{path}: not valid TOML: {err}") from None
     lines = raw_text.splitlines()
+    key_lines = _key_lines(lines)
     try:
         s = data["slots"]
         slots = Slots(s["lambda"], s["kl_ema"], s["kl_target"], s["isv_len"], s["sentinel"])
@@ -229,7 +232,7 @@ def load(path: Path | str = CONTRACTS) -> Contract:
             if rule not in RULE_KINDS:
                 raise SuiteError(f"{path}: [{name}] rule {rule!r} is not one of {', '.join(RULE_KINDS)}")
             props = {
-                key: _documented(path, name, key, spec, lines)
+                key: _documented(path, name, key, spec, key_lines)
                 for key, spec in entry.items()
                 if isinstance(spec, dict) and key not in ("nonfinite", "release")
             }
@@ -262,5 +265,5 @@ def load(path: Path | str = CONTRACTS) -> Contract:
             )
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None
-    slot_lines = {key: _line_of(lines, "slots", key) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
+    slot_lines = {key: key_lines.get(("slots", key), 0) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
     return Contract(path=path, slots=slots, controllers=controllers, slot_lines=slot_lines)

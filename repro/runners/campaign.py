@@ -33,7 +33,21 @@ __all__ = ["GROUPS", "Evidence", "Fault", "MissingEvidence", "assemble", "collec
 
 
 def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[list[Scenario], str]]:
-    """Experiment groups made of scenarios: name → (scenarios, launch mode)."""
+    """Experiment groups made of scenarios: name → (scenarios, launch mode). Built once per controller object
+    and seed (every group, the assembly and each worker ask again; the scenarios are read-only)."""
+    held = _GROUPS.get((id(controller), seed))
+    if held is None or held[0] is not controller:
+        held = _GROUPS[(id(controller), seed)] = (controller, _scenario_groups(controller, seed))
+        while len(_GROUPS) > 32:
+            _GROUPS.pop(next(iter(_GROUPS)))
+    return held[1]
+
+
+#: scenario_groups' answers by (id of the controller, seed), with the controller kept so that the id stays its own.
+_GROUPS: dict[tuple[int, int], tuple[Controller, dict]] = {}
+
+
+def _scenario_groups(controller: Controller, seed: int) -> dict[str, tuple[list[Scenario], str]]:
     scenarios = catalogue(controller, seed=seed)
     return {
         "catalogue": (scenarios, "looped"),

@@ -48,8 +48,11 @@ class Scenario:
         return int(self.kl.shape[0])
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kl", np.asarray(self.kl, dtype=F32))
-        object.__setattr__(self, "target", np.broadcast_to(np.asarray(self.target, dtype=F32), self.kl.shape).copy())
+        kl = np.array(self.kl, dtype=F32)
+        target = np.broadcast_to(np.asarray(self.target, dtype=F32), kl.shape).copy()
+        kl.flags.writeable = target.flags.writeable = False  # shared: the gate builds each catalogue once
+        object.__setattr__(self, "kl", kl)
+        object.__setattr__(self, "target", target)
         object.__setattr__(self, "lambda0", F32(self.lambda0))
 
 
