@@ -10,9 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.cli import report
-from analysis.present.summary import FIGURES
-
 # Each test here reads a whole report built on the CPU (about 25 s); the suite's fast run leaves them to the slow job.
 pytestmark = pytest.mark.slow
 
@@ -21,14 +18,23 @@ MIN_SIZE = (900, 500)  # pixels: every figure is at least this large
 QUICK = {"closed_loop_seeds": 2, "grid": {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}}
 
 
-def in_repo_sources(contract):
+@pytest.fixture(scope="module")
+def report():
+    """The report's command line, imported by the tests that use it: it loads matplotlib (1-2 s), which the
+    fast run would otherwise pay at collection only to deselect this module."""
+    from analysis.cli import report
+
+    return report
+
+
+def in_repo_sources(report, contract):
     return {n: contract.source(n) for n in report.CONTROLLERS}
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory, contract, host):
+def made(tmp_path_factory, contract, host, report):
     out = tmp_path_factory.mktemp("report")
-    rep = report.measure(host, in_repo_sources(contract), contract, progress=lambda *_: None, **QUICK)
+    rep = report.measure(host, in_repo_sources(report, contract), contract, progress=lambda *_: None, **QUICK)
     report.write(rep, out, progress=lambda *_: None)
     return out, rep
 
@@ -43,18 +49,18 @@ def png_info(path):
     return width, height, round(ppm * 0.0254)
 
 
-def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made):
+def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made, report):
     out, _ = made
-    for name in FIGURES:
+    for name in report.summary.FIGURES:
         width, height, dpi = png_info(out / name)
         assert width >= MIN_SIZE[0] and height >= MIN_SIZE[1], f"{name}: {width}×{height}"
         assert dpi >= MIN_DPI, f"{name}: {dpi} dpi"
 
 
-def test_summary_links_every_figure_and_names_its_sources(made):
+def test_summary_links_every_figure_and_names_its_sources(made, report):
     out, rep = made
     text = (out / "summary.md").read_text()
-    for name in FIGURES:
+    for name in report.summary.FIGURES:
         assert f"]({name})" in text
     for n in report.CONTROLLERS:
         assert rep.header["kernels"][n]["sha256"] in text
@@ -111,18 +117,18 @@ def test_second_study_section_reads_its_data(made):
     assert "- second learning-loop study: run here (backend host, reduced)" in text
 
 
-def test_report_reads_committed_studies(contract, host, tmp_path, monkeypatch):
+def test_report_reads_committed_studies(contract, host, tmp_path, monkeypatch, report):
     """--studies: the committed H200 studies in the report, its header naming them (the rest measured here)."""
     from repro.core.paths import ROOT
 
     results = ROOT / "studies" / "results"
     studies = {"first": results / "preregistered_cupy.json", "second": results / "preregistered_2_cupy.json"}
-    rep = report.measure(host, in_repo_sources(contract), contract, progress=lambda *_: None, studies=studies, **QUICK)
+    rep = report.measure(host, in_repo_sources(report, contract), contract, progress=lambda *_: None, studies=studies, **QUICK)
     assert rep.study2 == json.loads(studies["second"].read_text()) and rep.study2["as_preregistered"]
     assert rep.header["studies"]["second"] == "studies/results/preregistered_2_cupy.json (backend cupy, as pre-registered)"
 
 
-def test_report_cli_bad_kernel_exits_2(tmp_path, capsys):
+def test_report_cli_bad_kernel_exits_2(tmp_path, capsys, report):
     assert report.main(["--out", str(tmp_path), "--backend", "host", "--kernel", str(tmp_path / "nope.cu")]) == 2
     assert "kernel file not found" in capsys.readouterr().err
 
@@ -139,13 +145,13 @@ def test_closed_loop_table_matches_data(made):
     assert f"| original | {original:.1%} |" in text
 
 
-def test_a_candidate_travels_to_every_section(contract, host, tmp_path):
+def test_a_candidate_travels_to_every_section(contract, host, tmp_path, report):
     """A floor raised to 0.2 (never at the documented 0.05) and a decay of 0.997: the whole report is the
     candidate's, shows both properties failing, and says so."""
     raised = 0.2
     path = tmp_path / "floor_raised.cu"
     path.write_text(contract.source("fixed").with_defines(MIN_LAMBDA=raised, LAMBDA_DECAY_RATE=0.997).text)
-    sources = in_repo_sources(contract) | {"fixed": contract.source("fixed", path)}
+    sources = in_repo_sources(report, contract) | {"fixed": contract.source("fixed", path)}
     out = tmp_path / "out"
     report.write(report.measure(host, sources, contract, progress=lambda *_: None, **QUICK), out, lambda *_: None)
     loops = json.loads((out / "data" / "closed_loop.json").read_text())

@@ -18,7 +18,6 @@ import pandas as pd
 
 from analysis.judge import bench_verdict
 from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, beyond_goal
-from analysis.present import plots
 
 
 def _us(x: float) -> str:
@@ -131,6 +130,8 @@ def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[
 
 def figure(df: pd.DataFrame):
     """Bars (log µs per step) with IQR whiskers, the empty-kernel twin beside each mode."""
+    from analysis.present import plots  # matplotlib where a figure is drawn, not where a table is
+
     modes = list(dict.fromkeys(df["mode"]))
     fig, ax = plots.plt.subplots(figsize=(9, 0.55 * len(modes) + 1.6))
     colors = {"controller": plots.COLORS["fixed"], "empty": "#999999"}
@@ -174,6 +175,8 @@ def write(out: Path, title: str, df: pd.DataFrame, machine: dict, drift: dict[st
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
+    from analysis.present import plots
+
     plots.save(figure(df), out / "bench.png")
     return text
 

@@ -163,6 +163,10 @@ class Worker:
 
     def ask(self, request, timeout: float) -> _Answer:
         """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
+        return self.send(request) or self._receive(timeout) or _Answer(True)
+
+    def send(self, request) -> _Answer | None:
+        """Start the worker if need be and send ``request`` (None); or the fault that ended it first."""
         if self.proc is None:
             started = self._start()
             if started is not None and not started.ok:
@@ -174,9 +178,14 @@ class Worker:
             self.conn.send(request)
         except (BrokenPipeError, OSError):
             return self._died()
-        return self._receive(timeout) or _Answer(True)
+        return None
 
-    def _receive(self, timeout: float) -> _Answer | None:
+    def answer(self, deadline: float, limit: float) -> _Answer:
+        """The answer to the request sent, waited for until ``deadline`` (monotonic s); ``limit`` is what a
+        time-out says it was."""
+        return self._receive(max(0.0, deadline - time.monotonic()), limit) or _Answer(True)
+
+    def _receive(self, timeout: float, limit: float | None = None) -> _Answer | None:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -195,7 +204,7 @@ class Worker:
                 return self._died()
             if left <= 0:
                 self.stop(kill=True)
-                return _Answer(False, None, ("timeout", f"no answer within {timeout:g} s"))
+                return _Answer(False, None, ("timeout", f"no answer within {timeout if limit is None else limit:g} s"))
 
     def _died(self) -> _Answer:
         self.lost = True
@@ -302,7 +311,8 @@ class GroupRunner:
     A group that fails is re-run scenario by scenario to name up to :data:`MAX_CULPRITS` culprits; the search
     ends at the first that hangs, and the rest of the group runs as one request (a hang there ends the group).
     A scenario that hung is not run again in a later group (same name, same inputs). Once the candidate has
-    hung, a later group that hangs ends at once, without the scenario-by-scenario search.
+    hung, a later group that hangs ends at once, without the scenario-by-scenario search, and the groups left
+    start side by side (:meth:`ask_together`).
     """
 
     def __init__(self, worker: Worker, controller: Controller, limits: dict[str, float], clock: Clock, seed: int = 0,
@@ -312,17 +322,46 @@ class GroupRunner:
         self.known: dict[str, str] = {}  # scenario name -> why it is not run again
         self.hung = False
 
-    def run(self, group: str) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
-        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group."""
-        clock, worker = self.clock, self.worker
-        limit = clock.limit(self.limits[group])
-        if limit <= 0:
-            return {}, [clock.over(group)], []
+    def _first(self, group: str) -> tuple[tuple, list[str], tuple[int, ...], list[tuple[str, str, str]]]:
+        """A group's first request (its scenarios not known to hang), their names, indices and the skipped."""
         names = [sc.name for sc in self.groups_of[group][0]] if group in self.groups_of else []
         todo = tuple(i for i, n in enumerate(names) if n not in self.known)
         skipped = [(group, n, self.known[n]) for n in names if n in self.known]
-        whole = len(todo) == len(names)
-        answer = worker.ask((group, None if whole else todo), limit)
+        return (group, None if len(todo) == len(names) else todo), names, todo, skipped
+
+    def ask_together(self, groups: list[str]) -> dict[str, _Answer]:
+        """The first request of each group at once, each in a worker of its own under its own limit. Once the
+        candidate has hung, the groups left then cost one limit in all rather than one each. A group past
+        the budget gets no answer (:meth:`run` says so)."""
+        workers, waiting = {}, {}
+        try:
+            for group in groups:
+                if self.clock.limit(self.limits[group]) > 0:
+                    w = self.worker
+                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup)
+                    workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
+            answers = {}
+            for group, worker in workers.items():
+                answers[group] = worker.send(self._first(group)[0])
+                limit = self.clock.limit(self.limits[group])
+                waiting[group] = (time.monotonic() + limit, limit)
+            for group, (deadline, limit) in waiting.items():
+                answers[group] = answers[group] or workers[group].answer(deadline, limit)
+            return answers
+        finally:
+            for worker in workers.values():
+                worker.stop(kill=True)
+
+    def run(self, group: str, answer: _Answer | None = None) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
+        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``answer``: its first
+        request's, when :meth:`ask_together` sent it."""
+        clock, worker = self.clock, self.worker
+        limit = clock.limit(self.limits[group])
+        if answer is None and limit <= 0:
+            return {}, [clock.over(group)], []
+        request, names, todo, skipped = self._first(group)
+        whole = request[1] is None
+        answer = answer or worker.ask(request, limit)
         if answer.ok:
             return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
@@ -421,8 +460,11 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     behaviour = None
     results, faults, skipped = {}, [], []
     try:
-        for group in GROUPS:
-            got, bad, skip = runner.run(group)
+        together: dict[str, _Answer] = {}
+        for i, group in enumerate(GROUPS):
+            if runner.hung and not together and i < len(GROUPS) - 1:
+                together = runner.ask_together(list(GROUPS[i:]))  # it hangs: the rest side by side
+            got, bad, skip = runner.run(group, together.get(group))
             results |= got
             faults += bad
             skipped += skip
