@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from repro.core.errors import SuiteError
-from repro.core.kernel_source import KernelSource, check_symbol
+from repro.core.kernel_source import KernelSource, check_symbol, load_kernel
 
 F32 = np.float32
 
@@ -96,7 +96,7 @@ def test_single_thread_probe(contract, backend):
     from repro.runners.scenarios import REF_TARGET
 
     entry = contract.controller("fixed")
-    fixed = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    fixed = load_kernel(entry.kernel, entry.symbol)
     guardless = fixed.with_edit("if (threadIdx.x != 0 || blockIdx.x != 0) return;", "", "no guard")
     for src, others in ((fixed, False), (guardless, True)):
         probe = single_thread(backend.compile(src, contract.slots), entry.value("seed_lambda"), REF_TARGET)
@@ -112,7 +112,7 @@ def test_coverage_of_the_fixed_kernel_is_complete(contract, host):
     if coverage.gcov_unavailable():
         pytest.skip(coverage.gcov_unavailable())
     entry = contract.controller("fixed")
-    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    src = load_kernel(entry.kernel, entry.symbol)
     cov = coverage.measure(host, src, contract.slots, entry, timeout=20)
     write_line = src.text.splitlines().index("    isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;") + 1
     assert cov.complete and not cov.faults, cov.summary()
@@ -124,7 +124,7 @@ def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
     from repro.runners.scenarios import catalogue
 
     entry = contract.controller("fixed")
-    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    src = load_kernel(entry.kernel, entry.symbol)
     bad = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
                         "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda; isv[600] = 1.0f; isv[-1] = 1.0f;", "oob")
     runs = run_scenarios(host.compile(bad, contract.slots), catalogue(entry)[:1], "per_step")
@@ -138,7 +138,7 @@ def test_static_rules_see_local_memory_and_atomics(contract):
     if ptx.nvrtc_unavailable():
         pytest.skip(ptx.nvrtc_unavailable())
     entry = contract.controller("fixed")
-    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    src = load_kernel(entry.kernel, entry.symbol)
     clean = ptx.analyse(src)
     assert clean.atomics == [] and clean.local_accesses == 0 and clean.registers is not None
     edited = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
@@ -153,7 +153,7 @@ def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host
 
     monkeypatch.setattr(ptx, "nvrtc_unavailable", lambda: "static checks: NVRTC not available (test)")
     entry = contract.controller("fixed")
-    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    src = load_kernel(entry.kernel, entry.symbol)
     verdict = evaluate(src, "fixed", host, contract, coverage=False)
     assert "static checks not run: static checks: NVRTC not available (test)" in verdict.notes
     assert not {"no_atomics", "resources"} & {f.key for f in verdict.findings}
@@ -189,7 +189,7 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
     from repro.runners.isolation import Worker
 
     entry = contract.controller("fixed")
-    src = KernelSource(entry.kernel.read_text(), entry.symbol, str(entry.kernel))
+    src = load_kernel(entry.kernel, entry.symbol)
     worker = Worker(host, src, contract.slots, entry)
     worker.method = "spawn"
     try:

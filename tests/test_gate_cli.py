@@ -21,7 +21,7 @@ from analysis.cli.policy import dispatch
 from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.core.contract import ROOT
-from repro.core.kernel_source import KernelSource
+from repro.core.kernel_source import load_kernel
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
 CONTRACT = "kernels/contracts.toml"
@@ -177,7 +177,7 @@ def test_github_annotations_point_at_the_constant_and_the_contract_line(floor_ca
 
 def _verdict(contract, host, old, new, label):
     fixed = contract.controller("fixed")
-    source = KernelSource(FIXED.read_text(), fixed.symbol, str(FIXED)).with_edit(old, new, label)
+    source = load_kernel(FIXED, fixed.symbol).with_edit(old, new, label)
     return evaluate(source, "fixed", host, contract, static=False, coverage=False, isolate=False)  # none hangs
 
 
