@@ -137,8 +137,9 @@ class Worker:
         self.conn = None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
-        # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
-        self.spare = None
+        # MAX_CULPRITS spares are kept starting side by side, so that the replacements a culprit search needs
+        # (one per device fault) are ready, not started one after another.
+        self.spares: list = []
         self.lost = False
 
     def _launch(self):
@@ -154,11 +155,10 @@ class Worker:
         return proc, parent
 
     def _start(self) -> _Answer | None:
-        self.proc, self.conn = self.spare or self._launch()
-        self.spare = None
+        self.proc, self.conn = self.spares.pop(0) if self.spares else self._launch()
         answer = self._receive(self.startup)
         if answer is None and self.lost and self.method == "spawn":
-            self.spare = self._launch()
+            self.spares += [self._launch() for _ in range(MAX_CULPRITS - len(self.spares))]
         return answer
 
     def ask(self, request, timeout: float) -> _Answer:
@@ -226,10 +226,9 @@ class Worker:
         self.proc, self.conn = None, None
 
     def stop(self, kill: bool = False) -> None:
-        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
-        if not kill and self.spare is not None:
-            proc, conn = self.spare
-            self.spare = None
+        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spares too."""
+        while not kill and self.spares:
+            proc, conn = self.spares.pop()
             proc.kill()
             proc.join()
             conn.close()
@@ -339,7 +338,7 @@ class GroupRunner:
                 if self.clock.limit(self.limits[group]) > 0:
                     w = self.worker
                     workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup)
-                    workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
+                    workers[group].spares = [workers[group]._launch()]  # every worker starts now, side by side
             answers = {}
             for group, worker in workers.items():
                 answers[group] = worker.send(self._first(group)[0])
