@@ -137,9 +137,8 @@ class Worker:
         self.conn = None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
-        # MAX_CULPRITS spares are kept starting side by side, so that the replacements a culprit search needs
-        # (one per device fault) are ready, not started one after another.
-        self.spares: list = []
+        # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
+        self.spare = None
         self.lost = False
 
     def _launch(self):
@@ -155,10 +154,11 @@ class Worker:
         return proc, parent
 
     def _start(self) -> _Answer | None:
-        self.proc, self.conn = self.spares.pop(0) if self.spares else self._launch()
+        self.proc, self.conn = self.spare or self._launch()
+        self.spare = None
         answer = self._receive(self.startup)
         if answer is None and self.lost and self.method == "spawn":
-            self.spares += [self._launch() for _ in range(MAX_CULPRITS - len(self.spares))]
+            self.spare = self._launch()
         return answer
 
     def ask(self, request, timeout: float) -> _Answer:
@@ -226,9 +226,10 @@ class Worker:
         self.proc, self.conn = None, None
 
     def stop(self, kill: bool = False) -> None:
-        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spares too."""
-        while not kill and self.spares:
-            proc, conn = self.spares.pop()
+        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
+        if not kill and self.spare is not None:
+            proc, conn = self.spare
+            self.spare = None
             proc.kill()
             proc.join()
             conn.close()
@@ -338,7 +339,7 @@ class GroupRunner:
                 if self.clock.limit(self.limits[group]) > 0:
                     w = self.worker
                     workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup)
-                    workers[group].spares = [workers[group]._launch()]  # every worker starts now, side by side
+                    workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
             answers = {}
             for group, worker in workers.items():
                 answers[group] = worker.send(self._first(group)[0])
