@@ -329,11 +329,11 @@ class GroupRunner:
         skipped = [(group, n, self.known[n]) for n in names if n in self.known]
         return (group, None if len(todo) == len(names) else todo), names, todo, skipped
 
-    def ask_together(self, groups: list[str]) -> dict[str, _Answer]:
-        """The first request of each group at once, each in a worker of its own under its own limit. Once the
-        candidate has hung, the groups left then cost one limit in all rather than one each. A group past
-        the budget gets no answer (:meth:`run` says so)."""
-        workers, waiting = {}, {}
+    def ask_together(self, groups: list[str]) -> dict[str, tuple[tuple, _Answer]]:
+        """The first request of each group at once, each in a worker of its own under its own limit: group →
+        (:meth:`_first`'s answer as sent, the answer). Once the candidate has hung, the groups left then cost
+        one limit in all rather than one each. A group past the budget gets none (:meth:`run` says so)."""
+        workers, waiting, sent = {}, {}, {}
         try:
             for group in groups:
                 if self.clock.limit(self.limits[group]) > 0:
@@ -342,24 +342,26 @@ class GroupRunner:
                     workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
             answers = {}
             for group, worker in workers.items():
-                answers[group] = worker.send(self._first(group)[0])
+                sent[group] = self._first(group)  # as sent: a later group's search may learn of more hangs
+                answers[group] = worker.send(sent[group][0])
                 limit = self.clock.limit(self.limits[group])
                 waiting[group] = (time.monotonic() + limit, limit)
             for group, (deadline, limit) in waiting.items():
                 answers[group] = answers[group] or workers[group].answer(deadline, limit)
-            return answers
+            return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
                 worker.stop(kill=True)
 
-    def run(self, group: str, answer: _Answer | None = None) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
-        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``answer``: its first
-        request's, when :meth:`ask_together` sent it."""
+    def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
+            ) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
+        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``sent``: its first request
+        and answer, where :meth:`ask_together` sent it."""
         clock, worker = self.clock, self.worker
         limit = clock.limit(self.limits[group])
-        if answer is None and limit <= 0:
+        if sent is None and limit <= 0:
             return {}, [clock.over(group)], []
-        request, names, todo, skipped = self._first(group)
+        (request, names, todo, skipped), answer = sent or (self._first(group), None)
         whole = request[1] is None
         answer = answer or worker.ask(request, limit)
         if answer.ok:
@@ -460,7 +462,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     behaviour = None
     results, faults, skipped = {}, [], []
     try:
-        together: dict[str, _Answer] = {}
+        together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
             if runner.hung and not together and i < len(GROUPS) - 1:
                 together = runner.ask_together(list(GROUPS[i:]))  # it hangs: the rest side by side
