@@ -7,6 +7,7 @@ import pytest
 
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource, check_symbol, load_kernel
+from repro.core.paths import ROOT
 
 F32 = np.float32
 
@@ -199,3 +200,25 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
     here = run_group(host.compile(src, contract.slots), entry, "nonfinite")
     assert answer.ok and [r[1] for r in answer.value] == [r[1] for r in here]
     assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
+
+
+@pytest.mark.slow  # two isolated gatherings of a hanging candidate (about 3 s each)
+def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(contract, host, monkeypatch):
+    """After the first hang the groups left start together (repro.runners.isolation.GroupRunner.ask_together):
+    the same faults, the same scenarios run and the same λ bits as when each waits for the one before."""
+    from repro.runners import isolation
+    from repro.runners.gather import gather
+
+    source = load_kernel(ROOT / "tests" / "candidates" / "hang.cu", "rl_q_distill_lambda_controller")
+    controller = contract.controller("fixed")
+
+    def evidence():
+        ev = gather(host, source, contract.slots, controller, static=False, coverage=False, inference=True)
+        runs = {g: [(r.scenario.name, r.lam.view(np.uint32).tobytes()) for r in getattr(ev, g)]
+                for g in ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")}
+        return {f.group: (f.scenario, f.kind) for f in ev.faults}, runs, ev.groups_run, ev.behaviour
+
+    together = evidence()
+    monkeypatch.setattr(isolation.GroupRunner, "ask_together", lambda self, groups: {})
+    in_turn = evidence()
+    assert together[0] and together == in_turn
