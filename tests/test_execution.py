@@ -7,7 +7,6 @@ import pytest
 
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource, check_symbol, load_kernel
-from repro.core.paths import ROOT
 
 F32 = np.float32
 
@@ -202,23 +201,31 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
     assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
 
 
-@pytest.mark.slow  # two isolated gatherings of a hanging candidate (about 3 s each)
+@pytest.mark.slow  # two isolated gatherings of a hanging and crashing candidate (about 4 s each)
 def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(contract, host, monkeypatch):
     """After the first hang the groups left start together (repro.runners.isolation.GroupRunner.ask_together):
-    the same faults, the same scenarios run and the same λ bits as when each waits for the one before."""
+    the same faults, skipped scenarios, scenarios run, λ bits and behaviour as when each waits for the one before.
+    The candidate hangs on a NaN KL and crashes on KL = −inf, so side-by-side groups fail and are searched."""
     from repro.runners import isolation
     from repro.runners.gather import gather
 
-    source = load_kernel(ROOT / "tests" / "candidates" / "hang.cu", "rl_q_distill_lambda_controller")
+    guard = "if (threadIdx.x != 0 || blockIdx.x != 0) return;"
+    source = contract.source("fixed").with_edit(guard, guard + (
+        "\n    { float k = isv[RL_Q_DISTILL_KL_EMA_INDEX]; if (k != k) for (volatile int s = 0; s >= 0; s = s | 1) {}"
+        " if (k == -INFINITY) *(volatile float*)0 = 1.0f; }"), "hangs on NaN, crashes on -inf")
     controller = contract.controller("fixed")
+    sent = []
+    together = isolation.GroupRunner.ask_together
+    monkeypatch.setattr(isolation.GroupRunner, "ask_together",
+                        lambda self, groups: sent.append(groups) or together(self, groups))
 
     def evidence():
         ev = gather(host, source, contract.slots, controller, static=False, coverage=False, inference=True)
         runs = {g: [(r.scenario.name, r.lam.view(np.uint32).tobytes()) for r in getattr(ev, g)]
                 for g in ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")}
-        return {f.group: (f.scenario, f.kind) for f in ev.faults}, runs, ev.groups_run, ev.behaviour
+        return [(f.group, f.scenario, f.kind) for f in ev.faults], ev.skipped, runs, ev.groups_run, ev.behaviour
 
-    together = evidence()
+    side_by_side = evidence()
+    assert sent and {"crash", "timeout"} <= {kind for _, _, kind in side_by_side[0]}
     monkeypatch.setattr(isolation.GroupRunner, "ask_together", lambda self, groups: {})
-    in_turn = evidence()
-    assert together[0] and together == in_turn
+    assert side_by_side == evidence()
