@@ -246,14 +246,15 @@ def run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]]) -> li
     costs the longest run's steps instead of the sum of all (the gate's catalogue: about 1.6k against 6.5k)."""
     if not runs:
         return []
-    longest = max(len(kl) for _, kl, _ in runs)
-    inputs = hashlib.sha256(np.array([lam0 for lam0, _, _ in runs], dtype=F32).tobytes())
-    for _, k, t in runs:  # the inputs, not the kernel: every candidate judged on a catalogue shares one run
-        k = np.asarray(k, dtype=F32)
-        inputs.update(np.int64(len(k)).tobytes() + k.tobytes() + np.broadcast_to(np.asarray(t, dtype=F32), k.shape).tobytes())
+    lambda0 = np.array([lam0 for lam0, _, _ in runs], dtype=F32)
+    kls = [np.asarray(k, dtype=F32) for _, k, _ in runs]
+    targets = [np.broadcast_to(np.asarray(t, dtype=F32), k.shape) for k, (_, _, t) in zip(kls, runs, strict=True)]
+    inputs = hashlib.sha256(np.int64(len(runs)).tobytes() + lambda0.tobytes())
+    for k, t in zip(kls, targets, strict=True):  # the inputs, not the kernel: candidates judged on a catalogue share a run
+        inputs.update(np.int64(len(k)).tobytes() + k.tobytes() + t.tobytes())
     key = (rule, inputs.digest())
     if key not in _RUNS:
-        _RUNS[key] = _run_each(rule, runs, longest)
+        _RUNS[key] = _run_each(rule, lambda0, kls, targets)
         while len(_RUNS) > 16:
             _RUNS.pop(next(iter(_RUNS)))
     return list(_RUNS[key])
@@ -264,18 +265,16 @@ def run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]]) -> li
 _RUNS: dict[tuple[Rule, bytes], list[np.ndarray]] = {}
 
 
-def _run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]], longest: int) -> list[np.ndarray]:
-    kl = np.empty((longest, len(runs)), dtype=F32)
+def _run_each(rule: Rule, lambda0: np.ndarray, kls: list[np.ndarray], targets: list[np.ndarray]) -> list[np.ndarray]:
+    kl = np.empty((max(len(k) for k in kls), len(kls)), dtype=F32)
     target = np.empty_like(kl)
-    for j, (_, k, t) in enumerate(runs):
-        k = np.asarray(k, dtype=F32)
-        t = np.broadcast_to(np.asarray(t, dtype=F32), k.shape)
+    for j, (k, t) in enumerate(zip(kls, targets, strict=True)):
         kl[:len(k), j], target[:len(k), j] = k, t
         if len(k):
             kl[len(k):, j], target[len(k):, j] = k[-1], t[-1]
-    out = run(rule, np.array([lam0 for lam0, _, _ in runs], dtype=F32), kl, target)
+    out = run(rule, lambda0, kl, target)
     out.flags.writeable = False
-    return [out[:len(k), j] for j, (_, k, _) in enumerate(runs)]
+    return [out[:len(k), j] for j, k in enumerate(kls)]
 
 
 def steps_to_settle(rule: Rule, lambda0: float, kl: float, target: float, cap: int = 200_000) -> int:

@@ -226,15 +226,23 @@ class Worker:
             self.conn.close()
         self.proc, self.conn = None, None
 
-    def stop(self, kill: bool = False, spare: bool | None = None) -> None:
-        """End the worker (politely, or by SIGKILL for a hung one); its spare too at the end (not killed),
-        or where ``spare`` says so."""
-        if (not kill if spare is None else spare) and self.spare is not None:
+    def discard(self) -> None:
+        """End the worker and its spare at once (SIGKILL): neither is wanted any more."""
+        self._drop_spare()
+        self.stop(kill=True)
+
+    def _drop_spare(self) -> None:
+        if self.spare is not None:
             proc, conn = self.spare
             self.spare = None
             proc.kill()
             proc.join()
             conn.close()
+
+    def stop(self, kill: bool = False) -> None:
+        """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
+        if not kill:
+            self._drop_spare()
         if self.proc is None:
             return
         self.lost |= kill
@@ -370,21 +378,21 @@ class GroupRunner:
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
-                worker.stop(kill=True, spare=True)
+                worker.discard()
 
     def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
             ) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
         """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``sent``: its first request
         and answer, where :meth:`ask_together` sent it."""
         clock, worker = self.clock, self.worker
+        first = self._first(group)
+        # A request sent side by side counts only where it is still the group's own (a search since may have
+        # learnt of a hang among its scenarios: then the group runs in turn, as it would have).
+        answer = sent[1] if sent is not None and sent[0] == first else None
         limit = clock.limit(self.limits[group])
-        if sent is None and limit <= 0:
+        if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
-        if sent is not None and sent[0] != self._first(group):
-            sent = None  # a search since learnt of a hang among its scenarios: it runs in turn, as it would have
-            if limit <= 0:
-                return {}, [clock.over(group)], []
-        (request, names, todo, skipped), answer = sent or (self._first(group), None)
+        request, names, todo, skipped = first
         whole = request[1] is None
         answer = answer or worker.ask(request, limit)
         if answer.ok:
