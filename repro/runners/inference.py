@@ -77,24 +77,23 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
     others = np.array([slot for slot in range(n) if slot != s.lambda_])
     per_slot = np.repeat(others, len(factors))  # the slot each perturbed row changes
     scale = np.tile(np.asarray(factors, dtype=F32), others.size)
-    blocks, bases = [], []
-    for regime, lambda0 in ((r, lam) for r in regimes for lam in lambdas):
+    configs = [(r, lam) for r in regimes for lam in lambdas]
+    size = 1 + per_slot.size  # row 0 of a block: the baseline; then one perturbation each
+    # One allocation for every block (large enough for huge pages; a block alone is not).
+    isv = np.empty((len(configs) * size, n), dtype=F32)
+    for i, (regime, lambda0) in enumerate(configs):
         base = np.full(n, tgt, dtype=F32)
         base[s.lambda_] = F32(lambda0)
         base[s.kl] = F32(tgt * regime)
-        rows = np.tile(base, (1 + per_slot.size, 1))  # row 0: the baseline; then one perturbation each
-        rows[np.arange(1, rows.shape[0]), per_slot] = base[per_slot] * scale
-        blocks.append(rows)
-        bases.append(rows.shape[0])
-    isv = np.concatenate(blocks)
+        rows = isv[i * size : (i + 1) * size]
+        rows[:] = base
+        rows[np.arange(1, size), per_slot] = base[per_slot] * scale
     lam, _ = _run(kernel, isv, isv[None, :, s.kl].copy(), isv[None, :, s.target].copy())
     read = {s.lambda_}
-    start = 0
-    for size in bases:
-        block = lam[0, start : start + size]
+    for i in range(len(configs)):
+        block = lam[0, i * size : (i + 1) * size]
         changed = ~equal_bits(block[1:], block[0])
         read.update(int(x) for x in per_slot[changed])
-        start += size
     # Roles: from the in-band state (all inputs T), raise one slot ×100: a KL ramps λ, a target decays it.
     candidates = sorted(read - {s.lambda_})
     role_rows, role_keys = [], []

@@ -45,8 +45,10 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
         raise ValueError(f"mode must be one of {MODES}")
     steps = max(sc.steps for sc in scenarios)
     # Scenarios shorter than the longest repeat their last values; those steps are dropped.
-    kl = np.stack([np.pad(sc.kl, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
-    target = np.stack([np.pad(sc.target, (0, steps - sc.steps), mode="edge") for sc in scenarios], axis=1)
+    kl, target = (np.empty((steps, len(scenarios)), dtype=np.float32) for _ in range(2))
+    for i, sc in enumerate(scenarios):
+        kl[: sc.steps, i], kl[sc.steps :, i] = sc.kl, sc.kl[-1]
+        target[: sc.steps, i], target[sc.steps :, i] = sc.target, sc.target[-1]
     lam, window = kernel.run_looped(new_window(slots, [sc.lambda0 for sc in scenarios]), kl, target, pad=PAD)
     isv, outside = window_rows(slots, window), outside_writes(slots, window)
     last = len(scenarios) - 1
