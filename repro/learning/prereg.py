@@ -12,8 +12,10 @@ import json
 import time
 import tomllib
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,18 +57,27 @@ class Prereg:
     path: str  # repo-relative
 
 
-def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
+def read_prereg(path: Path | str, build: Callable[[dict, str], Any]) -> Any:
+    """``build(data, repo-relative path)`` of the pre-registration TOML at ``path``; a missing or malformed
+    file is one :class:`SuiteError` line (both studies' loaders)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-        s = data["study"]
         rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.name
-        return Prereg(tuple(s["envs"]), s["seeds"], tuple(s["controllers"]), Learning(**data["learning"]),
-                      {k: tuple(data["grid"][k]) for k in GRID_AXES}, Collapse(**data["collapse"]), str(rel))
+        return build(data, str(rel))
     except FileNotFoundError:
         raise SuiteError(f"pre-registration file not found: {path}") from None
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
         raise SuiteError(f"{path}: not a valid pre-registration ({type(err).__name__}: {err})") from None
+
+
+def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
+    def build(data: dict, rel: str) -> Prereg:
+        s = data["study"]
+        return Prereg(tuple(s["envs"]), s["seeds"], tuple(s["controllers"]), Learning(**data["learning"]),
+                      {k: tuple(data["grid"][k]) for k in GRID_AXES}, Collapse(**data["collapse"]), rel)
+
+    return read_prereg(path, build)
 
 
 def parse_seeds(text: str) -> np.ndarray:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -36,7 +35,7 @@ from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
 from repro.learning.agent import KL_SITES, Learning, Measure, Traces, run_loop
 from repro.learning.env import Tables, make
-from repro.learning.prereg import MAX_TRACE_BYTES, load_prereg, parse_seeds, undefined_ok
+from repro.learning.prereg import MAX_TRACE_BYTES, load_prereg, parse_seeds, read_prereg, undefined_ok
 
 PREREGISTERED_2 = ROOT / "studies" / "preregistered_2.toml"
 CRITERIA = ("relative", "minimum", "signature")
@@ -77,22 +76,17 @@ class Prereg2:
 
 
 def load_prereg2(path: Path | str = PREREGISTERED_2) -> Prereg2:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    def build(data: dict, rel: str) -> Prereg2:
         s, m = data["study"], data["measure"]
         first = load_prereg(ROOT / s["learning_from"])
-        rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.name
         grid = {k: tuple(data["grid"][k]) for k in ("kl_site", "kl_before", "policy", "aux_reward")}
         if not set(grid["kl_site"]) <= set(KL_SITES) or not set(grid["policy"]) <= set(POLICIES):
             raise SuiteError(f"{path}: kl_site from {list(KL_SITES)}, policy from {list(POLICIES)}")
         return Prereg2(tuple(s["envs"]), s["seeds"], tuple(s["controllers"]), first.learning, int(m["features"]),
                        int(m["replay_capacity"]), int(m["replay_sample"]), grid, Criteria(**data["criteria"]),
-                       dict(data["incident"]), str(rel), first.path)
-    except FileNotFoundError:
-        raise SuiteError(f"pre-registration file not found: {path}") from None
-    except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
-        raise SuiteError(f"{path}: not a valid pre-registration ({type(err).__name__}: {err})") from None
+                       dict(data["incident"]), rel, first.path)
+
+    return read_prereg(path, build)
 
 
 def controller_names(names) -> list[str]:
