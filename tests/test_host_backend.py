@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
 from repro.core import spec
 from repro.core.isv import new_isv
-from repro.core.paths import ROOT
 
 
 def test_ieee_flags():
@@ -50,19 +47,31 @@ def test_cache_is_keyed_by_content_and_its_precompiled_prelude_is_speed_only(con
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
 
 
-def test_concurrent_compiles_share_one_library(tmp_path):
-    script = (
-        "from repro.backends.host import HostBackend; from repro.core.contract import load; "
-        "from repro.core.kernel_source import load_kernel; c = load(); e = c.controller('fixed'); "
-        "k = HostBackend().compile(load_kernel(e.kernel, e.symbol).with_defines(MIN_LAMBDA=0.0625), c.slots); "
-        "print(k.source.sha256)"
-    )
+def _compile_in_a_child(answers) -> None:
+    from repro.core.contract import load
+    from repro.core.kernel_source import load_kernel
+
+    c = load()
+    e = c.controller("fixed")
+    k = HostBackend().compile(load_kernel(e.kernel, e.symbol).with_defines(MIN_LAMBDA=0.0625), c.slots)
+    answers.put(k.source.sha256)
+
+
+def test_concurrent_compiles_share_one_library(tmp_path, monkeypatch):
+    """Four processes compiling one new kernel at once (forked: separate processes, without four interpreter
+    start-ups): one library, no temporary file left."""
+    import multiprocessing as mp
+
     _seed(tmp_path)
-    env = {"RLQ_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-             for _ in range(4)]
-    outs = [p.communicate(timeout=60)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
+    ctx = mp.get_context("fork")
+    answers = ctx.Queue()
+    procs = [ctx.Process(target=_compile_in_a_child, args=(answers,)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    outs = [answers.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
     assert len(set(outs)) == 1 and len(list(tmp_path.glob("*.so"))) == 1
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.cpp"))
-
