@@ -201,6 +201,40 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
     assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
 
 
+def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(contract, host):
+    """Ctrl-C pressed while a worker is being started reaches the command once it has started (it was
+    ignored for the start, and lost: the command ran on to its end); the worker itself ignores SIGINT."""
+    import os
+    import signal
+    import threading
+
+    from repro.runners import isolation
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only, and this test does not run there")
+
+    class PressedDuringStart:
+        def start(self):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner may have ignored it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            isolation._start_deaf_to_ctrl_c(PressedDuringStart())
+            for _ in range(1000):  # the handler runs between two bytecodes once the signal is unblocked
+                pass
+        entry = contract.controller("fixed")
+        worker = isolation.Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
+        try:
+            assert worker.ask(("nonfinite", None), timeout=60).ok
+            os.kill(worker.proc.pid, signal.SIGINT)
+            assert worker.ask(("nonfinite", None), timeout=60).ok and worker.proc.is_alive()
+        finally:
+            worker.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow  # two isolated gatherings of a hanging and crashing candidate (about 4 s each)
 def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(contract, host, monkeypatch):
     """After the first hang the groups left start together (repro.runners.isolation.GroupRunner.ask_together):

@@ -63,21 +63,31 @@ class _Answer:
 
 
 def _start_deaf_to_ctrl_c(proc) -> None:
-    """Start ``proc`` with SIGINT ignored, which it inherits (forked or spawned): Ctrl-C is the parent's to
-    answer in one line, and a worker interrupted in its own start-up would print a traceback of its own."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+    """Start ``proc`` with SIGINT blocked, which it inherits (forked or spawned) until :func:`_serve` ignores it:
+    Ctrl-C is the parent's to answer in one line, and a worker interrupted in its own start-up would print a
+    traceback of its own. Blocked, not ignored, here: a Ctrl-C pressed while the worker starts stays pending
+    and is answered once it has started (an ignored one was lost, and the command ran on to its end)."""
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         proc.start()
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         proc.start()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _deaf_to_ctrl_c() -> None:
+    """In a worker: ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded)."""
+    with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource, slots: Slots,
            controller: Controller, seed: int) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``)."""
+    _deaf_to_ctrl_c()
     faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
     with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
