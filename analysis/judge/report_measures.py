@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from analysis.judge.findings import Finding
@@ -72,6 +73,21 @@ class Numbers:
     worst: pd.DataFrame  # the fixed controller's three grid points of most collapse
 
 
+#: σ of ln(KL / target) at which figure 4 draws the predicted fraction (a smooth curve beside the measured σ).
+CURVE_SIGMAS = np.linspace(0, 1.5, 200)
+
+
+def _moved_fraction(report: Report, name: str, sigmas) -> list[float]:
+    """Controller ``name``: 1 − P(KL in its band) under log-normal noise of each σ (the closed form)."""
+    tol = report.evidence[name].controller.value("tolerance")
+    return [1 - spec.in_band_probability(tol, s) for s in sigmas]
+
+
+def noise_curves(report: Report) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """(σ, per controller the closed form at each σ of :data:`CURVE_SIGMAS`): figure 4's predicted curves."""
+    return CURVE_SIGMAS, {n: _moved_fraction(report, n, CURVE_SIGMAS) for n in CONTROLLERS}
+
+
 def numbers(report: Report) -> Numbers:
     """:class:`Numbers` of ``report``."""
     v, fixed = report.verdicts, report.evidence["fixed"].controller
@@ -82,10 +98,7 @@ def numbers(report: Report) -> Numbers:
         slowness = (spec.decay_to_ramp_log_ratio(ramp, decay), m.steps_to_halve / m.steps_to_double)
     f = v["original"].finding("steps_to_floor")
     off = f if f is not None and f.measured != report.evidence["original"].controller["steps_to_floor"].value else None
-    predicted = {}
-    for n in CONTROLLERS:
-        tol = report.evidence[n].controller.value("tolerance")
-        predicted[n] = [1 - spec.in_band_probability(tol, sigma) for sigma in report.noise[n].sigma]
+    predicted = {n: _moved_fraction(report, n, report.noise[n].sigma) for n in CONTROLLERS}
     rb = report.robustness
     return Numbers(decay_slowness=slowness, floor_count_off=off, noise_predicted=predicted,
                    robustness=dict(rb.groupby("controller").collapse_fraction.mean().items()),

@@ -51,6 +51,18 @@ def lowest_quartiles(result: dict) -> tuple[tuple[float, str, str], tuple[float,
     return (min(lows), min(means)) if lows else None
 
 
+#: A grid point where a controller's min-agreement collapse reaches this fraction of its seeds is named in the
+#: first study's section.
+NAMED_FRACTION = 0.05
+
+
+def collapse_points(result: dict, name: str, at_least: float = NAMED_FRACTION) -> dict[str, list[int]]:
+    """First study, per task that ran ``name``: the grid points (indices) where its min-agreement collapse
+    fraction reaches ``at_least``."""
+    return {env: [i for i, f in enumerate(block["controllers"][name]["deep_fraction_per_grid_point"]) if f >= at_least]
+            for env, block in result["envs"].items() if name in block["controllers"]}
+
+
 def pair(block: dict) -> dict | None:
     """Second study: one task's paired tests of the original against the fixed kernel (None: not made)."""
     return next((p for p in block["pairs"] if p["kind"] == "original vs fixed"), None)

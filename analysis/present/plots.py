@@ -13,7 +13,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from repro.core import spec  # noqa: E402
 from repro.core.contract import Controller  # noqa: E402
 from repro.core.errors import SuiteError  # noqa: E402
 
@@ -131,14 +130,15 @@ def dead_zone(traj, contracts: dict[str, Controller]):
     return fig
 
 
-def noise_tolerance(noise: dict[str, pd.DataFrame], contracts: dict[str, Controller]):
-    """Figure 4: fraction of steps on which λ changes under log-normal KL noise, measured and predicted."""
+def noise_tolerance(noise: dict[str, pd.DataFrame], contracts: dict[str, Controller],
+                    predicted: tuple[np.ndarray, dict[str, list[float]]]):
+    """Figure 4: fraction of steps on which λ changes under log-normal KL noise, measured and ``predicted``
+    (σ grid, per controller the closed form's fraction on it: ``analysis.judge.report_measures.noise_curves``)."""
     fig, ax = plt.subplots(figsize=(7, 4.3))
-    grid = np.linspace(0, 1.5, 200)
+    grid, curves = predicted
     for name in ("original", "fixed"):
         tol = contracts[name].value("tolerance")
-        ax.plot(grid, [1 - spec.in_band_probability(tol, s) for s in grid], color=COLORS[name], lw=1.2,
-                label=f"predicted 1 − erf(ln {tol:g} / (σ√2))")
+        ax.plot(grid, curves[name], color=COLORS[name], lw=1.2, label=f"predicted 1 − erf(ln {tol:g} / (σ√2))")
         d = noise[name]
         ax.plot(d.sigma, d.changed_fraction, "o", color=COLORS[name], ms=5,
                 label=f"measured, {name} (tolerance {tol:g}, {int(d.samples.iloc[0]):,} steps per σ)")

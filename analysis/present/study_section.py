@@ -62,17 +62,17 @@ def bracket_lines(result: dict) -> list[str]:
     return [*out, "", "The bracket is wide enough at {} of {} grid points.".format(*sm.wide_brackets(result))]
 
 
-def where_it_collapses(result: dict, name: str = "original", at_least: float = 0.05) -> list[str]:
-    """Grid points where ``name``'s min-agreement collapse fraction reaches ``at_least``, beside the others'."""
+def where_it_collapses(result: dict, name: str = "original") -> list[str]:
+    """Grid points where ``name``'s min-agreement collapse fraction reaches
+    :data:`~analysis.judge.study_measures.NAMED_FRACTION`, beside the others'."""
     out = []
-    for env, block in result["envs"].items():
+    for env, hits in sm.collapse_points(result, name).items():
+        block = result["envs"][env]
         ctrl = block["controllers"]
-        if name not in ctrl:
-            continue
         others = [n for n in ("fixed", "const:0.001", "const:1") if n in ctrl and n != name]
-        hits = [i for i, f in enumerate(ctrl[name]["deep_fraction_per_grid_point"]) if f >= at_least]
         if not hits:
-            out.append(f"- {env}: {name}'s min-agreement collapse stays below {_pct(at_least)} at every grid point.")
+            out.append(f"- {env}: {name}'s min-agreement collapse stays below {_pct(sm.NAMED_FRACTION)} at every "
+                       "grid point.")
             continue
         for i in hits:
             p = block["grid_points"][i]
@@ -120,7 +120,8 @@ def section(result: dict, figures: bool = True) -> list[str]:
              "Can a controller matter? The constant-λ bracket per grid point (λ = 0.001 against λ = 1; wide enough: "
              "disjoint 95 % intervals for a criterion, or a gap in median final agreement of at least "
              f"{c['bracket_min_agreement_gap']:g}):", "", *bracket_lines(result), "",
-             "Where the original collapses (min-agreement criterion, at least 5 % of a grid point's seeds):", "",
+             f"Where the original collapses (min-agreement criterion, at least {sm.NAMED_FRACTION * 100:g} % of a grid point's "
+             "seeds):", "",
              *where_it_collapses(result), "", *mean_vs_min(result), ""]
     for name, caption in FIGURES.items() if figures else ():
         lines += [f"![{caption}]({name})", ""]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.judge.report_measures import CONTROLLERS, Numbers, Report
+from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, noise_curves
 from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 
 #: Every figure the report promises: file name -> caption.
@@ -50,7 +50,7 @@ def figures(report: Report) -> dict[str, Callable]:
         "fig1_collapse.png": lambda: plots.collapse(traj, contracts, floors),
         "fig2_ramp_decay.png": lambda: plots.ramp_decay(traj, counts),
         "fig3_dead_zone.png": lambda: plots.dead_zone(traj, contracts),
-        "fig4_noise_tolerance.png": lambda: plots.noise_tolerance(report.noise, contracts),
+        "fig4_noise_tolerance.png": lambda: plots.noise_tolerance(report.noise, contracts, noise_curves(report)),
         "fig5_oscillation_recovery.png": lambda: plots.oscillation_recovery(traj, report.recovery),
         "fig6_scenarios.png": lambda: plots.scenario_grid(traj, grid),
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
