@@ -203,26 +203,30 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
 
 def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(contract, host):
     """Ctrl-C pressed while a worker is being started reaches the command once it has started (it was
-    ignored for the start, and lost: the command ran on to its end); the worker itself ignores SIGINT."""
+    ignored for the start, and lost: the command ran on to its end), and that worker is killed, not orphaned;
+    a worker itself ignores SIGINT."""
+    import multiprocessing as mp
     import os
     import signal
     import threading
+    import time
 
     from repro.runners import isolation
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only, and this test does not run there")
 
-    class PressedDuringStart:
+    class PressedDuringStart(mp.get_context("fork").Process):
         def start(self):
+            super().start()
             os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner may have ignored it
     try:
+        started = PressedDuringStart(target=time.sleep, args=(60,), daemon=True)
         with pytest.raises(KeyboardInterrupt):
-            isolation._start_deaf_to_ctrl_c(PressedDuringStart())
-            for _ in range(1000):  # the handler runs between two bytecodes once the signal is unblocked
-                pass
+            isolation._start_deaf_to_ctrl_c(started)
+        assert started.exitcode == -signal.SIGKILL  # not left running, forgotten by the caller the Ctrl-C ended
         entry = contract.controller("fixed")
         worker = isolation.Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
         try:
@@ -233,6 +237,23 @@ def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(co
             worker.stop()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_forked_worker_ends_when_its_parent_does(contract, host):
+    """The parent's end of the pipe closed (the parent killed, or interrupted before it could stop the worker):
+    the worker reads the end of the pipe and exits, instead of waiting on its own inherited copy of that end."""
+    from repro.runners.isolation import Worker
+
+    entry = contract.controller("fixed")
+    worker = Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
+    try:
+        assert worker.ask(("nonfinite", None), timeout=60).ok
+        worker.conn.close()
+        worker.proc.join(timeout=10)
+        assert worker.proc.exitcode == 0
+    finally:
+        if worker.proc.is_alive():
+            worker.proc.kill()
 
 
 @pytest.mark.slow  # two isolated gatherings of a hanging and crashing candidate (about 4 s each)

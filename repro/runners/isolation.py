@@ -74,7 +74,13 @@ def _start_deaf_to_ctrl_c(proc) -> None:
     try:
         proc.start()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C pressed meanwhile is raised here
+        except BaseException:
+            if proc.pid is not None:  # started, and about to be forgotten by its caller
+                proc.kill()
+                proc.join()
+            raise
 
 
 def _deaf_to_ctrl_c() -> None:
@@ -84,10 +90,14 @@ def _deaf_to_ctrl_c() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _serve(conn, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource, slots: Slots,
-           controller: Controller, seed: int) -> None:
-    """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``)."""
+def _serve(conn, parents_end, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource,
+           slots: Slots, controller: Controller, seed: int) -> None:
+    """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
+    ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
+    death (Ctrl-C, SIGKILL) reads as the end of the pipe and the worker ends too."""
     _deaf_to_ctrl_c()
+    if parents_end is not None:
+        parents_end.close()
     faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
     with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
@@ -157,8 +167,8 @@ class Worker:
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
-        args = (child, self.load if forkable else None, self.backend.name, self.source, self.slots,
-                self.controller, self.seed)
+        args = (child, parent if forkable else None, self.load if forkable else None, self.backend.name, self.source,
+                self.slots, self.controller, self.seed)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
         _start_deaf_to_ctrl_c(proc)
         child.close()
