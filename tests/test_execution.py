@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -254,6 +256,53 @@ def test_a_forked_worker_ends_when_its_parent_does(contract, host):
     finally:
         if worker.proc.is_alive():
             worker.proc.kill()
+
+
+def _hang_in_a_worker(answers, host, source, slots, entry) -> None:
+    from repro.runners.isolation import Worker
+
+    worker = Worker(host, source, slots, entry)
+    worker._start()
+    answers.put(worker.proc.pid)
+    worker.ask(("per_step", None), timeout=600)  # the candidate never returns
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # dead, perhaps not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_hung_worker_dies_with_its_parent(contract, host):
+    """The gate killed from outside (a CI job's time limit, SIGKILL) while its worker spins in a hung candidate:
+    the worker, which never reads its pipe again, is killed too instead of spinning a core for ever."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import time
+
+    from repro.core.paths import ROOT
+
+    entry = contract.controller("fixed")
+    source = load_kernel(ROOT / "tests" / "candidates" / "hang_always.cu", entry.symbol)
+    host.check_compiles(source, contract.slots)
+    ctx = mp.get_context("fork")
+    answers = ctx.Queue()
+    gate = ctx.Process(target=_hang_in_a_worker, args=(answers, host, source, contract.slots, entry))
+    gate.start()
+    worker = answers.get(timeout=60)
+    time.sleep(0.2)  # inside the candidate's loop by now
+    os.kill(gate.pid, signal.SIGKILL)
+    gate.join()
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not _gone(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its parent")
 
 
 @pytest.mark.slow  # two isolated gatherings of a hanging and crashing candidate (about 4 s each)

@@ -19,9 +19,11 @@ workers are spawned and compile the kernel themselves; a device fault
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
+import os
 import resource
 import signal
 import threading
@@ -63,24 +65,27 @@ class _Answer:
 
 
 def _start_deaf_to_ctrl_c(proc) -> None:
-    """Start ``proc`` with SIGINT blocked, which it inherits (forked or spawned) until :func:`_serve` ignores it:
-    Ctrl-C is the parent's to answer in one line, and a worker interrupted in its own start-up would print a
-    traceback of its own. Blocked, not ignored, here: a Ctrl-C pressed while the worker starts stays pending
-    and is answered once it has started (an ignored one was lost, and the command ran on to its end)."""
-    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+    """Start ``proc`` deaf to SIGINT until :func:`_serve` ignores it (it inherits SIGINT blocked, across a spawn's
+    exec too): Ctrl-C is the parent's to answer in one line, and a worker interrupted in its own start-up would
+    print a traceback of its own. A Ctrl-C pressed meanwhile, to whichever thread, is kept and answered once
+    the worker has started, after killing it (its caller would never hold it); it used to be ignored, and lost:
+    the command ran on to its end."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         proc.start()
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         proc.start()
     finally:
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C pressed meanwhile is raised here
-        except BaseException:
-            if proc.pid is not None:  # started, and about to be forgotten by its caller
-                proc.kill()
-                proc.join()
-            raise
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending for this thread is recorded here
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)  # None: set in C
+    if pressed and previous is not signal.SIG_IGN:
+        if proc.pid is not None:
+            proc.kill()
+            proc.join()
+        (previous if callable(previous) else signal.default_int_handler)(signal.SIGINT, None)
 
 
 def _deaf_to_ctrl_c() -> None:
@@ -90,12 +95,28 @@ def _deaf_to_ctrl_c() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _serve(conn, parents_end, load: Callable[[], CompiledKernel] | None, backend_name: str, source: KernelSource,
-           slots: Slots, controller: Controller, seed: int) -> None:
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this worker is killed when its parent dies. A candidate hung in its loop never reads the end of
+    the pipe, so a gate killed from outside (a CI job's time limit) would leave it spinning a core."""
+    try:
+        set_death_signal = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the end of the pipe alone
+        return
+    set_death_signal(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(0)
+
+
+def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | None, backend_name: str,
+           source: KernelSource, slots: Slots, controller: Controller, seed: int) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
-    death (Ctrl-C, SIGKILL) reads as the end of the pipe and the worker ends too."""
+    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`)."""
     _deaf_to_ctrl_c()
+    _die_with(parent)
     if parents_end is not None:
         parents_end.close()
     faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
@@ -167,8 +188,8 @@ class Worker:
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
-        args = (child, parent if forkable else None, self.load if forkable else None, self.backend.name, self.source,
-                self.slots, self.controller, self.seed)
+        args = (child, parent if forkable else None, os.getpid(), self.load if forkable else None, self.backend.name,
+                self.source, self.slots, self.controller, self.seed)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
         _start_deaf_to_ctrl_c(proc)
         child.close()
