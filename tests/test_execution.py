@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -211,7 +212,6 @@ def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(co
     import os
     import signal
     import threading
-    import time
 
     from repro.runners import isolation
 
@@ -239,6 +239,27 @@ def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(co
             worker.stop()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow  # a fresh interpreter (multiprocessing's resource tracker not yet running) and a spawn: 1 s
+def test_a_spawned_worker_starts_with_ctrl_c_blocked():
+    """The first spawned (GPU) worker of a process inherits SIGINT blocked too: starting multiprocessing's
+    resource tracker, which a spawn does first, unblocks it, and the worker then started with Ctrl-C live
+    (a traceback of its own during its imports)."""
+    import subprocess
+    import sys
+
+    from repro.core.paths import ROOT
+
+    code = ("import multiprocessing as mp, signal\n"
+            "from repro.runners.isolation import _start_deaf_to_ctrl_c\n"
+            "probe = 'import signal, sys; sys.exit(0 if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []) else 3)'\n"
+            "p = mp.get_context('spawn').Process(target=exec, args=(probe,))\n"
+            "_start_deaf_to_ctrl_c(p)\n"
+            "p.join(60)\n"
+            "raise SystemExit(p.exitcode)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the spawned worker's SIGINT was not blocked (exit {done.returncode})\n{done.stderr}"
 
 
 def test_a_forked_worker_ends_when_its_parent_does(contract, host):
@@ -275,6 +296,19 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def test_a_worker_whose_parent_left_without_reading_ends_quietly(contract, host, capfd):
+    """The parent's end closed with the worker's "ready" still unread: the worker's read fails with a reset, not
+    an end of file, and it ends in silence (it had answered with a send to the closed pipe, and a traceback)."""
+    from repro.runners.isolation import Worker
+
+    entry = contract.controller("fixed")
+    proc, conn = Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)._launch()
+    time.sleep(0.5)  # "ready" sent, never read
+    conn.close()
+    proc.join(timeout=10)
+    assert proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_a_hung_worker_dies_with_its_parent(contract, host):
     """The gate killed from outside (a CI job's time limit, SIGKILL) while its worker spins in a hung candidate:
@@ -282,7 +316,6 @@ def test_a_hung_worker_dies_with_its_parent(contract, host):
     import multiprocessing as mp
     import os
     import signal
-    import time
 
     from repro.core.paths import ROOT
 

@@ -23,6 +23,7 @@ import ctypes
 import faulthandler
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
+import multiprocessing.resource_tracker as mp_resource_tracker
 import os
 import resource
 import signal
@@ -69,10 +70,13 @@ def _start_deaf_to_ctrl_c(proc) -> None:
     exec too): Ctrl-C is the parent's to answer in one line, and a worker interrupted in its own start-up would
     print a traceback of its own. A Ctrl-C pressed meanwhile, to whichever thread, is kept and answered once
     the worker has started, after killing it (its caller would never hold it); it used to be ignored, and lost:
-    the command ran on to its end."""
+    the command ran on to its end. A worker started in a window this leaves (a Ctrl-C just after it, before its
+    caller holds it) is ended by :func:`_die_with` when the command exits."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         proc.start()
         return
+    if getattr(proc, "_start_method", None) == "spawn":  # its first start would unblock SIGINT inside ours
+        mp_resource_tracker.ensure_running()
     pressed = []
     previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -85,7 +89,7 @@ def _start_deaf_to_ctrl_c(proc) -> None:
         if proc.pid is not None:
             proc.kill()
             proc.join()
-        (previous if callable(previous) else signal.default_int_handler)(signal.SIGINT, None)
+        signal.raise_signal(signal.SIGINT)  # to the handler restored above, as the Ctrl-C would have come
 
 
 def _deaf_to_ctrl_c() -> None:
@@ -102,12 +106,12 @@ def _die_with(parent: int) -> None:
     """Linux: this worker is killed when its parent dies. A candidate hung in its loop never reads the end of
     the pipe, so a gate killed from outside (a CI job's time limit) would leave it spinning a core."""
     try:
-        set_death_signal = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the end of the pipe alone
         return
-    set_death_signal(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the call above
-        os._exit(0)
+    prctl.argtypes, prctl.restype = [ctypes.c_int, *[ctypes.c_ulong] * 4], ctypes.c_int
+    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0 and os.getppid() != parent:
+        os._exit(0)  # the parent died before the call above
 
 
 def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | None, backend_name: str,
@@ -152,10 +156,11 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
                     return
                 raise
             conn.send(("ok", result))
-    except (EOFError, KeyboardInterrupt):
+    except (EOFError, ConnectionResetError, BrokenPipeError, KeyboardInterrupt):  # the parent is gone
         return
     except Exception as err:  # an error in the suite itself, reported to the parent in one line
-        conn.send(("error", f"{type(err).__name__}: {err}"))
+        with contextlib.suppress(OSError):  # unless the parent is gone meanwhile
+            conn.send(("error", f"{type(err).__name__}: {err}"))
 
 
 def _is_device_fault(err: Exception) -> bool:
