@@ -1,4 +1,4 @@
-"""Float32 as the kernels hold it: the type, its bit patterns, and comparison bit for bit."""
+"""Float32 as the kernels hold it: the type, its bit patterns, comparison bit for bit, and traces as columns."""
 
 from __future__ import annotations
 
@@ -20,3 +20,15 @@ def equal_bits(a, b) -> np.ndarray:
 def same(a, b) -> bool:
     """Whether float32 arrays (or scalars) are equal bit for bit, shapes included."""
     return bool(np.array_equal(bits(a), bits(b)))
+
+
+def columns(traces: list[np.ndarray]) -> np.ndarray:
+    """Float32 ``[T, S]`` with trace j (``[T_j]``) in column j, each padded to the longest with its own last
+    value: the step-major layout of many runs at once, whose steps past ``T_j`` are then dropped (an empty
+    trace's column is left unwritten)."""
+    out = np.empty((max(len(t) for t in traces), len(traces)), dtype=F32)
+    for j, t in enumerate(traces):
+        out[: len(t), j] = t
+        if len(t):
+            out[len(t) :, j] = t[-1]
+    return out

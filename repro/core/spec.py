@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.core.contract import Controller
-from repro.core.f32 import F32
+from repro.core.f32 import F32, columns
 
 
 @dataclass(frozen=True)
@@ -267,13 +267,7 @@ _RUNS: dict[tuple[Rule, bytes], list[np.ndarray]] = {}
 
 
 def _run_each(rule: Rule, lambda0: np.ndarray, kls: list[np.ndarray], targets: list[np.ndarray]) -> list[np.ndarray]:
-    kl = np.empty((max(len(k) for k in kls), len(kls)), dtype=F32)
-    target = np.empty_like(kl)
-    for j, (k, t) in enumerate(zip(kls, targets, strict=True)):
-        kl[:len(k), j], target[:len(k), j] = k, t
-        if len(k):
-            kl[len(k):, j], target[len(k):, j] = k[-1], t[-1]
-    out = run(rule, lambda0, kl, target)
+    out = run(rule, lambda0, columns(kls), columns(targets))
     out.flags.writeable = False
     return [out[:len(k), j] for j, k in enumerate(kls)]
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Slots
+from repro.core.f32 import columns
 from repro.core.isv import PAD, new_window, outside_writes, stray_writes, window_rows
 from repro.runners.scenarios import Scenario
 
@@ -43,12 +44,8 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
         return runs
     if mode != "looped":
         raise ValueError(f"mode must be one of {MODES}")
-    steps = max(sc.steps for sc in scenarios)
     # Scenarios shorter than the longest repeat their last values; those steps are dropped.
-    kl, target = (np.empty((steps, len(scenarios)), dtype=np.float32) for _ in range(2))
-    for i, sc in enumerate(scenarios):
-        kl[: sc.steps, i], kl[sc.steps :, i] = sc.kl, sc.kl[-1]
-        target[: sc.steps, i], target[sc.steps :, i] = sc.target, sc.target[-1]
+    kl, target = columns([sc.kl for sc in scenarios]), columns([sc.target for sc in scenarios])
     lam, window = kernel.run_looped(new_window(slots, [sc.lambda0 for sc in scenarios]), kl, target, pad=PAD)
     isv, outside = window_rows(slots, window), outside_writes(slots, window)
     last = len(scenarios) - 1
