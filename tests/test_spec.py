@@ -96,3 +96,22 @@ def test_a_run_equals_its_steps_one_by_one(contract):
                 lam = spec.step(rule, lam, kl[t, 0], target[t, 0])
                 want.append(lam)
             assert got.view(np.uint32).tolist() == np.array(want, dtype=F32).view(np.uint32).tolist(), (name, lam0)
+
+
+def test_settling_equals_a_run_to_where_it_settles(contract):
+    """spec.settling takes a shortcut for the proportional rule (one multiplier for constant inputs): for every
+    contract entry it must equal spec.run (held to spec.step above) up to the first step that leaves λ at 0 or
+    unchanged, bit for bit, NaN, ±inf, 0 and negative inputs among them (both capped at 200 steps)."""
+    cap = 200
+    cases = [(F32(lam0), F32(kl), F32(target)) for lam0 in (0.2, 1e-44, np.nan, -1.0)
+             for kl in (0.1, 1e-3, 10.0, np.nan, np.inf, -1.0) for target in (0.1, np.nan)]
+    lam0, kl, target = (np.array(c, dtype=F32) for c in zip(*cases, strict=True))
+    for name, entry in contract.controllers.items():
+        rule = spec.Rule.of(entry)
+        lam = spec.run(rule, lam0, np.tile(kl, (cap, 1)), np.tile(target, (cap, 1)))
+        before = np.vstack([lam0[None], lam[:-1]])
+        stops = (lam == 0) | (lam.view(np.uint32) == before.view(np.uint32))
+        for j, case in enumerate(cases):
+            n = int(np.argmax(stops[:, j])) + 1 if stops[:, j].any() else cap
+            got = spec.settling(rule, *case, cap=cap)
+            assert got.view(np.uint32).tolist() == lam[:n, j].view(np.uint32).tolist(), (name, case)
