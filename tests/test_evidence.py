@@ -18,7 +18,8 @@ from analysis.judge.properties import RECORDS, judge_rows
 from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.core.kernel_source import KernelSource
-from repro.runners.evidence import GROUPS, SOURCES, Fault
+from repro.runners.campaign import scenario_groups
+from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Fault
 from repro.runners.gather import gather
 from repro.runners.scenarios import onset_targets
 from tests.test_candidates import CANDIDATES, header
@@ -51,8 +52,7 @@ WITHOUT_MUTANT = {
 
 def test_every_record_needs_evidence_that_exists():
     for key, record in RECORDS.items():
-        assert record.key == key
-        assert record.needs is not None and set(record.needs) <= set(GROUPS) | set(SOURCES), key
+        assert set(record.needs) <= set(GROUPS) | set(SOURCES), key
 
 
 def test_every_documented_value_has_one_record_or_is_a_parameter(contract):
@@ -110,6 +110,24 @@ def test_a_row_whose_group_did_not_run_is_not_measured_and_fails(contract, evide
     row = next(f for f in judge_rows(gone) if f.key == key)
     assert not row.ok and need in row.detail["not_measured"]
     assert render.measured(row).startswith("not measured")
+
+
+def test_a_stray_write_in_any_scenario_group_fails_isolation(contract, evidence_of):
+    """Every scenario group the campaign runs is one the isolation row reads: a slot written in any one run of any
+    group fails the row, naming that run (a group added to the campaign and forgotten by the row would pass)."""
+    groups = set()
+    for name in ("fixed", *contract.peers()):
+        groups |= {g for g, (scenarios, _) in scenario_groups(contract.controller(name)).items() if scenarios}
+    assert groups == set(SCENARIO_GROUPS)
+    for name in ("fixed", "ziegler"):  # ziegler: the one entry with the vanishing group (no floor, no band)
+        evidence = evidence_of(name)
+        for group in SCENARIO_GROUPS:
+            runs = getattr(evidence, group)
+            if not runs:
+                continue
+            written = [*runs[:-1], replace(runs[-1], stray=[evidence.lambda_slot + 1])]
+            row = next(f for f in judge_rows(replace(evidence, **{group: written})) if f.key == "isolation")
+            assert not row.ok and row.where.scenario == runs[-1].scenario.name, (name, group)
 
 
 def test_coverage_and_sanitizer_rows_without_their_runs_are_not_measured(fixed_evidence):

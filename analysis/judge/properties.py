@@ -22,7 +22,7 @@ from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits, same
 from repro.core.spec import Rule, band_edges
-from repro.runners.evidence import GROUPS, SOURCES, Evidence, MissingEvidence
+from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.runner import Run
 
 
@@ -310,7 +310,7 @@ def guards(ev: Evidence) -> Finding:
 
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
-    everything = ev.catalogue + ev.per_step + ev.guards + ev.nonfinite + ev.dead_zone + ev.vanishing
+    everything = ev.scenario_runs()
     stray = [r for r in everything if r.stray]
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
     outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
@@ -640,7 +640,6 @@ def _sanitizer_rows(tool: str) -> Callable[[Evidence, bool], list[Finding]]:
     return lambda ev, required: memory_findings(list(ev.sanitizer), tools=(tool,))
 
 
-_SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
 _RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
               predicted=lambda f: f"×{g(f.predicted)}", measured=_rate_measured)
@@ -696,7 +695,7 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
              reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
                          measured=_fraction("cases as pinned"))),
-    Property(key="isolation", check=_plain(isolation), needs=_SCENARIO_GROUPS, depends=frozenset({"writes"}),
+    Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
              reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only", predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
     Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,

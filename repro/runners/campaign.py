@@ -91,12 +91,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
     missing = {"ramp": np.full(targets.shape, np.nan, np.float32), "decay": np.full(targets.shape, np.nan, np.float32)}
     return Evidence(
         controller=controller,
-        catalogue=runs["catalogue"],
-        per_step=runs["per_step"],
-        guards=runs["guards"],
-        nonfinite=runs["nonfinite"],
-        dead_zone=runs["dead_zone"],
-        vanishing=runs["vanishing"],
+        **runs,
         probe_targets=targets,
         onsets=results.get("onsets", missing),
         lambda_slot=slots.lambda_,

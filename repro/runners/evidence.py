@@ -19,8 +19,10 @@ from repro.runners.probes import ThreadProbe
 from repro.runners.runner import Run
 from repro.runners.sanitize import SanitizerReport
 
+#: The experiment groups that run scenarios (each a list of :class:`Run` in :class:`Evidence`, by that name).
+SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")
 #: Every experiment group, in the order they run.
-GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing", "onsets", "threads")
+GROUPS = (*SCENARIO_GROUPS, "onsets", "threads")
 #: Evidence that is not an experiment group: the rule inferred, the PTX rules, the coverage build, the sanitizer.
 SOURCES = ("inference", "static", "coverage", "sanitizer")
 
@@ -151,6 +153,10 @@ class Evidence:
     unavailable: frozenset[str] = frozenset()  # SOURCES asked for that this machine cannot measure
     skipped: tuple[tuple[str, str, str], ...] = ()  # (group, scenario, why) not run: it hung in an earlier group
     backend: str = ""  # the backend of the gated build (host, cupy)
+
+    def scenario_runs(self) -> list[Run]:
+        """Every run of every scenario group (:data:`SCENARIO_GROUPS`), in that order."""
+        return [r for group in SCENARIO_GROUPS for r in getattr(self, group)]
 
     def run(self, name: str) -> Run:
         """The catalogue run of scenario ``name`` (:class:`MissingEvidence` when it did not finish)."""
