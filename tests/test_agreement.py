@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.judge.properties import bits
 from repro.core import spec
 from repro.core.contract import load
+from repro.core.f32 import bits
 from repro.core.isv import new_isv
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.judge.properties import bits
 from repro.backends import ptx
 from repro.core.contract import ROOT
+from repro.core.f32 import bits
 from repro.core.kernel_source import load_kernel
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue

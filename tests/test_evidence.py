@@ -17,6 +17,7 @@ import pytest
 from analysis.judge.properties import RECORDS, judge_rows
 from analysis.judge.verdict import evaluate
 from analysis.present import render
+from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Fault
@@ -24,8 +25,6 @@ from repro.runners.gather import gather
 from repro.runners.scenarios import onset_targets
 from tests.test_candidates import CANDIDATES, header
 from tests.test_mutants import MUTANTS
-
-F32 = np.float32
 
 #: Documented values that are not a row of their own, and the rows that read them.
 PARAMETERS = {

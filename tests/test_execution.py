@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from repro.core.errors import SuiteError
+from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource, check_symbol, load_kernel
-
-F32 = np.float32
 
 
 def test_discovery_copes_with_attributes_comments_and_line_breaks():

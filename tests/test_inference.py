@@ -6,17 +6,11 @@ fixed kernel must be measured as exactly that change, and located on the source 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from analysis.judge.diagnosis import differences, locate
+from repro.core.f32 import same
 from repro.runners.inference import infer
-
-F32 = np.float32
-
-
-def bits_equal(a, b) -> bool:
-    return F32(a).view(np.uint32) == F32(b).view(np.uint32)
 
 
 @pytest.mark.parametrize("name", ["fixed", "original"])
@@ -25,11 +19,11 @@ def test_the_controllers_behave_as_their_contracts(contract, backend, name):
     b = infer(backend.compile(contract.source(name), contract.slots), ctrl)
     s = contract.slots
     assert (b.reads, b.writes, b.kl_slot, b.target_slot) == ((s.lambda_, s.kl, s.target), (), s.kl, s.target)
-    assert bits_equal(b.floor, ctrl.value("floor")) and bits_equal(b.ceiling, ctrl.value("ceiling"))
-    assert b.ramp_exact and bits_equal(b.ramp, ctrl.value("ramp"))
-    assert b.decay_exact and bits_equal(b.decay, ctrl.value("decay"))
+    assert same(b.floor, ctrl.value("floor")) and same(b.ceiling, ctrl.value("ceiling"))
+    assert b.ramp_exact and same(b.ramp, ctrl.value("ramp"))
+    assert b.decay_exact and same(b.decay, ctrl.value("decay"))
     for edge in (b.upper, b.lower):
-        assert bits_equal(edge.factor, ctrl.value("tolerance")) and not edge.inclusive
+        assert same(edge.factor, ctrl.value("tolerance")) and not edge.inclusive
     assert differences(b, ctrl, contract, []) == []
 
 
@@ -66,14 +60,14 @@ def test_one_change_is_measured_as_that_change(contract, host, name):
         (d,) = diffs
         assert (d.kind, d.name) == ("slot", "writes")
     elif what == "upper":
-        assert bits_equal(b.upper.factor, value) and bits_equal(b.lower.factor, value)
+        assert same(b.upper.factor, value) and same(b.lower.factor, value)
         assert {d.name for d in diffs} == {"upper", "lower"}
     elif value is None:
         assert getattr(b, what) is None
         (d,) = diffs
         assert d.name == what and d.measured is None
     else:
-        assert bits_equal(getattr(b, what), value)
+        assert same(getattr(b, what), value)
         (d,) = diffs
         assert d.name == what
     if diffs[0].kind != "slot" or diffs[0].name != "writes":

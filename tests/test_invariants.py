@@ -7,11 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.judge.properties import bits
 from repro.core import spec
+from repro.core.f32 import F32, bits
 from repro.core.isv import new_isv
 
-F32 = np.float32
 any_f32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
 traces = st.lists(any_f32, min_size=1, max_size=120)
 positive = st.floats(min_value=float(F32(1e-30)), max_value=float(F32(1e30)), width=32)

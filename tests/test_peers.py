@@ -8,15 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.cli import gate
-from analysis.judge.properties import applicable, bits
+from analysis.judge.properties import applicable
 from analysis.judge.verdict import evaluate
 from repro.core import spec
 from repro.core.contract import load
 from repro.core.errors import SuiteError
+from repro.core.f32 import F32, bits
 from repro.core.isv import new_isv
 from repro.runners.scenarios import REF_TARGET, catalogue
 
-F32 = np.float32
 #: The rules issues 11 and 20 name (the contract may list more).
 PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl", "batch_ppo")
 _verdicts: dict = {}

@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.judge.properties import bits
 from repro.core.errors import SuiteError
+from repro.core.f32 import F32, bits
 from repro.core.spec import band_edges
 from repro.runners.scenarios import REGIMES, case, catalogue, from_csv
-
-F32 = np.float32
 
 
 @pytest.mark.parametrize("controller", ["fixed", "original"])

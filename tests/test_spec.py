@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from repro.core import spec
-
-F32 = np.float32
+from repro.core.f32 import F32
 
 
 @pytest.mark.parametrize("controller", ["fixed", "original"])

@@ -20,12 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
-from repro.backends.translation_unit import HOST_INCLUDE, LEARNING_LOOP, compile_error, device_grid_unit, harness_unit
+from repro.backends.translation_unit import LEARNING_LOOP, NVRTC_OPTIONS, compile_error, device_grid_unit, harness_unit
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, check_symbol
 
-OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", f"-I{HOST_INCLUDE}")
 #: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.
 LINE_INFO = "--generate-line-info"
 THREADS = 256
@@ -242,7 +241,7 @@ class CupyBackend(Backend):
         driver = cp.cuda.runtime.driverGetVersion()
         return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 
-    def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = OPTIONS,
+    def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = NVRTC_OPTIONS,
                 cupy_defaults: bool = False) -> CupyKernel:
         """Compile with NVRTC; ``cupy_defaults`` builds through ``cupy.RawModule`` (which adds FTZ)."""
         check_symbol(source)
@@ -256,10 +255,10 @@ class CupyBackend(Backend):
         key = ("learner", source.text, source.symbol, slots)
         if key not in self._loaded:
             unit = harness_unit(source, slots, for_device=True, harness=LEARNING_LOOP)
-            module = _nvrtc_module(self.cp, unit, source.origin, OPTIONS)
+            module = _nvrtc_module(self.cp, unit, source.origin, NVRTC_OPTIONS)
             self._loaded[key] = CupyLearner(self.cp, module)
         return self._loaded[key]
 
     def helper_module(self, code: str, origin: str):
         """Compile helper kernels (benchmark feeders, closed-loop models) with the same IEEE options."""
-        return _nvrtc_module(self.cp, code, origin, OPTIONS)
+        return _nvrtc_module(self.cp, code, origin, NVRTC_OPTIONS)

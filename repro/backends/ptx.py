@@ -15,14 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from repro.backends.translation_unit import HOST_INCLUDE, compile_error
+from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
 
 #: The GPU the resource counts are for (the suite's reference device is an H200).
 ARCH = "sm_90"
-#: IEEE float32 options, as the cupy backend compiles.
-OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", f"-I{HOST_INCLUDE}")
 
 _ATOMIC = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:atom|red)\.[\w.]+)", re.M)
 _LOCAL = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:ld|st)\.local[\w.]*)|^\s*\.local\b", re.M)
@@ -76,7 +74,7 @@ def _check(nvrtc, result):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ...] = OPTIONS) -> tuple[str, str]:
+def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ...] = NVRTC_OPTIONS) -> tuple[str, str]:
     """``(PTX text, compile log)`` of ``code``; a rejected source raises a one-line :class:`SuiteError`."""
     nvrtc = _nvrtc()
     prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), origin.encode(), 0, [], []))

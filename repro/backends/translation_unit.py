@@ -22,6 +22,10 @@ HOST_GRID = KERNELS / "host_grid.cuh"
 #: Stand-ins for the CUDA headers a controller may include (cuda_runtime.h, cuda.h, math_constants.h),
 #: on the include path of both the host compiler and NVRTC.
 HOST_INCLUDE = KERNELS / "host_include"
+#: NVRTC's options wherever a kernel is compiled for the GPU (the cupy backend, the static PTX rules): IEEE
+#: float32 (no FMA contraction, no flush to zero, correctly rounded division and square root), the stand-ins.
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true",
+                 f"-I{HOST_INCLUDE}")
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 
 # Inside the controller a harness thread must look like thread 0 of a (1,),(1,)

@@ -167,7 +167,8 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
 def _child(spec_path: str, path: str) -> None:
     """Run one launch path of the spec'd kernel on the GPU, pool off, line information on."""
     from repro.backends import get_backend
-    from repro.backends.cupy_backend import LINE_INFO, OPTIONS
+    from repro.backends.cupy_backend import LINE_INFO
+    from repro.backends.translation_unit import NVRTC_OPTIONS
 
     spec = json.loads(Path(spec_path).read_text())
     slots = Slots(**spec["slots"])
@@ -176,7 +177,7 @@ def _child(spec_path: str, path: str) -> None:
     cp = be.cp
     cp.cuda.set_allocator(None)  # one cudaMalloc per array: the sanitizer knows each array's end
     cp.cuda.set_pinned_memory_allocator(None)
-    kernel = be.compile(source, slots, options=(*OPTIONS, LINE_INFO))
+    kernel = be.compile(source, slots, options=(*NVRTC_OPTIONS, LINE_INFO))
     # KL above, below and inside the band for target 0.02, so every branch runs
     kl = np.array([0.5, 0.5, 0.001, 0.001, 0.02, 0.05, 0.007, 0.5], dtype=np.float32)
     n_runs = 4
