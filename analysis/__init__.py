@@ -1,1 +1,2 @@
-"""Pure measurement over trajectories, the spec model, the gate, the plots and the report."""
+"""Judging, presenting and the command lines: verdicts from evidence (judge), the report and its figures
+(present), and every command (cli; ``python -m analysis COMMAND``)."""

@@ -25,7 +25,7 @@ from analysis.cli import policy
 from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.backends import NAMES, get_backend
-from repro.core.contract import load
+from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
@@ -75,7 +75,7 @@ def _error_dict(args, error: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     start = time.perf_counter()
-    contract_file = "kernels/contracts.toml"
+    contract_file = shown(CONTRACTS)
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)

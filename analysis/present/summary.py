@@ -135,7 +135,7 @@ def _differences(report: Report, numbers: Numbers) -> list[str]:
     if f is not None:
         out.append(f"- The commit message says *\"{original['steps_to_floor'].doc}\"*. Measured on the "
                    f"reconstruction: {render.measured(f)} — the {int(original['steps_to_floor'].value)} steps bring λ "
-                   f"to ≈ 0.001, the clamp lands one step later (closed form: {render.predicted(f)}).")
+                   f"to ≈ {original['floor'].value:g}, the clamp lands one step later (closed form: {render.predicted(f)}).")
     for n in CONTROLLERS:
         for bad in v[n].failed:
             out.append(f"- **{n}: {bad.key} fails**: documented {render.documented(bad)}, measured "

@@ -52,7 +52,7 @@ class Rule:
     decay_op: str = "mul"
     bounds: str = "clamp"  # or clip_by_value: every branch clipped to [floor, ceiling], NaN passing (TF-Agents)
     guarded: bool = True  # KL, target or λ ≤ 0 leave λ alone
-    overlap: str = "ramp"  # where both tests hold (a negative target): see repro.contract.OVERLAPS
+    overlap: str = "ramp"  # where both tests hold (a negative target): see repro.core.contract.OVERLAPS
     clip: np.float32 | None = None
     n_steps: np.float32 | None = None
     horizon: np.float32 | None = None

@@ -58,7 +58,7 @@ def _run(kernel: CompiledKernel, isv0: np.ndarray, kl: np.ndarray, target: np.nd
 
 
 def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
-                    tolerance: float = 3.0) -> tuple[tuple[int, ...], int | None, int | None]:
+                    tolerance: float) -> tuple[tuple[int, ...], int | None, int | None]:
     """Slots whose perturbation changes λ after one step, and the slots acting as KL and as target.
 
     Every slot but λ's starts at the reference target T (so a kernel reading its inputs

@@ -108,24 +108,13 @@ def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
     return reports
 
 
-def sanitize(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TOOLS, paths: tuple[str, ...] = PATHS,
-             timeout: float = 600) -> list[SanitizerReport]:
-    """Run ``source``'s launch paths under each tool; every report, or [] when all are clean.
-
-    Raises :class:`BackendUnavailable` without the sanitizer or a GPU, and :class:`SuiteError`
-    when a child fails without a report (its last line says why) or runs past ``timeout`` s.
-    """
-    reports, hung = sanitize_all(source, slots, tools, paths, timeout)
-    if hung:
-        tool, path = hung[0]
-        raise SuiteError(f"compute-sanitizer {tool} on the {path} path took over {timeout:g} s")
-    return reports
-
-
 def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TOOLS, paths: tuple[str, ...] = PATHS,
                  timeout: float = 600) -> tuple[list[SanitizerReport], list[tuple[str, str]]]:
-    """:func:`sanitize`, with a child that runs past ``timeout`` s (a hung candidate) killed and listed as
-    ``(tool, path)`` instead of raising: (reports, hung)."""
+    """Run ``source``'s launch paths under each tool: (every report, [] when all are clean; the ``(tool, path)``
+    children that ran past ``timeout`` s, a hung candidate's, killed).
+
+    Raises :class:`BackendUnavailable` without the sanitizer or a GPU, and :class:`SuiteError` when a child
+    fails without a report (its last line says why)."""
     why = sanitizer_unavailable()
     if why:
         raise BackendUnavailable(why)
