@@ -170,7 +170,19 @@ def test_each_row_fails_not_measured_after_a_crash_before_it(contract, crashes_f
     if key == "coverage" and key not in rows:
         pytest.skip("coverage needs gcov, which this machine lacks")
     assert not rows[key].ok and "not_measured" in rows[key].detail, render.message(rows[key], "contracts.toml")
+    assert "see the execution row" in render.message(rows[key], "contracts.toml")
     assert rows["execution"].ok is False
+
+
+def test_a_nonfinite_case_that_did_not_finish_fails_and_points_to_execution(fixed_evidence):
+    """A group cut short (a crash or hang in its last case): the cases that ran are judged, the rest fail as
+    not measured, and the hint points to the execution row rather than to a contract line."""
+    cut = replace(fixed_evidence, nonfinite=fixed_evidence.nonfinite[:-1])
+    row = next(f for f in judge_rows(cut) if f.key == "nonfinite")
+    missing = fixed_evidence.nonfinite[-1].scenario.name
+    assert not row.ok and row.detail["unmeasured"] == [missing] and row.measured == row.documented - 1
+    assert render.hints(row, "contracts.toml") == ["not measured where the candidate crashed or hung: see the "
+                                                    "execution row"]
 
 
 def test_isolation_never_passes_on_zero_runs(crashes_first):

@@ -376,6 +376,7 @@ def nonfinite(ev: Evidence) -> Finding:
     rule = spec.Rule.of(ev.controller)
     table = ev.controller.nonfinite
     seen = {r.scenario.name: classify(r.scenario.lambda0, r.lam[0], rule) for r in ev.nonfinite}
+    unmeasured = [k for k in table if k not in seen]  # a crash or hang in the group kept these from finishing
     seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
     # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
     nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
@@ -387,7 +388,7 @@ def nonfinite(ev: Evidence) -> Finding:
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
     return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised", ok=not wrong, unit="cases",
                    documented=n, predicted=n, measured=n - len(wrong),
-                   detail={"seen": seen, "lambda0": lambda0, "lambda1": lambda1}, where=where,
+                   detail={"seen": seen, "unmeasured": unmeasured, "lambda0": lambda0, "lambda1": lambda1}, where=where,
                    line=ev.controller.nonfinite_line,
                    doc="characterised by measurement and pinned in the contract's [nonfinite] table")
 

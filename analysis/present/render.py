@@ -23,21 +23,21 @@ from repro.core.paths import shown
 
 def documented(f: Finding) -> str:
     """The row's documented value in words (its record says how; "—" where it was not measured)."""
-    if "not_measured" in f.detail:
+    if "not_measured" in f.detail or f.detail.get("unmeasured"):
         return "—"
     record = RECORDS.get(f.key)
     return record.reads.documented(f) if record else value(f.documented, f.unit, "required")
 
 
 def predicted(f: Finding) -> str:
-    if "not_measured" in f.detail:
+    if "not_measured" in f.detail or f.detail.get("unmeasured"):
         return "—"
     record = RECORDS.get(f.key)
     return record.reads.predicted(f) if record else value(f.predicted, f.unit, documented(f))
 
 
 def measured(f: Finding) -> str:
-    if "not_measured" in f.detail:
+    if "not_measured" in f.detail or f.detail.get("unmeasured"):
         return f"not measured: {f.detail['not_measured']}"
     record = RECORDS.get(f.key)
     return record.reads.measured(f) if record else value(f.measured, f.unit, "holds" if f.ok else "violated")
@@ -113,9 +113,8 @@ def hints(f: Finding, contract_file: str) -> list[str]:
         if d.line:
             line += f" — if intended, change {contract_file}:{d.line} ({d.contract_key})"
         out.append(line)
-    unmeasured = "not_measured" in f.detail or any("not measured" in seen for _, seen, _ in
-                                                   (f.where.cases if f.where else ()))
-    if unmeasured:  # a crash or hang kept the evidence from existing: nothing in the contract to change
+    # a crash or hang kept the evidence from existing: nothing in the contract to change
+    if "not_measured" in f.detail or f.detail.get("unmeasured"):
         out.append("not measured where the candidate crashed or hung: see the execution row")
     elif not f.causes and f.line:
         out.append(f"no measured constant differs; if intended, change {contract_file}:{f.line} ({f.doc})")
