@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.bench.modes import MODES
 from repro.core.errors import SuiteError
 
 REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
@@ -141,24 +142,20 @@ def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
     return None if got is None else ("ratio", got)
 
 
-#: The launch paths from Python (mode-name prefixes) set beside the C driver API's launch loop.
-PYTHON_LAUNCHES = ("cupy async", "cuda.bindings async")
-
-
-def _controller_median(df: pd.DataFrame, mode_prefix: str) -> float | None:
-    rows = df[df["mode"].str.startswith(mode_prefix) & (df["kernel"] == "controller")]
+def _controller_median(df: pd.DataFrame, mode: str) -> float | None:
+    rows = df[(df["mode"] == mode) & (df["kernel"] == "controller")]
     return float(rows["median_us"].iloc[0]) if len(rows) else None
 
 
 def launch_costs(df: pd.DataFrame) -> list[tuple[str, float, float, float]]:
-    """Per launch path from Python (:data:`PYTHON_LAUNCHES`) run beside the C driver API's loop: its mode prefix,
+    """Per launch path from Python (a mode with ``python_launch``) run beside the C driver API's loop: its name,
     the controller's median µs per launch on it and on the C loop, and the first over the second (×)."""
-    c_loop = _controller_median(df, "C driver API async")
+    c_loop = next((_controller_median(df, m.name) for m in MODES if m.c_launch), None)
     out = []
-    for prefix in PYTHON_LAUNCHES:
-        other = _controller_median(df, prefix)
+    for m in (m for m in MODES if m.python_launch):
+        other = _controller_median(df, m.name)
         if c_loop and other:
-            out.append((prefix, other, c_loop, other / c_loop))
+            out.append((m.python_launch, other, c_loop, other / c_loop))
     return out
 
 

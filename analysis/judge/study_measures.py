@@ -65,7 +65,16 @@ def collapse_points(result: dict, name: str, at_least: float = NAMED_FRACTION) -
 
 def pair(block: dict) -> dict | None:
     """Second study: one task's paired tests of the original against the fixed kernel (None: not made)."""
-    return next((p for p in block["pairs"] if p["kind"] == "original vs fixed"), None)
+    return next((p for p in block["pairs"] if (p["a"], p["b"]) == ("original", "fixed")), None)
+
+
+def fix_tests(block: dict, crit: str, j: int) -> tuple[list[tuple[dict, str]], list[tuple[dict, str]]]:
+    """Second study: one task's paired tests under ``crit`` over regime ``j``, ``[(test, fix)]`` for each fix
+    alone against none (the original its ``a``) and for each fix removed from all four (the fixed its ``b``)."""
+    fixes = [p for p in block["pairs"] if "fix" in p]
+    alone = [(p[crit]["per_regime"][j], p["fix"]) for p in fixes if p["a"] == "original"]
+    removed = [(p[crit]["per_regime"][j], p["fix"]) for p in fixes if p["b"] == "fixed"]
+    return alone, removed
 
 
 def largest_gap(result: dict) -> tuple | None:

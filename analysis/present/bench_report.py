@@ -18,6 +18,7 @@ import pandas as pd
 
 from analysis.judge import bench_verdict
 from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, beyond_goal
+from repro.bench.modes import MODES
 
 
 def _us(x: float) -> str:
@@ -84,10 +85,10 @@ def _notes(df: pd.DataFrame) -> list[str]:
     """Sentences read from the data: launch paths against the C floor (:func:`analysis.judge.bench_verdict.launch_costs`),
     the graph step, throughput."""
     out = []
-    for prefix, other, c_floor, times in bench_verdict.launch_costs(df):
+    for path, other, c_floor, times in bench_verdict.launch_costs(df):
         out.append(f"- Launching the controller from Python costs {times:.1f}× the C loop's launch "
-                   f"({prefix.split()[0]}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
-    step = df[df["mode"].str.startswith("graph of")]
+                   f"({path}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
+    step = df[df["mode"].isin([m.name for m in MODES if m.step_node])]
     if len(step):
         parts = step.set_index("kernel")
         line = (f"- In a training step graphed as {int(parts['nodes'].iloc[0])} small kernels "

@@ -228,14 +228,14 @@ def fixes_table(result: dict, crit: str) -> list[str]:
     out = []
     for env, block in result["envs"].items():
         ctrl = block["controllers"]
-        rows = [p for p in block["pairs"] if p["kind"] != "original vs fixed"]
+        rows = [p for p in block["pairs"] if "fix" in p]  # each fix alone vs none, each removed vs all
         if not rows:
             continue
         out += [f"*{env}, {crit} criterion* (variant's fraction; discordant runs a-only / b-only; McNemar p):", "",
                 "| pair | " + " | ".join(_regime_name(r) for r in block["regimes"]) + " |",
                 "|---|" + "---|" * len(block["regimes"])]
         for p in rows:
-            variant = p["b"] if p["kind"].endswith("vs none") else p["a"]
+            variant = p["b"] if p["a"] == "original" else p["a"]  # the fix alone (b), or all but it (a)
             cells = [f"{_pct(ctrl[variant][crit]['per_regime'][j]['fraction'])}; {m['only_a']}/{m['only_b']}; "
                      f"{_p(m['p'])}" for j, m in enumerate(p[crit]["per_regime"])]
             out.append(f"| {p['kind']} | " + " | ".join(cells) + " |")
@@ -272,8 +272,7 @@ def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
             m = pair[crit]["per_regime"][j]
             if not sm.a_more(m):
                 continue
-            alone = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].endswith("alone vs none")]
-            removed = [(p[crit]["per_regime"][j], p["fix"]) for p in block["pairs"] if p["kind"].startswith("all but")]
+            alone, removed = sm.fix_tests(block, crit, j)
             protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if sm.a_more(x)]
             needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if sm.a_more(x)]
             out.append(f"- {env}, KL on the {_regime_name(r)}: original vs fixed {m['only_a']}/{m['only_b']} "

@@ -544,6 +544,11 @@ class Mode:
     needs: str  # "host", "cupy", "native" (C compiler + libcuda) or "bindings" (cuda.bindings)
     rounds: int
     measure: Callable[[Mode, Rig, str, int], Timed]  # set up one kernel (rounds: for programs that time their own)
+    # Its part in the report's notes: a launch path from Python (named so there) set beside the C loop's launch,
+    # the C loop itself, or the training step's one more graph node.
+    python_launch: str = ""
+    c_launch: bool = False
+    step_node: bool = False
 
     @property
     def slug(self) -> str:
@@ -556,17 +561,17 @@ MODES = (
          "host", 100, host_call),
     Mode("cupy async launch", WALL_PY, "host",
          f"Python enqueueing one (1,),(1,) launch through CuPy: {ASYNC_LAUNCHES} launches, one synchronise", "cupy",
-         30, cupy_async),
+         30, cupy_async, python_launch="cupy"),
     Mode("cupy launch + sync", WALL_PY, "host", "one CuPy launch and a stream synchronise: a loop that waits for λ",
          "cupy", 40, cupy_sync),
     Mode("C driver API async launch", WALL_C, "host",
          f"cuLaunchKernel of the same CUBIN from a C loop: {ASYNC_LAUNCHES} launches, one synchronise", "native", 30,
-         c_async),
+         c_async, c_launch=True),
     Mode("C driver API launch + sync", WALL_C, "host", "cuLaunchKernel and cuStreamSynchronize from a C loop",
          "native", 30, c_sync),
     Mode("cuda.bindings async launch", WALL_PY, "host",
          f"cuLaunchKernel of the same CUBIN through cuda.bindings from Python: {ASYNC_LAUNCHES} launches", "bindings",
-         30, bindings_async),
+         30, bindings_async, python_launch="cuda.bindings"),
     Mode("CUDA events around enqueued launches", EVENTS, "host",
          f"events around {EVENT_LAUNCHES} CuPy launches; the GPU waits for Python, so the host sets it", "cupy", 15,
          cupy_events),
@@ -579,7 +584,7 @@ MODES = (
     Mode(f"graph of {STEP_NODES} kernels: controller node", EVENTS, "device",
          f"what one more node adds to a training step graphed as {STEP_NODES} small kernels "
          f"(steps with {STEP_EXTRA} more nodes minus steps without, interleaved in each round, / {STEP_EXTRA})", "cupy",
-         60, graph_step),
+         60, graph_step, step_node=True),
     Mode("looped harness, one scenario", EVENTS, "device",
          "the controller inlined in a loop, one thread, 100k steps; µs per step", "cupy", 10, looped_one),
     Mode("looped harness, 1M scenarios", EVENTS, "device",
