@@ -123,8 +123,9 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         where = {"first": "run here", "second": "run here"}
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
-    return Report(evidence, verdicts, cross, traj, noise, recovery, report_measures.bad_input_outcomes(evidence), loops,
-                  ablation, robustness, header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
+    return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
+                  outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
+                  robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
                   measures=measures)
 
 

@@ -43,48 +43,57 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
         if slot != doc_slot:
             # A moved input is a contract edit (the slot line); an input no slot acts as is not.
             line = 0 if slot is None else contract.slot_lines.get(key, 0)
-            out.append(Difference("slot", role, doc_slot, slot, "slot", key, line,
+            out.append(Difference(kind="slot", name=role, documented=doc_slot, measured=slot, unit="slot", contract_key=key,
+                                  line=line,
                                   note="no slot acts as it" if slot is None else ""))
     extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
     if extra:
-        out.append(Difference("slot", "reads", None, ",".join(map(str, extra)), "slot", "", 0,
+        out.append(Difference(kind="slot", name="reads", documented=None, measured=",".join(map(str, extra)), unit="slot",
+                              contract_key="", line=0,
                               note="λ depends on these slots too"))
     if b.writes:
-        out.append(Difference("slot", "writes", s.lambda_, ",".join(map(str, b.writes)), "slot", "lambda",
-                              0, note="the contract lets a controller write λ's slot only"))
+        out.append(Difference(kind="slot", name="writes", documented=s.lambda_, measured=",".join(map(str, b.writes)),
+                              unit="slot", contract_key="lambda",
+                              line=0, note="the contract lets a controller write λ's slot only"))
     for name in ("floor", "ceiling", "ramp", "decay"):
         measured, doc = getattr(b, name), ctrl[name]
         if measured is None:
             if b.kl_slot is not None and b.target_slot is not None:
-                out.append(Difference("constant", name, doc.value, None, _unit(name), name, doc.line,
+                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=_unit(name),
+                                      contract_key=name, line=doc.line,
                                       note="never settles" if name in ("floor", "ceiling") else "not measurable"))
             continue
         agrees = same(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
         exact = getattr(b, f"{name}_exact", True)
         if not agrees:
-            out.append(Difference("constant", name, doc.value, measured, _unit(name), name, doc.line,
+            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=_unit(name),
+                                  contract_key=name, line=doc.line,
                                   note="" if exact else "approximate: no float32 factor reproduces every step"))
     tol = ctrl["tolerance"]
     for name, edge in (("upper", b.upper), ("lower", b.lower)):
         if edge is None:
             if b.kl_slot is not None and b.target_slot is not None:
-                out.append(Difference("edge", name, tol.value, None, "×target", "tolerance", tol.line,
+                out.append(Difference(kind="edge", name=name, documented=tol.value, measured=None, unit="×target",
+                                      contract_key="tolerance", line=tol.line,
                                       note="no factor of the target reproduces the onsets"))
             continue
         if not same(edge.factor, tol.value):
-            out.append(Difference("constant", name, tol.value, edge.factor, "×target", "tolerance", tol.line,
+            out.append(Difference(kind="constant", name=name, documented=tol.value, measured=edge.factor, unit="×target",
+                                  contract_key="tolerance", line=tol.line,
                                   note="inclusive" if edge.inclusive else ""))
         elif edge.inclusive:
             # The edge value belongs to the band in the contract (strict comparisons): not a contract edit.
-            out.append(Difference("edge", name, "strict", "inclusive", "", "", 0,
+            out.append(Difference(kind="edge", name=name, documented="strict", measured="inclusive", unit="", contract_key="",
+                                  line=0,
                                   note="the documented rule compares strictly (> / <)"))
     if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
         return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
     out += _nonfinite(findings, b)
     guards = next((f for f in findings if f.key == "guards"), None)
     if guards is not None and not guards.ok:
-        out.append(Difference("guard", "guard", "unchanged", ",".join(guards.detail.get("broken", [])[:3]), "", "",
-                              0, note="λ moves where the guard must leave it"))
+        broken = ",".join(guards.detail.get("broken", [])[:3])
+        out.append(Difference(kind="guard", name="guard", documented="unchanged", measured=broken, unit="", contract_key="",
+                              line=0, note="λ moves where the guard must leave it"))
     return out
 
 
@@ -121,7 +130,8 @@ def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
             note = f"λ {seen} where the documented comparisons with NaN/inf are false and leave λ unchanged"
         else:
             note = f"λ {seen} where the contract pins {pinned}"
-        out.append(Difference("nonfinite", case, pinned, seen, "", "nonfinite", row.line, note=note))
+        out.append(Difference(kind="nonfinite", name=case, documented=pinned, measured=seen, unit="", contract_key="nonfinite",
+                              line=row.line, note=note))
     return out
 
 
@@ -227,7 +237,7 @@ def stray_write_causes(f: Finding, text: str) -> list[Difference]:
     line = next((i for slot in written for i, code in enumerate(lines, 1)
                  if re.search(rf"\[\s*{slot}\s*\]", code)), 0)
     listed = ", ".join(map(str, written))
-    return [Difference("slot", "writes", f.detail["lambda_slot"], listed, source_line=line)]
+    return [Difference(kind="slot", name="writes", documented=f.detail["lambda_slot"], measured=listed, source_line=line)]
 
 
 def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding],

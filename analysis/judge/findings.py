@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Where:
     """Where a failure first shows.
 
@@ -31,7 +31,7 @@ class Where:
     cases: tuple[tuple[str, str, str], ...] = ()  # (case, seen, pinned) for the non-finite table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Difference:
     """One way the candidate's measured behaviour differs from its contract (from ``analysis.judge.diagnosis``).
 

@@ -23,5 +23,6 @@ def memory_findings(reports: list[SanitizerReport], tools: tuple[str, ...] = TOO
                       "detail": r.detail}
             rows.append(Finding(key=tool, title=f"compute-sanitizer {tool}", ok=False, unit="errors", documented=0,
                                 predicted=0, measured=len(mine), detail=detail,
-                                where=Where(f"{r.location}, {r.path} path", "sanitizer"), line=0, doc=_TITLE[tool]))
+                                where=Where(scenario=f"{r.location}, {r.path} path",
+                                            event="sanitizer"), line=0, doc=_TITLE[tool]))
     return rows

@@ -65,8 +65,8 @@ def reached_and_held(lam: np.ndarray, bound: np.float32) -> tuple[int | None, bo
 def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Where:
     """Where in run ``r`` (1-based ``step``) something shows, with the inputs fed at that step."""
     sc = r.scenario
-    return Where(sc.name, event, step, _f(r.lam[step - 1]), _f(expected), reference,
-                 _f(sc.kl[step - 1]), _f(sc.target[step - 1]))
+    return Where(scenario=sc.name, event=event, step=step, lam=_f(r.lam[step - 1]), expected=_f(expected), reference=reference,
+                 kl=_f(sc.kl[step - 1]), target=_f(sc.target[step - 1]))
 
 
 def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Finding:
@@ -86,7 +86,8 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Findi
         held[name] = step if stays else None
         if not stays and where is None:
             r = ev.run(name)
-            where = Where(name, "never_settles", r.scenario.steps, _f(r.lam[-1]), _f(bound), "contract")
+            where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_f(r.lam[-1]), expected=_f(bound),
+                          reference="contract")
     ok = where is None and extreme == bound
     return Finding(key=key, title=f"{key} (never crossed, reached and held)", ok=ok, unit="λ", documented=doc.value,
                    predicted=bound, measured=extreme,
@@ -142,7 +143,7 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     title = f"{key} rate (× per step, rtol {rtol:g})"
     if ratios.size == 0:
         return Finding(key=key, title=title, ok=False, unit="×/step", documented=factor, predicted=factor, measured=None,
-                       detail=detail, where=Where(scenario, "no_free_step"), line=line, doc=doc)
+                       detail=detail, where=Where(scenario=scenario, event="no_free_step"), line=line, doc=doc)
     median = float(np.median(ratios))
     worst_at = int(np.argmax(np.abs(ratios - factor)))
     worst = ratios[worst_at]
@@ -184,7 +185,8 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, pr
     where = None
     if bad:
         r, c = ev.run(bad[0]), counts[bad[0]]
-        where = Where(bad[0], "count", c, _f(r.lam[c - 1] if c is not None else r.lam[-1]), _f(r.scenario.lambda0), "λ0")
+        where = Where(scenario=bad[0], event="count", step=c, lam=_f(r.lam[c - 1] if c is not None else r.lam[-1]),
+                      expected=_f(r.scenario.lambda0), reference="λ0")
     lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
     return Finding(key=key, title=title, ok=not bad, unit="steps", documented=documented, predicted=predicted,
                    measured=next(iter(counts.values())),
@@ -211,7 +213,8 @@ def steps_to_floor(ev: Evidence) -> Finding:
     ok = step is not None and doc.accepts(step)
     predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
     before = _f(r.lam[step - 2]) if step and step > 1 else None
-    where = None if ok else Where("aligned", "count", step, before, _f(ctrl.value("floor")), "floor")
+    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(ctrl.value("floor")),
+                                  reference="floor")
     return Finding(key="steps_to_floor", title="steps from seed λ to the floor (the collapse)", ok=ok, unit="steps",
                    documented=doc.value, predicted=predicted, measured=step,
                    detail={"floor": ctrl.value("floor"), "lambda_before": before,
@@ -263,8 +266,8 @@ def _onset(ev: Evidence, which: str) -> Finding:
     where = None
     if not ok:
         i = bad[0]
-        where = Where(f"onset probe, target {float(ev.probe_targets[i]):.8g}", "onset", None, None,
-                      _f(expected[i]), "contract", _f(found[i]), _f(ev.probe_targets[i]))
+        where = Where(scenario=f"onset probe, target {float(ev.probe_targets[i]):.8g}", event="onset", step=None, lam=None,
+                      expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
@@ -315,7 +318,8 @@ def isolation(ev: Evidence) -> Finding:
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
     outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
     first = outside or (stray[0] if stray else None)
-    where = Where(first.scenario.name, "stray", slots=tuple(first.stray), expected=ev.isv_len or None) if first else None
+    where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
+                  expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
     return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
@@ -382,7 +386,7 @@ def nonfinite(ev: Evidence) -> Finding:
     nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
     wrong = tuple((k, str(seen.get(k)), table[k]) for k in table
                   if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan))
-    where = Where(wrong[0][0], "cases", cases=wrong) if wrong else None
+    where = Where(scenario=wrong[0][0], event="cases", cases=wrong) if wrong else None
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
@@ -424,7 +428,7 @@ def execution(ev: Evidence) -> Finding:
         detail["not_run_again"] = [f"{group}: {scenario} ({why})" for group, scenario, why in ev.skipped]
     return Finding(key="execution", title="runs every experiment to its end (no crash, no hang)", ok=not faults,
                    unit="faults", documented=0, predicted=0, measured=len(faults), detail=detail,
-                   where=Where(described, "fault") if faults else None, line=0,
+                   where=Where(scenario=described, event="fault") if faults else None, line=0,
                    doc="a controller step is a bounded, memory-safe function of the ISV")
 
 
@@ -444,7 +448,8 @@ def single_thread(ev: Evidence) -> Finding:
     described = "; ".join(f"KL {r}: threadIdx.x {t}, blockIdx.x {b} changed the ISV" for r, (t, b) in others[:3])
     return Finding(key="single_thread", title=f"{title} (blockDim {probe.dims[0]}, gridDim {probe.dims[3]})", ok=not others,
                    unit="other threads left the ISV unchanged", documented=n, predicted=n, measured=quiet,
-                   detail={"acting": [list(c) for _, c in others]}, where=Where(described, "threads") if others else None,
+                   detail={"acting": [list(c) for _, c in others]}, where=Where(scenario=described,
+                                                                                event="threads") if others else None,
                    line=0, doc=doc)
 
 
@@ -453,7 +458,7 @@ def no_atomics(ev: Evidence) -> Finding:
     return Finding(key="no_atomics", title="no atomic instructions in the PTX (atom./red.)", ok=not st.atomics,
                    unit="atomic instructions", documented=0, predicted=0, measured=len(st.atomics),
                    detail={"atomics": list(st.atomics), "nvrtc": st.nvrtc, "arch": st.arch},
-                   where=Where(f"PTX has {', '.join(st.atomics)}", "static") if st.atomics else None, line=0,
+                   where=Where(scenario=f"PTX has {', '.join(st.atomics)}", event="static") if st.atomics else None, line=0,
                    doc="kernel: Per `feedback_no_atomicadd`: single-thread kernel, no atomics.")
 
 
@@ -478,7 +483,7 @@ def coverage(ev: Evidence, required: bool = False) -> Finding:
                    unit="lines and branches", documented=total, predicted=total, measured=cov.lines_hit + cov.branches_hit,
                    detail={"summary": cov.summary(), "required": required, "uncovered_lines": cov.uncovered_lines,
                            "partial_branch_lines": cov.partial_branch_lines},
-                   where=None if cov.complete else Where(cov.missed(), "coverage"), line=0,
+                   where=None if cov.complete else Where(scenario=cov.missed(), event="coverage"), line=0,
                    doc="--require-coverage" if required else "informational")
 
 

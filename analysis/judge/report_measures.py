@@ -22,7 +22,7 @@ from repro.runners.evidence import Evidence
 CONTROLLERS = ("fixed", "original")
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Report:
     evidence: dict[str, Evidence]
     verdicts: dict[str, Verdict]

@@ -21,7 +21,7 @@ from repro.runners.gather import gather
 from repro.runners.inference import Behaviour
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """The gate's result for one kernel under one contract."""
 
@@ -90,7 +90,8 @@ def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract
     # a stray write the inference did not explain: still point at its line
     findings = [replace(f, causes=f.causes or tuple(stray_write_causes(f, source.text))) if f.key == "isolation" else f
                 for f in findings]
-    return Verdict(source, contract_name, backend.name, backend.describe(), findings, evidence, seconds,
+    return Verdict(source=source, contract=contract_name, backend=backend.name, device=backend.describe(), findings=findings,
+                   evidence=evidence, seconds=seconds,
                    notes=list(evidence.notes), differences=differences, behaves_as=behaves)
 
 
