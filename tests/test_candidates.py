@@ -123,7 +123,7 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
     Measured as CPU time of this process and its children (the workers, the compiler), which other
     test workers on the machine do not inflate; best of three (the first may compile).
     """
-    from analysis.judge.verdict import evaluate
+    from analysis.cli.evaluate import evaluate
 
     def cpu_seconds():
         t = os.times()
@@ -139,7 +139,8 @@ def test_gate_time_per_candidate_on_the_cpu(contract, host):
 
 def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
-    from analysis.judge.verdict import evaluate, judge
+    from analysis.cli.evaluate import evaluate
+    from analysis.judge.verdict import judge
     from analysis.present import render
     from repro.runners import coverage
 
@@ -168,7 +169,7 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
     Limits derived from the reference kernel on the GPU, as the gate derives them (a ``--timeout`` in the
     header: at least 5 s there, since a GPU worker also compiles the thread probe's unit on first use).
     """
-    from analysis.judge.verdict import evaluate
+    from analysis.cli.evaluate import evaluate
     from repro.backends import get_backend
 
     spec = header(path)

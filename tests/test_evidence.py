@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis.cli.evaluate import evaluate
 from analysis.judge.properties import RECORDS, judge_rows
-from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource

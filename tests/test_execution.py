@@ -150,7 +150,7 @@ def test_static_rules_see_local_memory_and_atomics(contract):
 
 
 def test_without_nvrtc_the_gate_says_the_static_rules_did_not_run(contract, host, monkeypatch):
-    from analysis.judge.verdict import evaluate
+    from analysis.cli.evaluate import evaluate
     from repro.backends import ptx
 
     monkeypatch.setattr(ptx, "nvrtc_unavailable", lambda: "static checks: NVRTC not available (test)")
@@ -173,7 +173,7 @@ def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
     """Host code run at load time (no NVRTC to refuse it) kills a worker, never the gate."""
     from pathlib import Path
 
-    from analysis.judge.verdict import evaluate
+    from analysis.cli.evaluate import evaluate
 
     path = Path(__file__).parent / "candidates" / "load_time_crash.cu"
     src = KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path))

@@ -17,8 +17,8 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from analysis.cli import gate
+from analysis.cli.evaluate import evaluate
 from analysis.cli.policy import dispatch
-from analysis.judge.verdict import evaluate
 from analysis.present import render
 from repro.core.contract import ROOT
 from repro.core.kernel_source import load_kernel

@@ -101,6 +101,21 @@ def test_measuring_never_imports_judging(graph):
     assert not back, f"repro/ imports analysis/: {back}"
 
 
+#: The modules that compile or run kernels (the gathering and what it drives).
+RUNS_KERNELS = ("repro.runners.gather", "repro.runners.isolation", "repro.runners.campaign", "repro.runners.coverage",
+                "repro.runners.probes", "repro.runners.experiments", "repro.backends.host", "repro.backends.cupy_backend")
+
+
+def test_judging_and_presenting_run_no_kernel(graph):
+    """Judgement and presentation are functions of what was gathered: neither imports the modules that run
+    kernels (the command lines call the gathering, then the judgement: analysis/cli/evaluate.py)."""
+    for name in RUNS_KERNELS:
+        assert name in graph, f"{name} is gone: update RUNS_KERNELS"
+    runs = [(m, t) for m, targets in graph.items() if m.startswith(("analysis.judge", "analysis.present"))
+            for t in targets if t in RUNS_KERNELS]
+    assert not runs, f"judgement or presentation imports a module that runs kernels: {runs}"
+
+
 def test_no_import_cycle(graph):
     # Package __init__ modules re-export their children; the edge parent → child is not a cycle by itself.
     def edges(m):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.cli import gate
-from analysis.judge.verdict import evaluate
+from analysis.cli.evaluate import evaluate
 
 G = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
 

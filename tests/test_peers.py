@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.cli import gate
+from analysis.cli.evaluate import evaluate
 from analysis.judge.properties import applicable
-from analysis.judge.verdict import evaluate
 from repro.core import spec
 from repro.core.contract import load
 from repro.core.errors import SuiteError

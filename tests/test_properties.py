@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.judge.verdict import evaluate
+from analysis.cli.evaluate import evaluate
 from analysis.present import render
 
 _findings: dict = {}

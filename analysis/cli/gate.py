@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.judge.verdict import evaluate
+from analysis.cli.evaluate import evaluate
 from analysis.present import render
 from repro.backends import NAMES, get_backend
 from repro.core.contract import CONTRACTS, load

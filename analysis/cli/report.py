@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.cli import policy
+from analysis.cli.evaluate import evaluate
 from analysis.judge import bench_verdict, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
-from analysis.judge.verdict import evaluate, judge
+from analysis.judge.verdict import judge
 from analysis.present import peers_section, plots, summary
 from repro import toy as closed_loop
 from repro.backends import NAMES, Backend, get_backend

@@ -1,23 +1,20 @@
 """A candidate's verdict: every row judged from the evidence, the diagnosis (pure; no I/O, no printing).
 
-:func:`judge` is a pure function of :class:`repro.runners.evidence.Evidence`; :func:`evaluate` is the
-convenience that gathers the evidence first (:func:`repro.runners.gather.gather`) and then judges it.
+:func:`judge` is a pure function of :class:`repro.runners.evidence.Evidence` (gathering it, and judging what
+was gathered, is :func:`analysis.cli.evaluate.evaluate`'s).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from analysis.judge.diagnosis import applies, behaves_as, diagnose, stray_write_causes
+from analysis.judge.diagnosis import behaves_as, diagnose, stray_write_causes
 from analysis.judge.findings import Difference
 from analysis.judge.properties import Finding, judge_rows
 from repro.backends import Backend
 from repro.core.contract import Contract
 from repro.core.kernel_source import KernelSource
 from repro.runners.evidence import Evidence
-from repro.runners.gather import gather
 from repro.runners.inference import Behaviour
 
 
@@ -93,21 +90,3 @@ def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract
     return Verdict(source=source, contract=contract_name, backend=backend.name, device=backend.describe(), findings=findings,
                    evidence=evidence, seconds=seconds,
                    notes=list(evidence.notes), differences=differences, behaves_as=behaves)
-
-
-def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
-             timeout: float | None = None, static: bool = True, coverage: bool = True,
-             require_coverage: bool = False, sanitize: bool = False, isolate: bool = True,
-             progress: Callable[[str], None] | None = None) -> Verdict:
-    """Gather the evidence on ``source`` (:func:`repro.runners.gather.gather`: compile, isolated runs, coverage,
-    static rules, sanitizer), then :func:`judge` it against ``contract_name``.
-
-    ``timeout``: a fixed limit (s) per experiment group (None: derived from the reference kernel); the other
-    options are :func:`~repro.runners.gather.gather`'s. The inference runs where the diagnosis applies.
-    """
-    controller = contract.controller(contract_name)
-    start = time.perf_counter()
-    evidence = gather(backend, source, contract.slots, controller, timeout=timeout, isolate=isolate, static=static,
-                      coverage=coverage or require_coverage, inference=applies(controller), sanitize=sanitize,
-                      progress=progress)
-    return judge(evidence, source, contract_name, contract, backend, time.perf_counter() - start, require_coverage)
