@@ -21,6 +21,7 @@ from analysis.cli.evaluate import evaluate
 from analysis.cli.policy import dispatch
 from analysis.present import render
 from repro.core.contract import ROOT
+from repro.core.f32 import F32, same
 from repro.core.kernel_source import load_kernel
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
@@ -186,14 +187,15 @@ def test_a_raised_floor_is_blamed_on_the_floor_line_alone(contract, host):
     assert v.failed
     for f in v.failed:
         assert [(d.name, d.line) for d in f.causes] == [("floor", contract_line("floor"))], f.key
-    assert v.behaviour.floor == pytest.approx(0.1) and v.behaviour.ramp == pytest.approx(1.2)
+    # the rule it behaves as, bit for bit: the edited floor, the fixed kernel's ramp
+    assert same(v.behaviour.floor, F32(0.1)) and v.behaviour.ramp_exact and same(v.behaviour.ramp, F32(1.2))
     assert "floor 0.1 (contract 0.05)" in render.behaves_as(v.behaves_as)
 
 
 def test_a_slot_change_is_named_as_a_slot_change(contract, host):
     v = _verdict(contract, host, "#define RL_Q_DISTILL_KL_TARGET_INDEX 491", "#define RL_Q_DISTILL_KL_TARGET_INDEX 490",
                  "slot")
-    assert v.behaviour.target_slot == 490 and v.behaviour.floor == pytest.approx(0.05)
+    assert v.behaviour.target_slot == 490 and same(v.behaviour.floor, F32(0.05))
     slot_line = next(n for n, t in enumerate((ROOT / CONTRACT).read_text().splitlines(), 1) if t.startswith("kl_target"))
     for f in v.failed:
         assert [(d.kind, d.measured, d.line) for d in f.causes] == [("slot", 490, slot_line)], f.key

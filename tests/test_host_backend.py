@@ -3,16 +3,39 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir
 from repro.core import spec
 from repro.core.isv import new_isv
 
 
-def test_ieee_flags():
-    assert "-ffp-contract=off" in FLAGS and not any("fast-math" in f and "no" not in f for f in FLAGS)
+def _fused(flags, folder) -> np.float32:
+    """a·a + c from ``a * a + c`` in C++ built with ``flags`` (the host build's own, give or take): 2^-24 where the
+    compiler fused the two into one FMA, 0 where it rounded a·a first (as CUDA's --fmad=false and the spec do)."""
+    import ctypes
+    import subprocess
+
+    unit, lib = folder / f"fuse{len(flags)}.cpp", folder / f"fuse{len(flags)}.so"
+    unit.write_text('extern "C" float fuse(float a, float c) { return a * a + c; }\n')
+    subprocess.run([HostBackend().cxx, *flags, str(unit), "-o", str(lib)], check=True, capture_output=True)
+    fn = ctypes.CDLL(str(lib)).fuse
+    fn.argtypes, fn.restype = [ctypes.c_float, ctypes.c_float], ctypes.c_float
+    return np.float32(fn(1 + 2.0**-12, -(1 + 2.0**-11)))
+
+
+def test_a_multiply_then_add_is_never_fused_even_for_a_cpu_with_fma(tmp_path):
+    """CUDA's --fmad=false and the spec model round a·a before adding c; the host build must too, even where the
+    compiler may emit FMA instructions (-mfma): the same build without -ffp-contract=off fuses them (checked, so
+    that the probe shows it can tell)."""
+    if "fma" not in Path("/proc/cpuinfo").read_text().split():
+        pytest.skip("this CPU has no FMA instruction: the probe could not run a fused build")
+    assert _fused((*FLAGS, "-mfma"), tmp_path) == 0.0
+    loose = tuple(f for f in FLAGS if f != "-ffp-contract=off")
+    assert _fused((*loose, "-mfma"), tmp_path) == np.float32(2.0**-24)
 
 
 def _seed(folder):
