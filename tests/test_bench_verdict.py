@@ -5,17 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.judge.bench_verdict import (
-    REPEATABILITY,
-    SPREAD_FACTOR,
-    UNGATED_ABOVE,
-    judge,
-    load_baseline,
-    load_run,
-    regressions,
-    thresholds,
-)
+from analysis.judge.bench_verdict import judge, load_baseline, load_run, regressions, thresholds
 from repro.core.errors import SuiteError
+
+# The policy as the README states it (not read from the module under test): a threshold is 3× the baseline's
+# run-to-run spread, never below the 5 % goal; a spread beyond 10 % is reported, not gated.
+GOAL, FACTOR, UNGATED = 0.05, 3, 0.10
 
 
 def _run(device_us: float, host_controller: float, host_empty: float) -> pd.DataFrame:
@@ -28,16 +23,16 @@ def _run(device_us: float, host_controller: float, host_empty: float) -> pd.Data
 
 def test_threshold_is_three_times_the_baseline_spread_never_below_the_goal():
     calm = {c.mode: c for c in thresholds(_run(0.800, 10.0, 9.8), _run(0.804, 10.0, 9.8))}
-    assert calm["graph replay: controller"].threshold == REPEATABILITY
+    assert calm["graph replay: controller"].threshold == pytest.approx(GOAL)
     assert calm["cupy launch + sync"].metric == "ratio"
     moved = {c.mode: c for c in thresholds(_run(0.800, 10.0, 9.8), _run(0.864, 10.0, 9.8))}
     spread = 0.864 / 0.800 - 1
-    assert moved["graph replay: controller"].threshold == pytest.approx(SPREAD_FACTOR * spread)
+    assert moved["graph replay: controller"].threshold == pytest.approx(FACTOR * spread)
 
 
 def test_a_number_that_does_not_reproduce_is_reported_not_gated():
     (host,) = [c for c in thresholds(_run(0.8, 10.0, 9.8), _run(0.8, 13.0, 9.8)) if c.metric == "ratio"]
-    assert host.spread > UNGATED_ABOVE and not host.gated and "does not reproduce" in host.reason
+    assert host.spread > UNGATED and not host.gated and "does not reproduce" in host.reason
     assert not host.regressed
 
 
@@ -52,7 +47,7 @@ def test_host_modes_are_judged_on_the_ratio_so_a_slower_host_passes():
 
 def test_only_a_slower_device_median_beyond_the_threshold_fails():
     base = (_run(0.8, 10.0, 9.8), _run(0.8, 10.0, 9.8))
-    assert not regressions(judge(_run(0.8 * (1 + REPEATABILITY) * 0.999, 10.0, 9.8), *base))
+    assert not regressions(judge(_run(0.8 * (1 + GOAL) * 0.999, 10.0, 9.8), *base))
     assert not regressions(judge(_run(0.4, 10.0, 9.8), *base))  # faster is fine
     (line,) = regressions(judge(_run(1.8, 10.0, 9.8), *base))
     assert "graph replay: controller" in line and "+125.0%" in line
@@ -62,7 +57,7 @@ def test_more_runs_widen_the_spread_to_largest_over_smallest():
     runs = [_run(0.80, 10.0, 9.8), _run(0.81, 10.0, 9.8), _run(0.86, 10.0, 9.8)]
     (device,) = [c for c in thresholds(*runs) if c.metric == "median"]
     assert device.spread == pytest.approx(0.86 / 0.80 - 1)
-    assert device.threshold == pytest.approx(SPREAD_FACTOR * device.spread)
+    assert device.threshold == pytest.approx(FACTOR * device.spread)
     assert device.base == pytest.approx((0.80 + 0.81 + 0.86) / 3)
 
 
