@@ -113,7 +113,7 @@ def test_second_study_section_reads_its_data(made):
             e = block["controllers"]["original"]["minimum"]["per_regime"][j]
             row = next(line for line in text.splitlines()
                        if line.startswith(f"| {env} | {study_section._regime_name(r)} | minimum | "))
-            assert row.split(" | ")[3] == study_section._ci(e)
+            assert row.split(" | ")[3] == f"{e['fraction']:.1%} [{e['ci_low']:.1%}, {e['ci_high']:.1%}]"
     assert "- second learning-loop study: run here (backend host, reduced)" in text
 
 

@@ -48,7 +48,6 @@ from repro.learning.prereg import (
     merge,
     parse_seeds,
     run,
-    table,
 )
 
 #: Where the committed results live (written only by the study as pre-registered).
@@ -108,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
                 f"({time.perf_counter() - start:.0f} s so far)")
     result = merge(parts)
-    frame = table(result)
-    for r in frame.itertuples():
-        print(f"{r.env:16s} {r.controller:28s} collapse {r.collapse_fraction:6.1%} [{r.ci_low:.3f}, {r.ci_high:.3f}]  "
-              f"min<thr {r.deep_collapse_fraction:6.1%} [{r.deep_ci_low:.3f}, {r.deep_ci_high:.3f}]  "
-              f"diverged {r.diverged_fraction:6.1%}  ({r.runs} runs)")
+    for env, block in result["envs"].items():
+        for name, e in block["controllers"].items():
+            print(f"{env:16s} {name:28s} collapse {e['collapse_fraction']:6.1%} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]  "
+                  f"min<thr {e['deep_collapse_fraction']:6.1%} [{e['deep_ci_low']:.3f}, {e['deep_ci_high']:.3f}]  "
+                  f"diverged {e['diverged_fraction']:6.1%}  ({e['runs']} runs)")
     if args.json:
         write_text(args.json, json.dumps(result, indent=1))
     figures = _draw(result, {args.plot: "overview", args.grid_plot: "grid_heatmap"})

@@ -28,6 +28,13 @@ def b_more(m: dict) -> bool:
     return significant(m) and m["only_b"] > m["only_a"]
 
 
+def final_agreement(e: dict) -> float:
+    """First study, one controller's entry for one task: the median over grid points of its final mean agreement
+    (the grid points where it is defined; NaN where none is: every run diverged)."""
+    kept = [v for v in e["final_agree_mean_per_grid_point"] if v is not None and np.isfinite(v)]
+    return float(np.median(kept)) if kept else float("nan")
+
+
 def wide_brackets(result: dict) -> tuple[int, int]:
     """Either study: the grid points whose constant-λ bracket is wide enough, and the grid points with a bracket."""
     rows = [r for block in result["envs"].values() for r in block["brackets"] or []]

@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from analysis.judge import study_measures as sm
-from repro.learning.prereg import defined_median
 
 #: Figures of the section: file name -> caption.
 FIGURES = {
@@ -36,7 +35,7 @@ def collapse_table(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():
-            median = defined_median(e["final_agree_mean_per_grid_point"])
+            median = sm.final_agreement(e)
             final = "— (diverged)" if math.isnan(median) else f"{median:.3f}"
             lines.append(f"| {env} | {name} | {e['runs']} | {_pct(e['collapse_fraction'])} [{_pct(e['ci_low'])}, "
                          f"{_pct(e['ci_high'])}] | {e['persisting']} / {e['recovered']} | "

@@ -264,28 +264,6 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     return result
 
 
-def defined_median(values: list) -> float:
-    """Median of the defined values (NaN when none is)."""
-    kept = [v for v in values if v is not None and np.isfinite(v)]
-    return float(np.median(kept)) if kept else float("nan")
-
-
-def table(result: dict):
-    """One row per environment × controller: the collapse fractions with their intervals (a DataFrame)."""
-    import pandas as pd
-
-    rows = []
-    for env, block in result["envs"].items():
-        for name, e in block["controllers"].items():
-            rows.append({"env": env, "controller": name, "runs": e["runs"],
-                         **{k: e.get(k, np.nan) for k in ("collapse_fraction", "ci_low", "ci_high", "persisting",
-                                                         "recovered", "deep_collapse_fraction", "deep_ci_low",
-                                                         "deep_ci_high", "deep_persisting", "deep_recovered",
-                                                         "diverged_fraction", "lambda_zero_fraction")},
-                         "final_agree_mean_median": defined_median(e["final_agree_mean_per_grid_point"])})
-    return pd.DataFrame(rows)
-
-
 #: The reduced study (CI and the report's quick section): fewer steps, seeds and grid points, same parameters.
 REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:8", "steps": 6000,
            "controllers": ("fixed", "original", "const:0.001", "const:1"),
