@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.judge.bench_verdict import judge
+from analysis.judge.bench_verdict import judge_run
 from repro import bench
 from repro.bench import native
 from repro.bench.timing import advance, round_clock
@@ -116,10 +116,10 @@ def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
     gpu = bench.gpu_info()
     slow = run(bench.slowed(bench.sources(contract)["controller"], 1000, gpu["sm_clock_khz"]))
     said = "; ".join(f"{c.mode}: base {c.base:.4g}, spread {c.spread:.1%}, again {c.now:.4g}"
-                     for c in judge(again, first, second))
-    assert not [c.mode for c in judge(again, first, second) if c.regressed], said
-    flagged = {c.mode for c in judge(slow, first, second) if c.regressed}
-    gated = {c.mode for c in judge(slow, first, second) if c.gated}
+                     for c in judge_run(again, first, second))
+    assert not [c.mode for c in judge_run(again, first, second) if c.regressed], said
+    flagged = {c.mode for c in judge_run(slow, first, second) if c.regressed}
+    gated = {c.mode for c in judge_run(slow, first, second) if c.gated}
     assert flagged == gated and {"graph replay: controller", f"graph of {bench.modes.STEP_NODES} kernels: controller node"} \
         <= flagged, said
 

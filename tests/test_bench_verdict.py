@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.judge.bench_verdict import judge, load_baseline, load_run, regressions, thresholds
+from analysis.judge.bench_verdict import judge_run, load_baseline, load_run, regressions, thresholds
 from repro.core.errors import SuiteError
 
 # The policy as the README states it (not read from the module under test): a threshold is 3× the baseline's
@@ -38,18 +38,18 @@ def test_a_number_that_does_not_reproduce_is_reported_not_gated():
 
 def test_host_modes_are_judged_on_the_ratio_so_a_slower_host_passes():
     base = (_run(0.8, 10.0, 9.8), _run(0.8, 10.1, 9.9))
-    slower_host = judge(_run(0.8, 20.0, 19.6), *base)  # everything on the host twice as slow, ratio unchanged
+    slower_host = judge_run(_run(0.8, 20.0, 19.6), *base)  # everything on the host twice as slow, ratio unchanged
     assert not regressions(slower_host)
-    slower_controller = judge(_run(0.8, 11.0, 9.8), *base)  # the controller alone 10 % slower
+    slower_controller = judge_run(_run(0.8, 11.0, 9.8), *base)  # the controller alone 10 % slower
     (line,) = regressions(slower_controller)
     assert line.startswith("REGRESSED cupy launch + sync:")
 
 
 def test_only_a_slower_device_median_beyond_the_threshold_fails():
     base = (_run(0.8, 10.0, 9.8), _run(0.8, 10.0, 9.8))
-    assert not regressions(judge(_run(0.8 * (1 + GOAL) * 0.999, 10.0, 9.8), *base))
-    assert not regressions(judge(_run(0.4, 10.0, 9.8), *base))  # faster is fine
-    (line,) = regressions(judge(_run(1.8, 10.0, 9.8), *base))
+    assert not regressions(judge_run(_run(0.8 * (1 + GOAL) * 0.999, 10.0, 9.8), *base))
+    assert not regressions(judge_run(_run(0.4, 10.0, 9.8), *base))  # faster is fine
+    (line,) = regressions(judge_run(_run(1.8, 10.0, 9.8), *base))
     assert "graph replay: controller" in line and "+125.0%" in line
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from analysis.cli.toy import main
 from repro import toy as closed_loop
+from repro.core.grid import combinations
 from repro.toy import COLLAPSE, Toy, run_toy
 
 SMALL_GRID = {"actor_lr": (0.5,), "kl_ema_rate": (0.01,), "kl_target": (1.0,)}
@@ -79,7 +80,7 @@ def test_reduced_ablation(contract, backend):
     # the all-four variant is the fixed kernel's behaviour (same constants), run for run
     all_four = table[table.variant == "fixed (all four)"].iloc[0]
     direct = run_toy(backend, [subject(backend, contract, "fixed")], Toy(steps=400), seeds=4,
-                      grid=closed_loop.grid_points(SMALL_GRID))[0]
+                      grid=combinations(SMALL_GRID))[0]
     assert all_four.collapse_fraction == direct.collapsed.mean()
     assert all_four.median_log10_q_pi_agree_min == np.median(direct.log10_q_pi_agree_min)
 

@@ -176,9 +176,14 @@ def test_constant_kernel_holds_lambda(backend):
     assert np.array_equal(lam.view(np.uint32), np.tile(lam0, (300, 1)).view(np.uint32))
 
 
-def test_controller_names(host):
+def test_controller_names(host, contract):
     names = controllers.expand(["fixed", "ablation", "fixed"])
     assert names[0] == "fixed" and len(names) == 15 and len(set(names)) == 15
+    # the groups the pre-registrations write: 4 fixes alone, 4 with one removed, the contract's entries
+    fixes = controllers.expand(["single_fixes", "fixes_removed"])
+    assert len(fixes) == 8 and set(fixes) <= set(names)
+    peers = controllers.expand(["peers"])
+    assert set(peers) == set(contract.peers()) and controllers.expand(["contract"]) == sorted(contract.controllers)
     assert controllers.group(host, "ablation:seed").seed_lambda == load().controller("fixed").value("seed_lambda")
     for bad in ("nope", "const:x", "const:1e-40", "const:-0.5", "ablation:speed"):
         with pytest.raises(SuiteError):

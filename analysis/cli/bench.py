@@ -37,7 +37,7 @@ from analysis.cli import policy
 from analysis.judge.bench_verdict import (
     REFERENCE,
     baseline_runs,
-    judge,
+    judge_run,
     load_baseline,
     load_run,
     regressions,
@@ -213,7 +213,7 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         print(text)
         print(f"bench: no baseline for this machine ({shown(folder)}); record one with --record")
     else:
-        checks = judge(df, *(r.df for r in old))
+        checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines
         title = f"Launch-overhead benchmark against the baseline {shown(folder)} {label}".strip()
         text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=skipped,

@@ -42,8 +42,7 @@ from repro.learning.prereg import (
     MAX_SEEDS,
     MAX_STEPS,
     PREREGISTERED,
-    controller_names,
-    grid_points,
+    grid_columns,
     load_prereg,
     merge,
     parse_seeds,
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds or prereg.seeds)
     _check_outputs(args, [("pre-registration", args.prereg)], _as_preregistered(args))
     backend = get_backend(args.backend)
-    names = controller_names(names)
+    names = ctl.expand(names)
     for env in envs:  # every environment and controller checked before the first run: no work lost to a typo
         make(env, L.default_max_episode_steps)
     contract = load()
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     # One run per environment × controller, merged (merge() equals the joint study: tests/test_study.py),
     # so that progress shows from the start and after each block.
     parts, blocks, n = [], len(envs) * len(names), 0
-    runs = len(seeds) * len(grid_points(prereg.grid)["pi_view"])
+    runs = len(seeds) * len(grid_columns(prereg.grid)["pi_view"])
     for env in envs:
         for name in names:
             n += 1

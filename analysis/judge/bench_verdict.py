@@ -183,7 +183,7 @@ def thresholds(*baseline: pd.DataFrame) -> list[ModeCheck]:
     return checks
 
 
-def judge(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
+def judge_run(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
     """Each baseline mode's check, with the run's judged number filled in (modes the run lacks stay empty)."""
     out = []
     for check in thresholds(*baseline):

@@ -5,7 +5,7 @@ empty-kernel twin, their ratio, the controller − empty difference of the
 interleaved rounds with its 95 % confidence interval, the rounds, the clock that timed it and what
 sets its time. Handed a second, back-to-back run's changes (:func:`analysis.judge.bench_verdict.run_to_run`),
 each median's change between the runs is shown against the 5 % repeatability goal; handed the gate's checks
-(:func:`analysis.judge.bench_verdict.thresholds` or ``judge``), the gate each mode gets. Nothing is judged
+(:func:`analysis.judge.bench_verdict.thresholds` or ``judge_run``), the gate each mode gets. Nothing is judged
 here. A second table says what each mode measures.
 """
 

@@ -87,9 +87,23 @@ def canonical(name: str) -> str:
     return name
 
 
+def _group_names(name: str) -> list[str]:
+    """A name that stands for several controllers, as the studies' pre-registrations write them (else itself):
+    ``ablation`` every variant, ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract``
+    every contract entry, ``peers`` the entries other than fixed and original."""
+    if name == "ablation":
+        return ablation_names()
+    if name == "single_fixes":
+        return [f"ablation:{f}" for f in FACTORS]
+    if name == "fixes_removed":
+        return ["ablation:" + "+".join(g for g in FACTORS if g != f) for f in FACTORS]
+    if name in ("contract", "peers"):
+        entries = sorted(load().controllers)
+        return entries if name == "contract" else [e for e in entries if e not in ("fixed", "original")]
+    return [name]
+
+
 def expand(names: list[str]) -> list[str]:
-    """Names with ``ablation`` expanded to every variant, spelled canonically, duplicates dropped (order kept)."""
-    out = []
-    for n in names:
-        out += ablation_names() if n == "ablation" else [canonical(n)]
-    return list(dict.fromkeys(out))
+    """Names with each group (:func:`_group_names`) expanded, spelled canonically, duplicates dropped (order
+    kept)."""
+    return list(dict.fromkeys(canonical(n) for name in names for n in _group_names(name)))

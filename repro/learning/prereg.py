@@ -22,6 +22,7 @@ import numpy as np
 from repro.backends.base import LEARN_OUTPUTS
 from repro.core.contract import load
 from repro.core.errors import SuiteError
+from repro.core.grid import combinations
 from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
 from repro.learning.agent import Learning, Traces, run_loop
@@ -80,6 +81,11 @@ def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
     return read_prereg(path, build)
 
 
+def grid_columns(grid: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """The first study's grid points as arrays by axis (:data:`GRID_AXES` order)."""
+    return combinations({k: grid[k] for k in GRID_AXES})
+
+
 def parse_seeds(text: str) -> np.ndarray:
     """``A:B`` → seeds A..B−1 (0 ≤ A < B < 2^64, at most :data:`MAX_SEEDS` of them)."""
     try:
@@ -91,19 +97,6 @@ def parse_seeds(text: str) -> np.ndarray:
     if b - a > MAX_SEEDS:
         raise SuiteError(f"--seeds {text!r}: {b - a} seeds; a study takes at most {MAX_SEEDS}")
     return np.arange(a, b, dtype=np.uint64)
-
-
-def controller_names(names) -> list[str]:
-    """Names with ``contract`` expanded to every contract entry and ``ablation`` to its 14 variants."""
-    out = []
-    for n in names:
-        out += sorted(load().controllers) if n == "contract" else [n]
-    return ctl.expand(out)
-
-
-def grid_points(grid: dict[str, tuple]) -> dict[str, np.ndarray]:
-    mesh = np.meshgrid(*(np.asarray(grid[k], float) for k in GRID_AXES), indexing="ij")
-    return {k: m.ravel() for k, m in zip(GRID_AXES, mesh, strict=True)}
 
 
 def exact_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -154,7 +147,7 @@ def run_env(backend, tables: Tables, names: list[str], seeds: np.ndarray, prereg
     """
     contract = load()
     groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
-    points = grid_points(grid or prereg.grid)
+    points = grid_columns(grid or prereg.grid)
     traces = run_loop(backend, tables, groups, prereg.learning, seeds, points)
     P, K = len(points["pi_view"]), len(seeds)
     c = prereg.collapse
@@ -238,10 +231,10 @@ def run(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | No
     """
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
-    names = controller_names(names)
+    names = ctl.expand(names)
     # every environment made (and its name checked) before the first run starts
     tables = {env: make(env, prereg.learning.default_max_episode_steps)[1] for env in envs}
-    n_runs = len(seeds) * len(grid_points(grid or prereg.grid)["pi_view"])
+    n_runs = len(seeds) * len(grid_columns(grid or prereg.grid)["pi_view"])
     per_evaluation_and_run = sum(np.dtype(d).itemsize for d in LEARN_OUTPUTS.values())
     need = per_evaluation_and_run * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names)
     if need > MAX_TRACE_BYTES:

@@ -89,22 +89,6 @@ def load_prereg2(path: Path | str = PREREGISTERED_2) -> Prereg2:
     return read_prereg(path, build)
 
 
-def controller_names(names) -> list[str]:
-    """``single_fixes`` → each fix alone, ``fixes_removed`` → all fixes but one, ``peers`` → the contract's other
-    entries; the rest as :func:`repro.learning.controllers.expand` spells them."""
-    out = []
-    for n in names:
-        if n == "single_fixes":
-            out += [f"ablation:{f}" for f in ctl.FACTORS]
-        elif n == "fixes_removed":
-            out += ["ablation:" + "+".join(g for g in ctl.FACTORS if g != f) for f in ctl.FACTORS]
-        elif n == "peers":
-            out += sorted(set(load().controllers) - {"fixed", "original"})
-        else:
-            out.append(n)
-    return ctl.expand(out)
-
-
 def pairs(names: list[str]) -> list[dict]:
     """The paired comparisons the study makes among ``names``: original vs fixed, each fix alone vs none, each fix
     removed vs all (``a`` is the one expected to collapse more)."""
@@ -364,7 +348,7 @@ def run(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, 
     pre-registered."""
     as_prereg = all(x is None for x in (envs, names, seeds, grid, steps))
     envs = list(envs or prereg.envs)
-    names = controller_names(names or prereg.controllers)
+    names = ctl.expand(names or prereg.controllers)
     seeds = parse_seeds(prereg.seeds) if seeds is None else seeds
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))

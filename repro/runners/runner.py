@@ -21,7 +21,7 @@ from repro.runners.scenarios import Scenario
 if TYPE_CHECKING:
     import pandas as pd
 
-MODES = ("looped", "per_step")
+LAUNCH_MODES = ("looped", "per_step")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
             runs.append(_run(slots, sc, lam, window_rows(slots, window), outside_writes(slots, window)))
         return runs
     if mode != "looped":
-        raise ValueError(f"mode must be one of {MODES}")
+        raise ValueError(f"mode must be one of {LAUNCH_MODES}")
     # Scenarios shorter than the longest repeat their last values; those steps are dropped.
     kl, target = columns([sc.kl for sc in scenarios]), columns([sc.target for sc in scenarios])
     lam, window = kernel.run_looped(new_window(slots, [sc.lambda0 for sc in scenarios]), kl, target, pad=PAD)

@@ -17,6 +17,7 @@ import pandas as pd
 from repro.backends.base import Backend
 from repro.core.ablation import FACTORS, variant
 from repro.core.contract import Controller, Slots
+from repro.core.grid import combinations
 from repro.core.kernel_source import KernelSource
 from repro.runners.probes import settled_floor
 from repro.runners.scenarios import FAR
@@ -29,12 +30,6 @@ def compile_subject(backend: Backend, source: KernelSource, slots: Slots, seed_l
     kernel = backend.compile(source, slots)
     floor = settled_floor(kernel, seed_lambda, 1.0 / FAR)
     return Subject(kernel, seed_lambda, float("nan") if floor is None else floor)
-
-
-def grid_points(grid: dict[str, tuple] = GRID) -> dict[str, np.ndarray]:
-    """Every combination of the grid's values, as equal-length arrays."""
-    mesh = np.meshgrid(*grid.values(), indexing="ij")
-    return {k: m.ravel() for k, m in zip(grid, mesh, strict=True)}
 
 
 def one_run(backend: Backend, name: str, subject: Subject, toy: Toy | None = None, seed: int = 0,
@@ -75,7 +70,7 @@ def robustness(backend: Backend, subjects: dict[str, Subject], toy: Toy | None =
     below the toy's threshold), the diverged fraction (λ reached +inf or the toy's state turned NaN, which
     the collapse test cannot see: a rule with no ceiling can ramp without bound) and the median lowest λ."""
     toy = toy or Toy()
-    points = grid_points(grid)
+    points = combinations(grid)
     with np.errstate(over="ignore", invalid="ignore"):  # λ → inf drives the toy's logits to NaN: counted below
         batches = run_toy(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
     rows = []
@@ -113,7 +108,7 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     for name, s in (extra or {}).items():
         subjects.append(s)
         labels.append((name, dict.fromkeys(FACTORS, None)))
-    batches = run_toy(backend, subjects, toy, seeds=seeds, seed=seed, grid=grid_points(grid))
+    batches = run_toy(backend, subjects, toy, seeds=seeds, seed=seed, grid=combinations(grid))
     rows = []
     for (label, on), b in zip(labels, batches, strict=True):
         rows.append({"variant": label, **on, "runs": len(b.collapsed),
