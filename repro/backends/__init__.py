@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from repro.backends.base import Backend, CompiledKernel
-from repro.core.errors import BackendUnavailable, SuiteError
+from repro.core.errors import BackendUnavailable, SuiteError, unavailable_reason
 
 NAMES = ("auto", "host", "cupy")
 _cache: dict[str, Backend] = {}
@@ -35,11 +35,7 @@ def get_backend(name: str = "auto") -> Backend:
 
 def backend_unavailable(name: str) -> str | None:
     """None when backend ``name`` runs here, else the one-line reason it does not."""
-    try:
-        get_backend(name)
-    except BackendUnavailable as err:
-        return str(err)
-    return None
+    return unavailable_reason(lambda: get_backend(name))
 
 
 __all__ = ["Backend", "CompiledKernel", "get_backend", "backend_unavailable", "NAMES"]

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
-from repro.core.errors import BackendUnavailable
+from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 
 #: The GPU the resource counts are for (the suite's reference device is an H200).
@@ -59,11 +59,7 @@ def _nvrtc():
 
 def nvrtc_unavailable() -> str | None:
     """None when NVRTC is usable here, else the one-line reason."""
-    try:
-        _nvrtc()
-    except BackendUnavailable as err:
-        return str(err)
-    return None
+    return unavailable_reason(_nvrtc)
 
 
 def _check(nvrtc, result):

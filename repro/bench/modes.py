@@ -26,7 +26,7 @@ from repro.backends.translation_unit import KERNELS
 from repro.bench.timing import FEED_EMA, SMALL_OP, capture_graph, copy_bandwidth_gbs, event_time_us, mean_ci95, wall_time_us
 from repro.core import spec
 from repro.core.contract import Contract
-from repro.core.errors import BackendUnavailable, SuiteError
+from repro.core.errors import BackendUnavailable, SuiteError, unavailable_reason
 from repro.core.f32 import F32, same
 from repro.core.isv import new_isv
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -603,9 +603,4 @@ def unavailable(mode: Mode, rig: Rig) -> str | None:
         from repro.bench import native
 
         return native.launcher_unavailable()
-    if mode.needs == "bindings":
-        try:
-            _bindings()
-        except BackendUnavailable as err:
-            return str(err)
-    return None
+    return unavailable_reason(_bindings) if mode.needs == "bindings" else None

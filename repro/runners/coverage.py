@@ -21,10 +21,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from repro.backends import backend_unavailable, get_backend
 from repro.backends.host import FLAGS, HostBackend, HostKernel, build, cache_dir
 from repro.backends.translation_unit import HOST_SHIM, harness_unit
 from repro.core.contract import Controller, Slots
-from repro.core.errors import BackendUnavailable
+from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, Coverage, Fault
@@ -45,14 +46,10 @@ def _gcov() -> str:
 
 def gcov_unavailable() -> str | None:
     """None when coverage can be measured here (g++ and gcov), else the one-line reason."""
-    try:
-        _gcov()
-        backend = HostBackend()
-    except BackendUnavailable as err:
-        return str(err)
-    if "clang" in backend.compiler_version.lower():
-        return f"coverage: needs g++ for gcov (compiler: {backend.compiler_version})"
-    return None
+    why = unavailable_reason(_gcov) or backend_unavailable("host")
+    if why is None and "clang" in (version := get_backend("host").compiler_version).lower():
+        return f"coverage: needs g++ for gcov (compiler: {version})"
+    return why
 
 
 def _build(backend: HostBackend, source: KernelSource, slots: Slots, folder: Path) -> Path:
