@@ -54,6 +54,24 @@ def test_every_record_needs_evidence_that_exists():
         assert set(record.needs) <= set(GROUPS) | set(SOURCES), key
 
 
+def test_the_readmes_row_counts_are_the_records(contract):
+    """README's "How many properties" states counts a reader plans with: they are the records' own."""
+    import re
+
+    from analysis.judge.properties import applicable
+    from repro.core.paths import ROOT
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    fixed, original = (len(applicable(contract.controller(n))) for n in ("fixed", "original"))
+    tools = [k for k, r in RECORDS.items() if set(r.needs) & {"static", "coverage"}]  # sanitizer rows: --sanitize
+    said = re.search(r"documents (\d+) behavioural properties.*?so (\d+)\).*?\((\d+) tests per backend\)"
+                     r".*?adds (\w+) rows.*?prints (\d+) rows", text)
+    assert said, "README's paragraph on how many properties changed its wording: update this test"
+    words = {"two": 2, "three": 3, "four": 4, "five": 5}
+    assert (int(said[1]), int(said[2]), int(said[3])) == (fixed, original, fixed)
+    assert (words[said[4]], int(said[5])) == (len(tools), fixed + len(tools))
+
+
 def test_every_documented_value_has_one_record_or_is_a_parameter(contract):
     documented = set()
     for name in ("fixed", "original", *contract.peers()):
