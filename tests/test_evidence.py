@@ -201,6 +201,9 @@ def test_a_nonfinite_case_that_did_not_finish_fails_and_points_to_execution(fixe
     assert not row.ok and row.detail["unmeasured"] == [missing] and row.measured == row.documented - 1
     assert render.hints(row, "contracts.toml") == ["not measured where the candidate crashed or hung: see the "
                                                     "execution row"]
+    # the row reads whole in every form (a crash or hang on the GPU leaves exactly such a row)
+    assert f"{missing}: not measured" in render.message(row, "contracts.toml")
+    assert "nonfinite" in render.table([row], "contracts.toml") and render.to_json(row.as_dict())
 
 
 def test_isolation_never_passes_on_zero_runs(crashes_first):

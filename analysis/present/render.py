@@ -23,21 +23,21 @@ from repro.core.paths import shown
 
 def documented(f: Finding) -> str:
     """The row's documented value in words (its record says how; "—" where it was not measured)."""
-    if "not_measured" in f.detail or f.detail.get("unmeasured"):
+    if "not_measured" in f.detail:
         return "—"
     record = RECORDS.get(f.key)
     return record.reads.documented(f) if record else value(f.documented, f.unit, "required")
 
 
 def predicted(f: Finding) -> str:
-    if "not_measured" in f.detail or f.detail.get("unmeasured"):
+    if "not_measured" in f.detail:
         return "—"
     record = RECORDS.get(f.key)
     return record.reads.predicted(f) if record else value(f.predicted, f.unit, documented(f))
 
 
 def measured(f: Finding) -> str:
-    if "not_measured" in f.detail or f.detail.get("unmeasured"):
+    if "not_measured" in f.detail:
         return f"not measured: {f.detail['not_measured']}"
     record = RECORDS.get(f.key)
     return record.reads.measured(f) if record else value(f.measured, f.unit, "holds" if f.ok else "violated")
