@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis.present import render
 from repro.backends import ptx
 from repro.core.contract import ROOT
 from repro.core.f32 import bits
@@ -141,7 +142,6 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
     from analysis.cli.evaluate import evaluate
     from analysis.judge.verdict import judge
-    from analysis.present import render
     from repro.runners import coverage
 
     if coverage.gcov_unavailable():
@@ -178,6 +178,9 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
     verdict = evaluate(load_kernel(path, SYMBOL), "fixed", get_backend("cupy"), contract, timeout=timeout,
                        require_coverage="--require-coverage" in args)
     assert spec["expect-row"] in {f.key for f in verdict.failed}, [(f.key, f.where) for f in verdict.failed]
+    # and it reads as the gate prints it: the table, each row's message (a GPU fault leaves rows no host run does)
+    assert spec["expect-row"] in render.verdict(verdict, "contracts.toml")
+    assert all(render.message(f, "contracts.toml") for f in verdict.findings)
 
 
 @pytest.mark.slow  # two gate processes (2.5 s each)
