@@ -392,7 +392,8 @@ def nonfinite(ev: Evidence) -> Finding:
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
     return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised", ok=not wrong, unit="cases",
                    documented=n, predicted=n, measured=n - len(wrong),
-                   detail={"seen": seen, "unmeasured": unmeasured, "lambda0": lambda0, "lambda1": lambda1}, where=where,
+                   detail={"seen": seen, **({"unmeasured": unmeasured} if unmeasured else {}), "lambda0": lambda0,
+                           "lambda1": lambda1}, where=where,
                    line=ev.controller.nonfinite_line,
                    doc="characterised by measurement and pinned in the contract's [nonfinite] table")
 
