@@ -103,6 +103,15 @@ GUARDED = (KERNEL, "kernels/contracts.toml", "studies/preregistered.toml", "stud
            "reports/summary.md", "README.md")
 
 
+FIRST, SECOND = "studies/results/preregistered_cupy.json", "studies/results/preregistered_2_cupy.json"
+
+
+def _kernel_as(path):
+    """A copy of the fixed kernel at ``path`` (a name a report writes: summary.md)."""
+    path.write_bytes((ROOT / KERNEL).read_bytes())
+    return str(path)
+
+
 def _trace(tmp, text="kl,kl_target\n0.1,0.1\n0.3,0.1\n", name="t.csv"):
     path = tmp / name
     path.write_text(text)
@@ -128,6 +137,17 @@ CASES = [
     ("report", lambda t: ["--out", "."], "holds the repository's own files"),
     ("report", lambda t: ["--out", "kernels"], "holds the repository's own files"),
     ("report", lambda t: ["--out", "reports/data"], "holds the repository's own files"),
+    ("report", lambda t: ["--kernel", _kernel_as(t / "summary.md"), "--out", str(t)], "holds this run's kernel"),
+    ("bench", lambda t: ["--out", "kernels"], "holds the repository's own files"),
+    ("bench", lambda t: ["--out", "reports/bench"], "holds the repository's own files"),  # only --record writes it
+    ("bench", lambda t: ["--out", "."], "holds the repository's own files"),
+    # an input that is missing, empty, or another command's
+    ("gate", lambda t: [""], "an empty path"),  # `gate "$KERNEL"` with KERNEL unset: not the contract's kernel
+    ("report", lambda t: ["--studies", f"{t}/a.json", f"{t}/b.json"], "cannot read the first study's JSON"),
+    ("report", lambda t: ["--studies", SECOND, FIRST], "not the first learning-loop study's JSON"),
+    ("study", lambda t: ["--second", "--from-json", FIRST], "not the second learning-loop study's JSON"),
+    ("study", lambda t: ["--from-json", SECOND], "--from-json is the second study's: give --second"),
+    ("study", lambda t: ["--calibrate"], "--calibrate is the second study's: give --second"),
     # names too long, folders, permission
     ("gate", lambda t: ["--json", f"{t}/{LONG}.json"], "a name of 305 bytes (at most 255)"),
     ("toy", lambda t: ["--controller", "fixed", "--json", f"{t}/{LONG}"], "(at most 255)"),
@@ -193,6 +213,31 @@ def test_every_command_line_refuses_bad_input_in_one_line(command, args, words, 
     assert len(lines) == 1 and "error:" in lines[0] and words in lines[0], out.err
     assert {f: (ROOT / f).read_bytes() for f in GUARDED} == before
     assert not list(ROOT.glob("summary.md")) and not list(ROOT.glob("fig*.png"))
+
+
+def test_the_report_stops_in_one_line_on_a_kernel_that_crashes(tmp_path, capsys, monkeypatch):
+    """The report's later sections run the kernel in its own process: a candidate that crashed in its isolated
+    runs stops the report there (exit 2, one line naming the crash), before anything runs it in process."""
+    from repro.backends import base
+
+    source = (ROOT / KERNEL).read_text().replace("if (threadIdx.x != 0 || blockIdx.x != 0) return;",
+                                                 "if (threadIdx.x != 0 || blockIdx.x != 0) return;\n"
+                                                 "    *(volatile float*)0 = 1.0f;")
+    (tmp_path / "crash.cu").write_text(source)
+
+    here = os.getpid()  # the isolated workers (forked) compile it, as they must
+    for cls in base.Backend.__subclasses__():
+        def compile_(self, source, *a, real=cls.compile, **k):
+            assert os.getpid() != here or not source.origin.endswith("crash.cu"), \
+                "the crashing kernel was loaded into the report's process"
+            return real(self, source, *a, **k)
+
+        monkeypatch.setattr(cls, "compile", compile_)
+    code = dispatch(["report", "--kernel", str(tmp_path / "crash.cu"), "--out", str(tmp_path / "r"), "--backend",
+                     "host"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2 and "crashes (SIGSEGV)" in err[-1], err  # its progress line, then the error
+    assert not (tmp_path / "r" / "summary.md").exists()
 
 
 def _command(*args) -> list[str]:

@@ -49,7 +49,7 @@ from analysis.present import bench_report
 from repro import bench
 from repro.core.contract import load
 from repro.core.errors import SuiteError
-from repro.core.outputs import check_writable
+from repro.core.outputs import Output, check_outputs, check_writable
 from repro.core.paths import ROOT, shown
 
 BENCH_TESTS = "tests/test_bench.py"
@@ -113,9 +113,10 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
             raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
                              f"{REFERENCE}'s; give --out DIR for this machine's table")
         args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
-    if args.out.exists() and not args.out.is_dir():
-        raise SuiteError(f"--out {args.out}: not a folder")
-    check_writable(args.out / "bench.md", "--out")
+    # the committed table changes only through --record on the reference machine; nothing else lands in a folder
+    # of the repository's own (kernels/, the top level, the committed reports/bench)
+    committed = [ROOT / "reports" / "bench"] if args.record and tag == REFERENCE else []
+    check_outputs([Output("--out", args.out, folder=True)], committed=committed)
     if args.record:
         check_writable(folder / "run-1.json", "--baseline")
     return modes, tag, folder, old

@@ -39,7 +39,8 @@ MAX_TIMEOUT = 3600.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = policy.Parser(prog="python -m analysis gate", description=__doc__.splitlines()[0])
-    parser.add_argument("kernel", nargs="?", help="candidate .cu file (default: the contract's kernel)")
+    # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
+    parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--format", action="append", metavar="FMT",
@@ -67,8 +68,8 @@ def _formats(values: list[str] | None) -> list[str]:
 
 
 def _error_dict(args, error: str) -> dict:
-    return {"kernel": args.kernel, "contract": args.contract, "backend": args.backend, "ok": False,
-            "exit_code": 2, "error": error, "properties": []}
+    return {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
+            "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
 
 
 @policy.command("gate")

@@ -35,7 +35,9 @@ from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning import prereg as learning_study
 from repro.learning import study2 as learning_study2
+from repro.learning.prereg import read_result
 from repro.runners import experiments
+from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
 from repro.runners.runner import to_frame
 
@@ -72,12 +74,13 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     """
     entries = {name: contract.controller(name) for name in CONTROLLERS}
     progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
-    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
     evidence, verdicts = {}, {}
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
         evidence[name] = gather(backend, sources[name], contract.slots, entries[name], static=False, coverage=False)
         verdicts[name] = judge(evidence[name], sources[name], name, contract, backend, time.perf_counter() - start)
+        _runs_here(sources[name], evidence[name])
+    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
@@ -112,7 +115,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     }
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
-        study, study2 = (_read_study(studies[k]) for k in ("first", "second"))
+        study, study2 = (read_result(studies[k], k) for k in ("first", "second"))
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
         full = backend.name == "cupy"
@@ -130,11 +133,15 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                   measures=measures)
 
 
-def _read_study(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SuiteError(f"{path}: not a study JSON ({err})") from None
+def _runs_here(source: KernelSource, evidence: Evidence) -> None:
+    """The sections after the gate run the kernel in this process (the experiments, the toy): a kernel that
+    crashed or hung in its isolated runs would end the report there, so it stops here, in one line."""
+    if evidence.faults:
+        f = evidence.faults[0]
+        did = {"crash": f"crashes ({f.detail})", "timeout": "hangs"}.get(f.kind, "did not finish in its time budget")
+        at = f"{f.group}{', ' + f.scenario if f.scenario else ''}"
+        raise SuiteError(f"{source.origin} {did} in {at}: the report runs only a kernel that runs; "
+                         f"`python -m analysis gate {source.origin}` shows every row")
 
 
 def draw(report: Report, out: Path, progress=print) -> list[Path]:
@@ -206,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                           *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+    for kind, path in (studies or {}).items():  # before any work: a missing or swapped file costs nothing
+        read_result(path, kind)
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)

@@ -46,6 +46,7 @@ from repro.learning.prereg import (
     load_prereg,
     merge,
     parse_seeds,
+    read_result,
     run,
 )
 
@@ -73,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                         "this study JSON instead of running (the committed H200 result)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    if args.second or args.calibrate:
+    for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json)):
+        if given and not args.second:  # else the first study would run in full, ignoring it
+            raise SuiteError(f"{flag} is the second study's: give --second with it")
+    if args.second:
         return second(args, start)
     args.prereg = args.prereg or PREREGISTERED
     prereg = load_prereg(args.prereg)
@@ -146,10 +150,7 @@ def second(args, start: float) -> int:
         if envs == [] or names == []:
             raise SuiteError("--env and --controllers need at least one name each")
         if args.from_json:
-            try:
-                result = json.loads(args.from_json.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
-                raise SuiteError(f"--from-json {args.from_json}: {err}") from None
+            result = read_result(args.from_json, "second")
         else:
             result = study2.run(backend, prereg, envs=envs, names=names,
                                 seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)

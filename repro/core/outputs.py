@@ -60,16 +60,20 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
         for what, path in read:
             if _same(where, path):
                 raise SuiteError(f"{out.flag} {out.path} is this run's {what}: an input is never overwritten")
-        if where in allowed:
-            continue
-        files, folders = _repository()
-        if out.folder and (where == ROOT or where in folders):
-            raise SuiteError(f"{out.flag} {out.path}: that folder holds the repository's own files; "
-                             "give a folder of its own")
-        if where in files:
-            raise SuiteError(f"{out.flag} {out.path} is a file of the repository: give a path outside it")
+        if where not in allowed:
+            files, folders = _repository()
+            if out.folder and (where == ROOT or where in folders):
+                raise SuiteError(f"{out.flag} {out.path}: that folder holds the repository's own files; "
+                                 "give a folder of its own")
+            if where in files:
+                raise SuiteError(f"{out.flag} {out.path} is a file of the repository: give a path outside it")
+        # a folder the run fills with names of its own could take an input's name (a kernel saved as summary.md)
+        inside = next(((what, p) for what, p in read if out.folder and _resolved(p, "").is_relative_to(where)), None)
+        if inside:
+            raise SuiteError(f"{out.flag} {out.path} holds this run's {inside[0]} ({inside[1]}): an input is never "
+                             "overwritten; give a folder that holds no input")
     for out in outputs:
-        check_writable(out.path / ".write-check" if out.folder else out.path, out.flag)
+        check_writable(out.path, out.flag, folder=out.folder)
 
 
 def _resolved(path: Path, flag: str) -> Path:
@@ -110,8 +114,9 @@ def _repository() -> tuple[frozenset[Path], frozenset[Path]]:
     return frozenset(files), frozenset(folders)
 
 
-def check_writable(path: Path | None, flag: str = "") -> None:
-    """Create ``path``'s folder if needed; raise a one-line :class:`SuiteError` unless a file can be written there.
+def check_writable(path: Path | None, flag: str = "", folder: bool = False) -> None:
+    """Create ``path``'s folder (``folder``: ``path`` itself) if needed; raise a one-line :class:`SuiteError`
+    unless a file can be written there.
 
     A scratch file is made and removed there: permission bits alone do not tell (e.g. as root, or on /proc).
     ``flag`` names the option in the message (``--json``).
@@ -121,6 +126,15 @@ def check_writable(path: Path | None, flag: str = "") -> None:
     path = Path(path)
     what = f"{flag} {path}" if flag else f"cannot write {path}"
     try:
+        if folder:
+            if path.exists() and not path.is_dir():
+                raise SuiteError(f"{what}: it is a file, not a folder")
+            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                raise SuiteError(f"{what}: {blocker} is a file, not a folder")
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+                return
         if path.is_dir():
             raise SuiteError(f"{what}: it is a folder")
         blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)

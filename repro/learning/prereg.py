@@ -81,6 +81,32 @@ def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
     return read_prereg(path, build)
 
 
+#: What tells the two studies' JSONs apart: every controller entry of the first holds the first key, of the
+#: second the second study's first criterion.
+_RESULT_KEYS = {"first": "collapse_fraction", "second": "relative"}
+
+
+def read_result(path: Path, kind: str) -> dict:
+    """The ``kind`` ("first" or "second") study's JSON as its ``--json`` wrote it; a one-line :class:`SuiteError`
+    for anything else (a missing file, bad JSON, the other study's or another command's JSON)."""
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SuiteError(f"{path}: cannot read the {kind} study's JSON ({err.strerror or err})") from None
+    except ValueError as err:  # UnicodeDecodeError and json's errors
+        raise SuiteError(f"{path}: not JSON ({err})") from None
+    key = _RESULT_KEYS[kind]
+    try:
+        blocks = list(result["envs"].values())
+        ok = bool(blocks) and all(key in e for b in blocks for e in b["controllers"].values())
+    except (KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        made_by = "python -m analysis study" + (" --second" if kind == "second" else "") + " --json PATH"
+        raise SuiteError(f"{path}: not the {kind} learning-loop study's JSON (`{made_by}` writes one)")
+    return result
+
+
 def grid_columns(grid: dict[str, tuple]) -> dict[str, np.ndarray]:
     """The first study's grid points as arrays by axis (:data:`GRID_AXES` order)."""
     return combinations({k: grid[k] for k in GRID_AXES})
