@@ -305,10 +305,11 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
     ("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed ("),  # mid-run
     pytest.param("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]",  # while the gate's child processes run
                  marks=pytest.mark.slow),
+    ("bench", ["--mode", "host ctypes", "--out", "{tmp}"], "benchmark: "),  # inside pytest-benchmark's run
 ])
 def test_ctrl_c_at_any_moment_is_one_line_exit_2(command, args, after, tmp_path):
     done = _interrupt(_command(command, *[a.replace("{tmp}", str(tmp_path)) for a in args]), after)
-    errors = [ln for ln in done.stderr.splitlines() if "error:" in ln or "Traceback" in ln]
+    errors = [ln for ln in done.stderr.splitlines() if "error:" in ln or "Traceback" in ln or "KeyboardInterrupt" in ln]
     assert done.returncode == 2 and errors == [f"{command}: error: interrupted"], done.stderr
 
 

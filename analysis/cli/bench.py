@@ -29,8 +29,11 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 
 from analysis.cli import policy
@@ -140,11 +143,57 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
     # The benchmarks run in one process whatever started this one: no -n from a CI job's PYTEST_ADDOPTS, and
     # no xdist worker's variables (pytest-benchmark disables itself inside a worker, e.g. in this suite's tests).
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST")}
+    report = _UntilInterrupted(sys.stderr)
+    previous = signal.getsignal(signal.SIGINT)
+    if callable(previous) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, report.interrupt(previous))
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return int(pytest.main(cmd))
+        with contextlib.redirect_stdout(report), warnings.catch_warnings():
+            # its words when a run saved nothing (Ctrl-C before the first benchmark): this command says why itself
+            warnings.filterwarnings("ignore", message="Not saving anything")
+            code = int(pytest.main(cmd))
     finally:
         os.environ.update(saved)
+        if signal.getsignal(signal.SIGINT) is not previous and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
+        if report.interrupted:
+            report.end()
+    if report.interrupted:  # pytest caught the Ctrl-C and ended the run: the command ends as every Ctrl-C does
+        raise KeyboardInterrupt
+    return code
+
+
+class _UntilInterrupted:
+    """pytest's report, passed through to ``stream`` until Ctrl-C: what pytest then prints (its KeyboardInterrupt
+    banner and the frame it hit) is dropped, so that the command's one line says it was interrupted."""
+
+    def __init__(self, stream):
+        self.stream, self.interrupted, self.mid_line = stream, False, False
+
+    def interrupt(self, previous):
+        def handler(signum, frame):
+            self.interrupted = True
+            previous(signum, frame)
+        return handler
+
+    def end(self) -> None:
+        """After the run (pytest captures the file descriptors while a test runs): end a line it left open, so
+        that the error gets a line of its own."""
+        if self.mid_line:
+            self.stream.write("\n")
+
+    def write(self, text: str) -> int:
+        if self.interrupted or not text:
+            return len(text)
+        self.mid_line = not text.endswith("\n")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        if not self.interrupted:
+            self.stream.flush()
+
+    def __getattr__(self, name):  # isatty, encoding, fileno: pytest's terminal writer asks
+        return getattr(self.stream, name)
 
 
 @policy.command("bench")
