@@ -91,14 +91,19 @@ def test_same_seed_same_outcome(backend, contract):
     assert runs[0]["trace"] == runs[1]["trace"]
 
 
+def _not_json(constant: str):
+    raise AssertionError(f"{constant} is not JSON (a strict parser refuses it)")
+
+
 def test_cli(tmp_path, capsys):
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
     assert main(["--controller", "original", "--backend", "host", "--steps", "300", "--json", str(out),
                  "--plot", str(plot)]) == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text(), parse_constant=_not_json)  # strict: 300 steps end before the warm-up
     for key in ("lambda_min", "lambda_final", "q_pi_agree_min", "q_pi_agree_final", "steps_to_lambda_floor",
                 "parameters"):
         assert key in data
+    assert data["q_pi_agree_min_after_warmup"] is None  # no step after the warm-up: undefined, not inf
     assert data["parameters"]["steps"] == 300 and plot.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -72,6 +72,13 @@ def _table_cell(text: str, prop: str, column: int) -> str:
     return [c.strip() for c in row.strip("|").split("|")][column]
 
 
+def test_every_data_file_is_strict_json(made):
+    """NaN and ±inf (a peer's absent floor, an empty minimum) are null: jq and JavaScript read every file."""
+    out, _ = made
+    for path in sorted((out / "data").glob("*.json")):
+        json.loads(path.read_text(), parse_constant=lambda c, p=path: pytest.fail(f"{p.name}: {c} is not JSON"))
+
+
 def test_summary_numbers_recompute_from_data(made):
     """Recompute the halving and floor steps from data/trajectories.csv; the summary must agree."""
     out, _ = made

@@ -12,7 +12,6 @@ against the fixed contract), so a report can show what a change breaks.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from analysis.cli.evaluate import evaluate
 from analysis.judge import bench_verdict, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
-from analysis.present import peers_section, plots, summary
+from analysis.present import peers_section, plots, render, summary
 from repro import toy as closed_loop
 from repro.backends import NAMES, Backend, get_backend
 from repro.core.contract import Contract, load
@@ -160,7 +159,7 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     report.trajectories.to_csv(data / "trajectories.csv", index=False)
     props = {n: report.verdicts[n].as_dict() for n in CONTROLLERS}
     props["original_vs_fixed_contract"] = report.cross.as_dict()
-    (data / "properties.json").write_text(json.dumps({"header": report.header, "verdicts": props}, indent=2))
+    (data / "properties.json").write_text(render.strict_json({"header": report.header, "verdicts": props}, indent=2))
     for name, frames in (("noise_tolerance.csv", report.noise), ("recovery.csv", report.recovery)):
         pd.concat([f.assign(controller=n) for n, f in frames.items()], ignore_index=True).to_csv(data / name,
                                                                                                index=False)
@@ -171,9 +170,9 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     peers_section.aligned_traces(report.measures).to_csv(data / "peers_aligned.csv", index=False)
     if report.peer_loop is not None:
         report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
-    (data / "closed_loop.json").write_text(json.dumps(report.closed_loop, indent=1))
-    (data / "study.json").write_text(json.dumps(report.study, indent=1))
-    (data / "study2.json").write_text(json.dumps(report.study2, separators=(",", ":")))
+    (data / "closed_loop.json").write_text(render.strict_json(report.closed_loop, indent=1))
+    (data / "study.json").write_text(render.strict_json(report.study, indent=1))
+    (data / "study2.json").write_text(render.strict_json(report.study2, separators=(",", ":")))
     return sorted(data.iterdir())
 
 

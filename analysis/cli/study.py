@@ -24,13 +24,12 @@ most 10⁶ seeds below 2⁶⁴. The pre-registered study takes about 9 minutes o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 from analysis.cli import policy
-from analysis.present import study_section
+from analysis.present import render, study_section
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
@@ -116,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"min<thr {e['deep_collapse_fraction']:6.1%} [{e['deep_ci_low']:.3f}, {e['deep_ci_high']:.3f}]  "
                   f"diverged {e['diverged_fraction']:6.1%}  ({e['runs']} runs)")
     if args.json:
-        write_text(args.json, json.dumps(result, indent=1))
+        write_text(args.json, render.strict_json(result, indent=1))
     figures = _draw(result, {args.plot: "overview", args.grid_plot: "grid_heatmap"})
     if args.markdown:
         write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures))
@@ -164,7 +163,7 @@ def second(args, start: float) -> int:
             write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures,
                                                              second=True))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
-        write_text(args.json, json.dumps(result, separators=(",", ":")))
+        write_text(args.json, render.strict_json(result, separators=(",", ":")))
     print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")
     return 0
 

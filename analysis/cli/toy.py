@@ -11,10 +11,10 @@ Exit 0 on a run, 2 on bad input or anything else that stops it (one line).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from analysis.cli import policy
+from analysis.present import render
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if key not in ("trace", "parameters"):
             print(f"{key:28s} {value}")
     if args.json:
-        write_text(args.json, json.dumps(result, indent=1))
+        write_text(args.json, render.strict_json(result, indent=1))
     if args.plot:
         from analysis.present import plots
 

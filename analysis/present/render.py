@@ -200,8 +200,13 @@ def _finite(obj):
     return obj
 
 
+def strict_json(data, **options) -> str:
+    """JSON that every parser reads (NaN and ±inf as null); ``options``: json.dumps's layout options."""
+    return json.dumps(_finite(data), allow_nan=False, **options)
+
+
 def to_json(data: dict) -> str:
-    return json.dumps(_finite(data), indent=2, ensure_ascii=False)
+    return strict_json(data, indent=2, ensure_ascii=False)
 
 
 def junit(findings: list[Finding], contract_file: str, suite: str, seconds: float, error: str | None = None) -> str:
