@@ -72,6 +72,30 @@ def _table_cell(text: str, prop: str, column: int) -> str:
     return [c.strip() for c in row.strip("|").split("|")][column]
 
 
+def test_in_brief_reads_its_numbers_from_the_data(made):
+    """The answer-first section: the floor steps recomputed from the trajectories, the toy's fractions from
+    ablation.csv, and the learning loop's cell counts recounted from study2.json (p < 0.05, by discordant runs)."""
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    brief = text.split("## In brief", 1)[1].split("\n## ", 1)[0]
+    traj = pd.read_csv(out / "data" / "trajectories.csv")
+    for name in ("original", "fixed"):
+        aligned = traj[(traj.controller == name) & (traj.scenario == "aligned")].sort_values("step")
+        lam = aligned["lambda"].to_numpy(np.float32)
+        first = int(aligned.step.to_numpy()[np.argmax(lam == lam.min())])
+        assert f"step {first}" in brief, (name, first)
+    ab = pd.read_csv(out / "data" / "ablation.csv")
+    parts = ab[["floor", "asymmetric", "tolerance", "seed"]].sum(axis=1)
+    assert f"{ab.collapse_fraction[parts == 0].iloc[0]:.1%} of the original's runs" in brief
+    assert f"{ab.collapse_fraction[parts == 4].iloc[0]:.1%} of the fixed kernel's" in brief
+    study2 = json.loads((out / "data" / "study2.json").read_text())
+    tests = [p[c]["per_regime"][j] for b in study2["envs"].values() for p in b["pairs"]
+             if (p["a"], p["b"]) == ("original", "fixed") for c in ("relative", "minimum") for j in range(len(b["regimes"]))]
+    more = sum(t["p"] < 0.05 and t["only_a"] > t["only_b"] for t in tests)
+    fewer = sum(t["p"] < 0.05 and t["only_b"] > t["only_a"] for t in tests)
+    assert f"in {more} of {len(tests)} task × criterion × regime cells" in brief and f"in {fewer} the fixed" in brief
+
+
 def test_every_data_file_is_strict_json(made):
     """NaN and ±inf (a peer's absent floor, an empty minimum) are null: jq and JavaScript read every file."""
     out, _ = made

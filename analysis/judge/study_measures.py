@@ -75,6 +75,14 @@ def pair(block: dict) -> dict | None:
     return next((p for p in block["pairs"] if (p["a"], p["b"]) == ("original", "fixed")), None)
 
 
+def original_vs_fixed(result: dict, crits: tuple[str, ...] = ("relative", "minimum")) -> tuple[int, int, int]:
+    """Second study: over every task × agreement criterion × regime, the cells where the original meets the
+    criterion significantly more often than the fixed kernel, those where the fixed kernel does, and all cells."""
+    tests = [p[c]["per_regime"][j] for b in result["envs"].values() if (p := pair(b)) is not None
+             for c in crits for j in range(len(b["regimes"]))]
+    return sum(map(a_more, tests)), sum(map(b_more, tests)), len(tests)
+
+
 def fix_tests(block: dict, crit: str, j: int) -> tuple[list[tuple[dict, str]], list[tuple[dict, str]]]:
     """Second study: one task's paired tests under ``crit`` over regime ``j``, ``[(test, fix)]`` for each fix
     alone against none (the original its ``a``) and for each fix removed from all four (the fixed its ``b``)."""
