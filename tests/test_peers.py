@@ -31,6 +31,22 @@ def verdict(contract, backend, kernel: str, against: str):
     return _verdicts[key]
 
 
+def test_bad_input_counts_do_not_depend_on_a_nans_payload(contract, host):
+    """The GPU's arithmetic on a NaN λ returns its canonical NaN, the CPU keeps the input's payload: the peer
+    table's count of non-finite cases that move λ is the same for both (here: the host's runs, their NaN λ
+    replaced by another NaN's bits as the GPU's would be)."""
+    from dataclasses import replace
+
+    from analysis.judge.peer_measures import measure
+
+    v = verdict(contract, host, "rllib", "rllib")
+    other = np.array([0x7FC00001], dtype=np.uint32).view(F32)[0]  # a quiet NaN with another payload
+    swapped = [replace(r, lam=np.where(np.isnan(r.lam), other, r.lam).astype(F32)) for r in v.evidence.nonfinite]
+    assert any(np.isnan(r.scenario.lambda0) and np.isnan(r.lam[0]) for r in v.evidence.nonfinite)
+    gpu_like = replace(v, evidence=replace(v.evidence, nonfinite=swapped))
+    assert measure(gpu_like).nonfinite_moved == measure(v).nonfinite_moved
+
+
 def test_every_peer_has_a_contract_entry_with_sourced_values(contract):
     for name in PEERS:
         entry = contract.controller(name)

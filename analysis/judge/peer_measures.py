@@ -107,7 +107,10 @@ def measure(v: Verdict) -> PeerMeasures:
         "unfloored": bool(ev.vanishing), "aligned_steps": aligned.scenario.steps,
         "held_under_noise": tuple(_held(ev.run(f"lognormal_sigma{s}")) for s in NOISE_SIGMAS),
         "nonfinite_cases": len(ev.nonfinite), "nonfinite_nan": sum(bool(np.isnan(r.lam[0])) for r in ev.nonfinite),
-        "nonfinite_moved": sum(classify(r.scenario.lambda0, r.lam[0], rule) != "unchanged" for r in ev.nonfinite),
+        # a NaN λ left NaN is not moved, whatever the payload: arithmetic on it returns the GPU's canonical NaN
+        # but the CPU's input NaN (the count would differ by backend)
+        "nonfinite_moved": sum(classify(r.scenario.lambda0, r.lam[0], rule) != "unchanged"
+                               and not (np.isnan(r.scenario.lambda0) and np.isnan(r.lam[0])) for r in ev.nonfinite),
         "at_zero_kl": None if at_zero is None else classify(at_zero.scenario.lambda0, at_zero.lam[0], rule),
         "guards": v.finding("guards"), "aligned": _aligned_trace(ev),
     }
