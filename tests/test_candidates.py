@@ -82,6 +82,13 @@ def test_gate_answers_each_candidate(path, tmp_path):
     if "expect-row" in spec:
         failed = [p["key"] for p in json.loads(out_json.read_text())["properties"] if not p["ok"]]
         assert spec["expect-row"] in failed, failed
+    if done.returncode == 1:  # the verdict line counts violations apart from the rows that had no evidence
+        rows = json.loads(out_json.read_text())["properties"]
+        violated = [p["key"] for p in rows if not p["ok"] and "not_measured" not in p["detail"]]
+        unmeasured = sum(not p["ok"] and "not_measured" in p["detail"] for p in rows)
+        line = (f"FAIL: {len(violated)} of {len(rows)} properties violated ({', '.join(violated)})"
+                + (f", {unmeasured} not measured" if unmeasured else "") + " in ")
+        assert line in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("path", REFACTORS, ids=[p.stem for p in REFACTORS])

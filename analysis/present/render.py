@@ -166,9 +166,11 @@ def verdict(v: Verdict, contract_file: str) -> str:
     out += [table(v.findings, contract_file), ""]
     out += [f"note: {note}" for note in v.notes]
     n, bad = len(v.findings), v.failed
+    unmeasured = [f for f in bad if "not_measured" in f.detail]  # failing on no evidence: not a measured violation
+    violated = [f for f in bad if f not in unmeasured]
     if bad:
-        out.append(f"FAIL: {len(bad)} of {n} properties violated ({', '.join(f.key for f in bad)}) "
-                   f"in {v.seconds:.2f} s")
+        out.append(f"FAIL: {len(violated)} of {n} properties violated ({', '.join(f.key for f in violated)})"
+                   + (f", {len(unmeasured)} not measured" if unmeasured else "") + f" in {v.seconds:.2f} s")
     else:
         out.append(f"PASS: all {n} properties hold in {v.seconds:.2f} s")
     return "\n".join(out)

@@ -52,7 +52,7 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
         if not out.folder and where.is_dir():
             raise SuiteError(f"{out.flag} {out.path}: it is a folder")
         if out.suffix and Path(out.path).suffix.lower() != out.suffix:
-            raise SuiteError(f"{out.flag} {out.path}: the file is a {out.suffix[1:].upper()}; "
+            raise SuiteError(f"{out.flag} {out.path}: it writes a {out.suffix[1:].upper()} file; "
                              f"give a path ending in {out.suffix}")
         if where in taken:
             raise SuiteError(f"{taken[where]} and {out.flag} both name {out.path}: give each output its own path")

@@ -212,7 +212,8 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
         if path.is_dir():
             raise SuiteError(f"trace file {path} is a folder; name the CSV file in it")
         if not path.is_file():
-            raise SuiteError(f"trace file not found: {path}")
+            raise SuiteError(f"trace file {path} is not a regular file" if path.exists() else
+                             f"trace file not found: {path}")
     except OSError as err:  # a name too long
         raise SuiteError(f"cannot read trace file {path}: {err.strerror or err}") from None
     if target is not None:
