@@ -111,7 +111,7 @@ def incident(result: dict):
         axes[2, col].set(yscale="log", ylabel="π(Q's unique greedy action)", xlabel="step")
         axes[0, col].set_title(f"{inc['env']}, seed {inc['seed']}, KL on {inc['point']['kl_site']} states, "
                                f"{inc['point']['policy']}, aux {inc['point']['aux_reward']:g}"
-                               + (": the first steps" if col == 0 else ": the whole run"))
+                               + (": the first steps" if col == 0 else f": the replay, steps 1–{int(steps[-1])}"))
     axes[0, 0].legend(fontsize=8)
     axes[1, 0].legend(fontsize=7)
     axes[2, 1].legend(fontsize=7)

@@ -134,7 +134,7 @@ FIGURES_2 = {
     "fig13_incident.png": "The incident as it happens in the learning loop (second study, one seed): λ, the KL the "
     "controller sees (its EMA, with target/tolerance, below which the original decays) and agreement with ties "
     "excluded on the visited and on the odd states, over steps; original beside fixed. Left: the first steps "
-    "(the cold start); right: the whole run.",
+    "(the cold start); right: every step the replay ran (its title says how many).",
     "fig14_study2.png": "The second study per regime of the KL axis (where the KL is measured × before/after π's "
     "update): fraction of runs meeting each criterion with its 95 % Clopper–Pearson interval, for fixed, original "
     "and the constant-λ bracket; one row per task.",
