@@ -141,6 +141,8 @@ CASES = [
     ("bench", lambda t: ["--out", "kernels"], "holds the repository's own files"),
     ("bench", lambda t: ["--out", "reports/bench"], "holds the repository's own files"),  # only --record writes it
     ("bench", lambda t: ["--out", "."], "holds the repository's own files"),
+    ("bench", lambda t: ["--record", "--baseline", "kernels", "--out", f"{t}/b"], "holds the repository's own files"),
+    ("study", lambda t: ["--second", "--calibrate", "--from-json", SECOND], "--calibrate runs the calibration"),
     # an input that is missing, empty, or another command's
     ("gate", lambda t: [""], "an empty path"),  # `gate "$KERNEL"` with KERNEL unset: not the contract's kernel
     ("report", lambda t: ["--studies", f"{t}/a.json", f"{t}/b.json"], "cannot read the first study's JSON"),
@@ -305,7 +307,7 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
     ("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed ("),  # mid-run
     pytest.param("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]",  # while the gate's child processes run
                  marks=pytest.mark.slow),
-    ("bench", ["--mode", "host ctypes", "--out", "{tmp}"], "benchmark: "),  # inside pytest-benchmark's run
+    ("bench", ["--mode", "host ctypes", "--out", "{tmp}"], "benchmark: "),  # as pytest-benchmark starts (pytest catches it)
 ])
 def test_ctrl_c_at_any_moment_is_one_line_exit_2(command, args, after, tmp_path):
     done = _interrupt(_command(command, *[a.replace("{tmp}", str(tmp_path)) for a in args]), after)

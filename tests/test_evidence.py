@@ -16,6 +16,7 @@ import pytest
 
 from analysis.cli.evaluate import evaluate
 from analysis.judge.properties import RECORDS, judge_rows
+from analysis.judge.verdict import Verdict
 from analysis.present import render
 from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource
@@ -199,6 +200,13 @@ def test_a_nonfinite_case_that_did_not_finish_fails_and_points_to_execution(fixe
     row = next(f for f in judge_rows(cut) if f.key == "nonfinite")
     missing = fixed_evidence.nonfinite[-1].scenario.name
     assert not row.ok and row.detail["unmeasured"] == [missing] and row.measured == row.documented - 1
+    assert missing in row.detail["not_measured"]  # every wrong case is one that did not run: no evidence, no violation
+    alone = Verdict(source=KernelSource("", "k", "k.cu"), contract="fixed", backend="host", device="",
+                    findings=[row], evidence=cut, seconds=0.0)
+    assert "FAIL: 1 of 1 properties not measured in " in render.verdict(alone, "contracts.toml")
+    wrong = replace(cut.nonfinite[0], lam=np.full_like(cut.nonfinite[0].lam, 0.123))  # and one case that ran, wrong
+    mixed = next(f for f in judge_rows(replace(cut, nonfinite=[wrong, *cut.nonfinite[1:]])) if f.key == "nonfinite")
+    assert not mixed.ok and "not_measured" not in mixed.detail and mixed.detail["unmeasured"] == [missing]
     assert render.hints(row, "contracts.toml") == ["not measured where the candidate crashed or hung: see the "
                                                     "execution row"]
     # the row reads whole in every form (a crash or hang on the GPU leaves exactly such a row)

@@ -83,11 +83,13 @@ def test_in_brief_reads_its_numbers_from_the_data(made):
         aligned = traj[(traj.controller == name) & (traj.scenario == "aligned")].sort_values("step")
         lam = aligned["lambda"].to_numpy(np.float32)
         first = int(aligned.step.to_numpy()[np.argmax(lam == lam.min())])
-        assert f"step {first}" in brief, (name, first)
+        assert re.search(rf"by step {first}[;.]", brief), (name, first)
     ab = pd.read_csv(out / "data" / "ablation.csv")
     parts = ab[["floor", "asymmetric", "tolerance", "seed"]].sum(axis=1)
     assert f"{ab.collapse_fraction[parts == 0].iloc[0]:.1%} of the original's runs" in brief
     assert f"{ab.collapse_fraction[parts == 4].iloc[0]:.1%} of the fixed kernel's" in brief
+    best = ab[(parts > 0) & (parts < 4)].sort_values("collapse_fraction", kind="stable").iloc[0]
+    assert f"{best.variant} gives the fewest, {best.collapse_fraction:.1%}" in brief
     study2 = json.loads((out / "data" / "study2.json").read_text())
     tests = [p[c]["per_regime"][j] for b in study2["envs"].values() for p in b["pairs"]
              if (p["a"], p["b"]) == ("original", "fixed") for c in ("relative", "minimum") for j in range(len(b["regimes"]))]

@@ -52,7 +52,7 @@ from analysis.present import bench_report
 from repro import bench
 from repro.core.contract import load
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs, check_writable
+from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 
 BENCH_TESTS = "tests/test_bench.py"
@@ -111,6 +111,7 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
             raise SuiteError(f"--baseline {shown(folder)} is the baseline of {old[0].tag}; this machine is {tag}")
     if args.add and old is None:
         raise SuiteError(f"--add: no baseline to add to in {shown(folder)}")
+    default_out = args.out is None
     if args.out is None:
         if args.record and tag != REFERENCE:
             raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
@@ -118,10 +119,10 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
         args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
     # the committed table changes only through --record on the reference machine; nothing else lands in a folder
     # of the repository's own (kernels/, the top level, the committed reports/bench)
-    committed = [ROOT / "reports" / "bench"] if args.record and tag == REFERENCE else []
-    check_outputs([Output("--out", args.out, folder=True)], committed=committed)
-    if args.record:
-        check_writable(folder / "run-1.json", "--baseline")
+    # (the default last-run folder too: a copy without git counts every file under reports/ as the repository's)
+    committed = ([ROOT / "reports" / "bench"] if args.record and tag == REFERENCE else []) + ([args.out] if default_out else [])
+    outputs = [Output("--out", args.out, folder=True)] + ([Output("--baseline", folder, folder=True)] if args.record else [])
+    check_outputs(outputs, committed=[*committed, ROOT / "reports" / "bench" / "baselines" / tag])
     return modes, tag, folder, old
 
 

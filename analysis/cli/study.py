@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json)):
         if given and not args.second:  # else the first study would run in full, ignoring it
             raise SuiteError(f"{flag} is the second study's: give --second with it")
+    if args.calibrate and args.from_json:
+        raise SuiteError("--calibrate runs the calibration; --from-json draws a study already run: give one of them")
     if args.second:
         return second(args, start)
     args.prereg = args.prereg or PREREGISTERED

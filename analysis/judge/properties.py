@@ -390,10 +390,11 @@ def nonfinite(ev: Evidence) -> Finding:
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
+    detail = {"seen": seen, **({"unmeasured": unmeasured} if unmeasured else {}), "lambda0": lambda0, "lambda1": lambda1}
+    if unmeasured and {k for k, _, _ in wrong} <= set(unmeasured):  # no case that ran is wrong: it fails on no evidence
+        detail["not_measured"] = f"{', '.join(unmeasured)} did not finish (see the execution row)"
     return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised", ok=not wrong, unit="cases",
-                   documented=n, predicted=n, measured=n - len(wrong),
-                   detail={"seen": seen, **({"unmeasured": unmeasured} if unmeasured else {}), "lambda0": lambda0,
-                           "lambda1": lambda1}, where=where,
+                   documented=n, predicted=n, measured=n - len(wrong), detail=detail, where=where,
                    line=ev.controller.nonfinite_line,
                    doc="characterised by measurement and pinned in the contract's [nonfinite] table")
 

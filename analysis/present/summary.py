@@ -150,19 +150,26 @@ def _differences(report: Report, numbers: Numbers) -> list[str]:
 def _in_brief(report: Report) -> list[str]:
     """The answer first, each number read from the report's data: what each controller does to λ on the
     contract's scenario, in the toy, and in the learning loop, the results that go against the fix included."""
-    floors = {n: report.evidence[n].controller.value("floor") for n in CONTROLLERS}
-    steps = {n: report.measures[n].floor_step for n in CONTROLLERS}
-    out = ["## In brief", "",
-           f"- **λ under aligned KL** (figure 1): the original drives λ to its floor {floors['original']:g} by step "
-           f"{steps['original']}; the fixed kernel's floor is {floors['fixed']:g}, reached at step {steps['fixed']}."]
     ab = report.ablation
+    candidate = ab[list(FACTORS)].isna().all(axis=1)  # a whole kernel in the fixed controller's place (report --kernel)
+    fixed = "the candidate" if candidate.any() else "the fixed kernel"
+
+    def reaches(n: str) -> str:
+        step, floor = report.measures[n].floor_step, report.evidence[n].controller.value("floor")
+        steps = report.evidence[n].run("aligned").scenario.steps
+        return f"{floor:g} by step {step}" if step is not None else f"{floor:g} in none of its {steps} steps"
+
+    out = ["## In brief", "",
+           f"- **λ under aligned KL** (figure 1): the original drives λ to its floor {reaches('original')}; "
+           f"{fixed} reaches its floor {reaches('fixed')}."]
     parts = ab[list(FACTORS)].sum(axis=1)  # how many of the fix's four parts a variant has
-    if (parts == 0).any() and (parts == len(FACTORS)).any():
-        none, full = (ab.loc[parts == k, "collapse_fraction"].iloc[0] for k in (0, len(FACTORS)))
+    if (parts[~candidate] == 0).any() and (parts == len(FACTORS)).any():
+        none = ab.loc[(parts == 0) & ~candidate, "collapse_fraction"].iloc[0]
+        full = ab.loc[candidate if candidate.any() else parts == len(FACTORS), "collapse_fraction"].iloc[0]
         best = ab[(parts > 0) & (parts < len(FACTORS))].sort_values("collapse_fraction", kind="stable").iloc[0]
         out.append(f"- **In the distillation toy** (figure 9, {int(ab['runs'].iloc[0])} runs per variant): "
                    f"q_pi_agree falls below {COLLAPSE:g} at some step in {none:.1%} of the original's runs and "
-                   f"{full:.1%} of the fixed kernel's; of the other combinations of the fix's four parts, "
+                   f"{full:.1%} of {fixed}'s; of the combinations of the fix's four parts short of all four, "
                    f"{best['variant']} gives the fewest, {best['collapse_fraction']:.1%}.")
     if report.study2:
         more, fewer, cells = original_vs_fixed(report.study2)
