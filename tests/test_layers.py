@@ -107,8 +107,10 @@ RUNS_KERNELS = ("repro.runners.gather", "repro.runners.isolation", "repro.runner
 
 
 def test_judging_and_presenting_run_no_kernel(graph):
-    """Judgement and presentation are functions of what was gathered: neither imports the modules that run
-    kernels (the command lines call the gathering, then the judgement: analysis/cli/evaluate.py)."""
+    """Judgement and presentation are functions of what was gathered: neither imports the modules whose work is
+    running kernels (the command lines call the gathering, then the judgement: analysis/cli/evaluate.py). Direct
+    imports only: a data type or constant from a module that also runs kernels (Run, Behaviour, the benchmark's
+    mode registry, the toy's collapse threshold) is allowed, and brings that module along."""
     for name in RUNS_KERNELS:
         assert name in graph, f"{name} is gone: update RUNS_KERNELS"
     runs = [(m, t) for m, targets in graph.items() if m.startswith(("analysis.judge", "analysis.present"))
