@@ -67,8 +67,10 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
                                  "give a folder of its own")
             if where in files:
                 raise SuiteError(f"{out.flag} {out.path} is a file of the repository: give a path outside it")
-        # a folder the run fills with names of its own could take an input's name (a kernel saved as summary.md)
-        inside = next(((what, p) for what, p in read if out.folder and _resolved(p, "").is_relative_to(where)), None)
+        # a folder the run fills with names of its own could take an input's name (a kernel saved as summary.md);
+        # a missing input is its reader's error to report
+        inside = next(((what, p) for what, p in read
+                       if out.folder and p.exists() and _resolved(p, "").is_relative_to(where)), None)
         if inside:
             raise SuiteError(f"{out.flag} {out.path} holds this run's {inside[0]} ({inside[1]}): an input is never "
                              "overwritten; give a folder that holds no input")
