@@ -131,7 +131,7 @@ def _differences(report: Report, numbers: Numbers) -> list[str]:
         log_ratio, step_ratio = numbers.decay_slowness
         ramp_m, decay_m = v["fixed"].finding("ramp").measured, v["fixed"].finding("decay").measured
         dbl, hlv = report.measures["fixed"].steps_to_double, report.measures["fixed"].steps_to_halve
-        out.append(f"- The kernel comment says *\"{claim.doc.split(': ', 1)[-1]}\"* Measured: the ratio of "
+        out.append(f"- The kernel comment says *\"{claim.quote}\"* Measured: the ratio of "
                    f"log-rates ln {ramp_m:.7f} / −ln {decay_m:.7f} is **{log_ratio:.1f}×**, "
                    f"and steps to halve / steps to double is {hlv} / {dbl} = **{step_ratio:.1f}×** "
                    f"(documented {claim.value:g}×).")

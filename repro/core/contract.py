@@ -53,6 +53,11 @@ class Documented:
     op: str = ""  # how a rate is applied to λ: "mul" (λ·value) or "div" (λ/value)
     dtype: str = ""  # how a band edge is computed and compared (EDGE_DTYPES; empty: f32)
 
+    @property
+    def quote(self) -> str:
+        """``doc`` as the source writes it: without the "kernel: " that marks a sentence of the kernel's own."""
+        return self.doc.removeprefix("kernel: ")
+
     def accepts(self, measured: float) -> bool:
         """True when ``measured`` agrees with the documented value within its stated tolerance."""
         if self.tolerance:
