@@ -128,26 +128,20 @@ def check_writable(path: Path | None, flag: str = "", folder: bool = False) -> N
     path = Path(path)
     what = f"{flag} {path}" if flag else f"cannot write {path}"
     try:
-        if folder:
-            if path.exists() and not path.is_dir():
-                raise SuiteError(f"{what}: it is a file, not a folder")
-            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-            if blocker is not None:
-                raise SuiteError(f"{what}: {blocker} is a file, not a folder")
-            path.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-                return
-        if path.is_dir():
+        if folder and path.exists() and not path.is_dir():
+            raise SuiteError(f"{what}: it is a file, not a folder")
+        if not folder and path.is_dir():
             raise SuiteError(f"{what}: it is a folder")
         blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
         if blocker is not None:
             raise SuiteError(f"{what}: {blocker} is a file, not a folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
+        home = path if folder else path.parent
+        home.mkdir(parents=True, exist_ok=True)
+        if not folder and path.exists():
             with path.open("a"):
                 pass
         else:
-            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-check-"):
+            with tempfile.NamedTemporaryFile(dir=home, prefix=".write-check-"):
                 pass
     except OSError as err:
         raise SuiteError(f"{what}: cannot be written ({err.strerror or err})" if flag
