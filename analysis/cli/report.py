@@ -69,8 +69,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
 
     ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
     closed loop, ablation, robustness) runs the kernel given here. ``closed_loop_seeds``
-    and ``grid`` size the closed-loop studies (the tests pass a reduced grid).
+    and ``grid`` size the closed-loop studies (the tests pass a reduced grid). ``studies``: kind → the JSON of
+    a study made before (read first, before any work: a missing or swapped file costs nothing).
     """
+    read = {k: read_result(path, k) for k, path in (studies or {}).items()}
     entries = {name: contract.controller(name) for name in CONTROLLERS}
     progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
     evidence, verdicts = {}, {}
@@ -114,7 +116,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     }
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
-        study, study2 = (read_result(studies[k], k) for k in ("first", "second"))
+        study, study2 = read["first"], read["second"]
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
         full = backend.name == "cupy"
@@ -212,8 +214,6 @@ def main(argv: list[str] | None = None) -> int:
                           *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
-    for kind, path in (studies or {}).items():  # before any work: a missing or swapped file costs nothing
-        read_result(path, kind)
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
