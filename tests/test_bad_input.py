@@ -142,6 +142,7 @@ CASES = [
     ("bench", lambda t: ["--out", "reports/bench"], "holds the repository's own files"),  # only --record writes it
     ("bench", lambda t: ["--out", "."], "holds the repository's own files"),
     ("bench", lambda t: ["--record", "--baseline", "kernels", "--out", f"{t}/b"], "holds the repository's own files"),
+    ("bench", lambda t: ["--out", "reports/bench/baselines/NVIDIA_H200"], "holds the repository's own files"),
     ("study", lambda t: ["--second", "--calibrate", "--from-json", SECOND], "--calibrate runs the calibration"),
     # an input that is missing, empty, or another command's
     ("gate", lambda t: [""], "an empty path"),  # `gate "$KERNEL"` with KERNEL unset: not the contract's kernel

@@ -117,12 +117,17 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
             raise SuiteError(f"--record on {tag}: the committed table reports/bench/bench.md is the "
                              f"{REFERENCE}'s; give --out DIR for this machine's table")
         args.out = ROOT / "reports" / "bench" / ("" if args.record else "last-run")
-    # the committed table changes only through --record on the reference machine; nothing else lands in a folder
-    # of the repository's own (kernels/, the top level, the committed reports/bench)
-    # (the default last-run folder too: a copy without git counts every file under reports/ as the repository's)
-    committed = ([ROOT / "reports" / "bench"] if args.record and tag == REFERENCE else []) + ([args.out] if default_out else [])
-    outputs = [Output("--out", args.out, folder=True)] + ([Output("--baseline", folder, folder=True)] if args.record else [])
-    check_outputs(outputs, committed=[*committed, ROOT / "reports" / "bench" / "baselines" / tag])
+    # Nothing lands in a folder of the repository's own (kernels/, the top level) but what --record writes: the
+    # machine's committed baseline, and on the reference machine the committed table. The default last-run
+    # folder is allowed too: a copy without git counts every file under reports/ as the repository's.
+    outputs = [Output("--out", args.out, folder=True)]
+    committed = [args.out] if default_out else []
+    if args.record:
+        outputs.append(Output("--baseline", folder, folder=True))
+        committed.append(ROOT / "reports" / "bench" / "baselines" / tag)
+        if tag == REFERENCE:
+            committed.append(ROOT / "reports" / "bench")
+    check_outputs(outputs, committed=committed)
     return modes, tag, folder, old
 
 
@@ -146,7 +151,8 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST")}
     report = _UntilInterrupted(sys.stderr)
     previous = signal.getsignal(signal.SIGINT)
-    if callable(previous) and threading.current_thread() is threading.main_thread():
+    watching = callable(previous) and threading.current_thread() is threading.main_thread()
+    if watching:
         signal.signal(signal.SIGINT, report.interrupt(previous))
     try:
         with contextlib.redirect_stdout(report), warnings.catch_warnings():
@@ -155,7 +161,7 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
             code = int(pytest.main(cmd))
     finally:
         os.environ.update(saved)
-        if signal.getsignal(signal.SIGINT) is not previous and threading.current_thread() is threading.main_thread():
+        if watching:
             signal.signal(signal.SIGINT, previous)
         if report.interrupted:
             report.end()
