@@ -44,17 +44,14 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
             # A moved input is a contract edit (the slot line); an input no slot acts as is not.
             line = 0 if slot is None else contract.slot_lines.get(key, 0)
             out.append(Difference(kind="slot", name=role, documented=doc_slot, measured=slot, unit="slot", contract_key=key,
-                                  line=line,
-                                  note="no slot acts as it" if slot is None else ""))
+                                  line=line, note="no slot acts as it" if slot is None else ""))
     extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
     if extra:
         out.append(Difference(kind="slot", name="reads", documented=None, measured=",".join(map(str, extra)), unit="slot",
-                              contract_key="", line=0,
                               note="λ depends on these slots too"))
     if b.writes:
         out.append(Difference(kind="slot", name="writes", documented=s.lambda_, measured=",".join(map(str, b.writes)),
-                              unit="slot", contract_key="lambda",
-                              line=0, note="the contract lets a controller write λ's slot only"))
+                              unit="slot", contract_key="lambda", note="the contract lets a controller write λ's slot only"))
     for name in ("floor", "ceiling", "ramp", "decay"):
         measured, doc = getattr(b, name), ctrl[name]
         if measured is None:
@@ -83,8 +80,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
                                   note="inclusive" if edge.inclusive else ""))
         elif edge.inclusive:
             # The edge value belongs to the band in the contract (strict comparisons): not a contract edit.
-            out.append(Difference(kind="edge", name=name, documented="strict", measured="inclusive", unit="", contract_key="",
-                                  line=0,
+            out.append(Difference(kind="edge", name=name, documented="strict", measured="inclusive",
                                   note="the documented rule compares strictly (> / <)"))
     if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
         return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
@@ -92,8 +88,8 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     guards = next((f for f in findings if f.key == "guards"), None)
     if guards is not None and not guards.ok:
         broken = ",".join(guards.detail.get("broken", [])[:3])
-        out.append(Difference(kind="guard", name="guard", documented="unchanged", measured=broken, unit="", contract_key="",
-                              line=0, note="λ moves where the guard must leave it"))
+        out.append(Difference(kind="guard", name="guard", documented="unchanged", measured=broken,
+                              note="λ moves where the guard must leave it"))
     return out
 
 
@@ -130,7 +126,7 @@ def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
             note = f"λ {seen} where the documented comparisons with NaN/inf are false and leave λ unchanged"
         else:
             note = f"λ {seen} where the contract pins {pinned}"
-        out.append(Difference(kind="nonfinite", name=case, documented=pinned, measured=seen, unit="", contract_key="nonfinite",
+        out.append(Difference(kind="nonfinite", name=case, documented=pinned, measured=seen, contract_key="nonfinite",
                               line=row.line, note=note))
     return out
 

@@ -266,7 +266,7 @@ def _onset(ev: Evidence, which: str) -> Finding:
     where = None
     if not ok:
         i = bad[0]
-        where = Where(scenario=f"onset probe, target {float(ev.probe_targets[i]):.8g}", event="onset", step=None, lam=None,
+        where = Where(scenario=f"onset probe, target {float(ev.probe_targets[i]):.8g}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
@@ -450,8 +450,8 @@ def single_thread(ev: Evidence) -> Finding:
     described = "; ".join(f"KL {r}: threadIdx.x {t}, blockIdx.x {b} changed the ISV" for r, (t, b) in others[:3])
     return Finding(key="single_thread", title=f"{title} (blockDim {probe.dims[0]}, gridDim {probe.dims[3]})", ok=not others,
                    unit="other threads left the ISV unchanged", documented=n, predicted=n, measured=quiet,
-                   detail={"acting": [list(c) for _, c in others]}, where=Where(scenario=described,
-                                                                                event="threads") if others else None,
+                   detail={"acting": [list(c) for _, c in others]},
+                   where=Where(scenario=described, event="threads") if others else None,
                    line=0, doc=doc)
 
 

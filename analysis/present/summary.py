@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, noise_curves
-from analysis.judge.study_measures import original_vs_fixed
+from analysis.judge.study_measures import ALPHA, original_vs_fixed
 from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
 from repro.core.ablation import FACTORS
 from repro.toy import COLLAPSE
@@ -175,7 +175,7 @@ def _in_brief(report: Report) -> list[str]:
         more, fewer, cells = original_vs_fixed(report.study2)
         out.append(f"- **In the learning loop** (second study): in {more} of {cells} task × criterion × regime cells "
                    f"the original's agreement collapses significantly more often than the fixed kernel's, in "
-                   f"{fewer} the fixed kernel's does (McNemar, p < 0.05; sections below). "
+                   f"{fewer} the fixed kernel's does (McNemar, p < {ALPHA:g}; sections below). "
                    + study_section.headline2(report.study2))
     return out
 
