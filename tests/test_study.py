@@ -14,12 +14,15 @@ gymnasium = pytest.importorskip("gymnasium", reason="the learning study needs gy
 pytest.importorskip("scipy", reason="the study's intervals need scipy (pip install --group study)")
 
 from analysis.cli import study as cli  # noqa: E402
+from analysis.cli.studies import reduced_first, run_first  # noqa: E402
+from analysis.judge.first_study import merge  # noqa: E402
+from analysis.judge.study_stats import exact_interval  # noqa: E402
 from repro.core.contract import load  # noqa: E402
 from repro.core.errors import SuiteError  # noqa: E402
 from repro.core.isv import new_isv  # noqa: E402
 from repro.learning import agent, controllers, reference, rng  # noqa: E402
 from repro.learning.env import BatchedEnv, make  # noqa: E402
-from repro.learning.prereg import exact_interval, load_prereg, merge, parse_seeds, reduced_study, run  # noqa: E402
+from repro.learning.prereg import load_prereg, parse_seeds  # noqa: E402
 
 ENVS = ("FrozenLake-v1", "CliffWalking-v1", "Taxi-v4")
 TINY_GRID = {"entropy_bonus": (0.0,), "aux_reward": (0.0, 1.0), "pi_view": (1,)}
@@ -32,7 +35,7 @@ def prereg():
 
 @pytest.fixture(scope="module")
 def reduced(host, prereg):
-    return reduced_study(host, prereg)
+    return reduced_first(host, prereg)
 
 
 @pytest.mark.parametrize("name", ENVS)
@@ -199,15 +202,15 @@ def test_parse_seeds():
 
 def test_same_seeds_same_json(host, prereg):
     args = (host, ["FrozenLake-v1"], ["fixed", "original", "const:0.1"], parse_seeds("0:3"), prereg)
-    a, b = (json.dumps(run(*args, grid=TINY_GRID, steps=600)) for _ in range(2))
+    a, b = (json.dumps(run_first(*args, grid=TINY_GRID, steps=600)) for _ in range(2))
     assert a == b
 
 
 def test_runs_do_not_depend_on_their_batch(host, prereg):
     """A study split by controller and merged equals the joint study (what merge() relies on)."""
     seeds = parse_seeds("0:3")
-    joint = run(host, ["FrozenLake-v1"], ["fixed", "original"], seeds, prereg, grid=TINY_GRID, steps=600)
-    parts = [run(host, ["FrozenLake-v1"], [n], seeds, prereg, grid=TINY_GRID, steps=600) for n in ("original", "fixed")]
+    joint = run_first(host, ["FrozenLake-v1"], ["fixed", "original"], seeds, prereg, grid=TINY_GRID, steps=600)
+    parts = [run_first(host, ["FrozenLake-v1"], [n], seeds, prereg, grid=TINY_GRID, steps=600) for n in ("original", "fixed")]
     assert merge(parts)["envs"] == joint["envs"]
 
 
@@ -239,7 +242,7 @@ def test_backends_agree_bit_for_bit(backend, host, prereg):
     args = (["FrozenLake-v1", "CliffWalking-v1"], ["fixed", "original", "const:0.001", "ppo_paper"], parse_seeds("0:4"),
             prereg)
     grid = {"entropy_bonus": (0.0, 0.05), "aux_reward": (1.0,), "pi_view": (1, 4)}
-    ours, ref = run(backend, *args, grid=grid, steps=3000), run(host, *args, grid=grid, steps=3000)
+    ours, ref = run_first(backend, *args, grid=grid, steps=3000), run_first(host, *args, grid=grid, steps=3000)
     assert ours.pop("backend") == backend.name and ref.pop("backend") == "host"
     assert json.dumps(ours) == json.dumps(ref)
 
@@ -361,7 +364,7 @@ def test_controller_names_are_spelled_one_way():
 @pytest.mark.slow
 def test_full_preregistered_study(host, prereg):
     """The pre-registered study as committed (minutes on a CPU; under a minute on the H200 with cupy)."""
-    result = run(host, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
+    result = run_first(host, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
     assert result["as_preregistered"] and list(result["envs"]) == list(prereg.envs)
     _well_formed(result)
 
@@ -389,7 +392,7 @@ def prereg2():
 
 @pytest.fixture(scope="module")
 def reduced2(host, prereg2):
-    from repro.learning.study2 import reduced_study as reduced_second
+    from analysis.cli.studies import reduced_second
 
     return reduced_second(host, prereg2)
 
@@ -397,7 +400,7 @@ def reduced2(host, prereg2):
 def test_mcnemar_and_sign_test_against_closed_forms():
     """McNemar's exact test is the two-sided binomial test on the discordant pairs: 9 against 1 gives
     2·(1 + 10)/2^10; the sign test counts seeds."""
-    from repro.learning.study2 import mcnemar, seed_sign_test
+    from analysis.judge.study_stats import mcnemar, seed_sign_test
 
     a = np.array([1] * 9 + [0] * 1 + [1] * 5 + [0] * 5, bool)
     b = np.array([0] * 9 + [1] * 1 + [1] * 5 + [0] * 5, bool)
@@ -414,7 +417,7 @@ def test_closed_forms_equal_scipys_binomtest():
     finds the interval's bounds by a root search, to about 1e-9 relative: the beta quantiles are the definition)."""
     from scipy.stats import binomtest
 
-    from repro.learning.study2 import clopper_pearson, sign_p
+    from analysis.judge.study_stats import clopper_pearson, sign_p
 
     for x, y in [(0, 1), (1, 0), (3, 3), (9, 1), (151, 1), (124, 5), (19, 70), (0, 40), (250, 260)]:
         assert np.isclose(sign_p(x, y), binomtest(x, x + y, 0.5).pvalue, rtol=1e-9, atol=1e-300)
@@ -428,7 +431,7 @@ def test_second_study_criteria_on_hand_made_traces(prereg2):
     the signature's order (the λ side first)."""
     from dataclasses import replace as dc_replace
 
-    from repro.learning.study2 import verdicts
+    from analysis.judge.second_study import verdicts
 
     c = dc_replace(prereg2.criteria, warmup=0, consecutive=3)
     E, N = 8, 4
@@ -494,13 +497,13 @@ def test_reduced_second_study(reduced2, prereg2):
 @pytest.mark.device_only
 def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
-    from repro.learning import study2
+    from analysis.cli.studies import run_second
 
     grid = {"kl_site": ("replay", "even"), "kl_before": (0, 1), "policy": ("view:4", "linear"), "aux_reward": (1.0,)}
     args = dict(envs=["FrozenLake-v1", "CliffWalking-v1"], names=["fixed", "original", "const:0", "const:0.001",
                                                                   "const:1", "ablation:floor"],
                 seeds=parse_seeds("0:3"), grid=grid, steps=7800, incident_steps=600)
-    ours, ref = study2.run(backend, prereg2, **args), study2.run(host, prereg2, **args)
+    ours, ref = run_second(backend, prereg2, **args), run_second(host, prereg2, **args)
     assert ours.pop("backend") == backend.name and ref.pop("backend") == "host"
     assert json.dumps(ours) == json.dumps(ref)
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
+from analysis.cli.studies import preregistered_first, reduced_first, reduced_second, run_second
 from analysis.judge import bench_verdict, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
@@ -32,9 +33,8 @@ from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
-from repro.learning import prereg as learning_study
-from repro.learning import study2 as learning_study2
 from repro.learning.prereg import read_result
+from repro.learning.study2 import load_prereg2
 from repro.runners import experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
@@ -121,10 +121,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     else:
         full = backend.name == "cupy"
         progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
-        study = (learning_study.preregistered_study if full else learning_study.reduced_study)(
+        study = (preregistered_first if full else reduced_first)(
             backend, sources={"fixed": sources["fixed"]} if candidate else None)
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
-        study2 = learning_study2.run(backend, learning_study2.load_prereg2()) if full else learning_study2.reduced_study(backend)
+        study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
         where = {"first": "run here", "second": "run here"}
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}

@@ -28,7 +28,8 @@ import os
 import time
 from pathlib import Path
 
-from analysis.cli import policy
+from analysis.cli import policy, studies
+from analysis.judge.first_study import merge
 from analysis.present import render, study_section
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
@@ -37,17 +38,7 @@ from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
 from repro.learning.env import make
-from repro.learning.prereg import (
-    MAX_SEEDS,
-    MAX_STEPS,
-    PREREGISTERED,
-    grid_columns,
-    load_prereg,
-    merge,
-    parse_seeds,
-    read_result,
-    run,
-)
+from repro.learning.prereg import MAX_SEEDS, MAX_STEPS, PREREGISTERED, grid_columns, load_prereg, parse_seeds, read_result
 
 #: Where the committed results live (written only by the study as pre-registered).
 RESULTS = ROOT / "studies" / "results"
@@ -107,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             n += 1
             say(f"[{n}/{blocks}] {env} × {name}: {runs} runs × {args.steps or L.steps} steps on {backend.name} …")
             began = time.perf_counter()
-            parts.append(run(backend, [env], [name], seeds, prereg, steps=args.steps))
+            parts.append(studies.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
             say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
                 f"({time.perf_counter() - start:.0f} s so far)")
     result = merge(parts)
@@ -140,7 +131,7 @@ def second(args, start: float) -> int:
     if args.calibrate:
         if prereg.criteria.consecutive < 0:
             raise SuiteError("consecutive must be at least 0")
-        result = study2.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
+        result = studies.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
         print(f"calibration: consecutive = {result['chosen_consecutive']}; trip rates at the effective points "
               f"{result['pooled_effective_points']}")
     else:
@@ -153,7 +144,7 @@ def second(args, start: float) -> int:
         if args.from_json:
             result = read_result(args.from_json, "second")
         else:
-            result = study2.run(backend, prereg, envs=envs, names=names,
+            result = studies.run_second(backend, prereg, envs=envs, names=names,
                                 seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
         for env, block in result["envs"].items():
             for name, e in block["controllers"].items():

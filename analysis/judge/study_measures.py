@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.judge.study_stats import mcnemar
+
 #: The significance level of the second study's paired tests.
 ALPHA = 0.05
 
 
 def significant(m: dict) -> bool:
-    """A paired test (:func:`repro.learning.study2.mcnemar`) below :data:`ALPHA`."""
+    """A paired test (:func:`analysis.judge.study_stats.mcnemar`) below :data:`ALPHA`."""
     return m["p"] < ALPHA
 
 
@@ -113,8 +115,6 @@ def largest_gap(result: dict) -> tuple | None:
 def regime_test(block: dict, crit: str, a: str, b: str, j: int) -> dict:
     """Second study: McNemar's test of controller ``a``'s per-run verdicts against ``b``'s under ``crit`` over
     regime ``j``'s runs of one task's ``block``."""
-    from repro.learning.study2 import mcnemar
-
     va, vb = (block["controllers"][n][crit]["verdicts"] for n in (a, b))
     K = len(va) // len(block["grid_points"])
     idx = np.concatenate([np.arange(i * K, (i + 1) * K) for i in block["regimes"][j]["points"]])

@@ -1,0 +1,164 @@
+"""The two learning-loop studies run: the loop's traces gathered (:mod:`repro.learning`), then judged
+(:mod:`analysis.judge.first_study`, :mod:`analysis.judge.second_study`), as one JSON per study.
+
+Called by ``python -m analysis study`` and the report. Every result is deterministic: no timings, no absolute
+paths; the parameters come from the pre-registered files, and the reduced studies change only the number of
+steps, seeds, grid points and controllers.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from analysis.judge import first_study, second_study
+from repro.backends.base import LEARN_OUTPUTS
+from repro.core.contract import load
+from repro.core.errors import SuiteError
+from repro.learning import controllers as ctl
+from repro.learning import prereg as first_prereg
+from repro.learning import study2
+from repro.learning.agent import run_loop
+from repro.learning.env import make
+from repro.learning.prereg import MAX_TRACE_BYTES, Prereg, grid_columns, load_prereg, parse_seeds
+from repro.learning.study2 import Prereg2, grid_points, load_prereg2, loop_grid, measure_of, signature_steps
+
+
+def _tables(envs, prereg) -> dict:
+    """Every environment made (and its name checked) before the first run starts."""
+    return {env: make(env, prereg.learning.default_max_episode_steps)[1] for env in envs}
+
+
+def _check_memory(need: int, extra: str = "") -> None:
+    """``need``: bytes of one environment's traces, at most :data:`MAX_TRACE_BYTES`."""
+    if need > MAX_TRACE_BYTES:
+        raise SuiteError(f"the traces of one environment would take {need / 2**30:.1f} GiB{extra}: "
+                         "fewer steps, seeds or controllers")
+
+
+def _say(progress, env: str, names, n_runs: int, steps: int, start: float) -> None:
+    if progress:
+        progress(f"{env}: {len(names)} controllers × {n_runs} runs × {steps} steps "
+                 f"in {time.perf_counter() - start:.1f} s")
+
+
+def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
+              steps: int | None = None, sources: dict | None = None, progress=None) -> dict:
+    """The first study's JSON. ``sources`` puts a kernel source in a contract name's place (a candidate under
+    "fixed"); ``progress`` (a callable taking one line) hears when each environment is done, with its wall time (s)."""
+    if steps is not None:
+        prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
+    names = ctl.expand(names)
+    tables = _tables(envs, prereg)
+    points = grid_columns(grid or prereg.grid)
+    n_runs = len(seeds) * len(points["pi_view"])
+    per_evaluation_and_run = sum(np.dtype(d).itemsize for d in LEARN_OUTPUTS.values())
+    _check_memory(per_evaluation_and_run * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names),
+                  f" (at most {MAX_TRACE_BYTES / 2**30:.0f})")
+    result = {"preregistration": prereg.path, "backend": backend.name,
+              "parameters": {"learning": asdict(prereg.learning), "grid": {k: list(v) for k, v in (grid or prereg.grid).items()},
+                             "collapse": asdict(prereg.collapse)},
+              "as_preregistered": steps is None and grid is None,
+              "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
+              "run_order": "per controller: grid point-major, then seed",
+              "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
+              "envs": {}}
+    contract = load()
+    for env in envs:
+        start = time.perf_counter()
+        groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
+        traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, points)
+        result["envs"][env] = first_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
+                                                    traces, len(seeds), prereg.collapse)
+        _say(progress, env, names, n_runs, prereg.learning.steps, start)
+    return result
+
+
+def reduced_first(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
+    """The reduced first study's JSON (:data:`repro.learning.prereg.REDUCED`: seconds on a CPU)."""
+    r = first_prereg.REDUCED
+    return run_first(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg or load_prereg(),
+                     grid=r["grid"], steps=r["steps"], sources=sources)
+
+
+def preregistered_first(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
+    """The first study exactly as pre-registered (its environments, seeds, controllers, grid and steps)."""
+    prereg = prereg or load_prereg()
+    return run_first(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
+
+
+def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None, progress=None,
+               incident_steps: int | None = None) -> dict:
+    """The second study's JSON; arguments left None are as pre-registered. ``progress`` as for :func:`run_first`;
+    ``incident_steps``: the incident figure's run length (steps; default pre-registered)."""
+    as_prereg = all(x is None for x in (envs, names, seeds, grid, steps))
+    envs = list(envs or prereg.envs)
+    names = ctl.expand(names or prereg.controllers)
+    seeds = parse_seeds(prereg.seeds) if seeds is None else seeds
+    if steps is not None:
+        prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
+    if grid is not None:
+        prereg = replace(prereg, grid={**prereg.grid, **grid})
+    c = prereg.criteria
+    if c.baseline not in names:
+        raise SuiteError(f"the relative criterion needs its baseline {c.baseline} among the controllers")
+    points = grid_points(prereg.grid)
+    tables = _tables(envs, prereg)
+    n_runs = len(seeds) * len(points)
+    _check_memory(13 * 8 * (prereg.learning.steps // prereg.learning.eval_every) * n_runs * len(names))
+    result = {"preregistration": prereg.path, "learning_from": prereg.learning_from, "backend": backend.name,
+              "parameters": {"learning": asdict(prereg.learning), "features": prereg.features,
+                             "replay_capacity": prereg.replay_capacity, "replay_sample": prereg.replay_sample,
+                             "grid": {k: list(v) for k, v in prereg.grid.items()}, "criteria": asdict(c),
+                             "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}},
+              "as_preregistered": as_prereg, "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
+              "run_order": "per controller: grid point-major (regime, policy, aux), then seed", "envs": {}}
+    contract = load()
+    with ThreadPoolExecutor(min(8, len(names))) as pool:  # every controller compiled at once (cached below)
+        groups = list(pool.map(lambda n: ctl.group(backend, n, contract), names))
+    for env in envs:
+        start = time.perf_counter()
+        traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, loop_grid(points, prereg.features),
+                          measure_of(prereg))
+        result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
+                                                     traces, len(seeds), c, signature_steps(prereg))
+        _say(progress, env, names, n_runs, prereg.learning.steps, start)
+    if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
+        seed = second_study.incident_seed(result, prereg.incident, seeds)
+        result["incident"] = study2.incident(backend, prereg, seed, steps=incident_steps)
+    return result
+
+
+def reduced_second(backend, prereg: Prereg2 | None = None) -> dict:
+    """The reduced second study's JSON (:data:`repro.learning.study2.REDUCED`)."""
+    r = study2.REDUCED
+    return run_second(backend, prereg or load_prereg2(), envs=r["envs"], names=r["controllers"],
+                      seeds=parse_seeds(r["seeds"]), grid=r["grid"], steps=r["steps"], incident_steps=2000)
+
+
+def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13), false_alarm: float = 0.05,
+              progress=None) -> dict:
+    """The calibration's JSON (constant λ only, its own seeds): :data:`analysis.judge.second_study.CALIBRATION_RULE`;
+    the K chosen is the smallest with λ = 1's rate there at most ``false_alarm``, pooled over both tasks. Also: how
+    many states keep a unique greedy action, λ = 0's level."""
+    names = ["const:0", "const:0.001", "const:1"]
+    points = grid_points(prereg.grid)
+    out = {"seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names, "candidates": list(candidates),
+           "false_alarm": false_alarm, "rule": second_study.CALIBRATION_RULE, "envs": {}}
+    trips = {k: {n: [] for n in names} for k in candidates}
+    for env in prereg.envs:
+        start = time.perf_counter()
+        _, tables = make(env, prereg.learning.default_max_episode_steps)
+        groups = [ctl.group(backend, n) for n in names]
+        traces = run_loop(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
+                          measure_of(prereg))
+        out["envs"][env] = second_study.calibration_block(tables, names, points, traces, len(seeds), prereg.criteria,
+                                                          signature_steps(prereg), candidates, trips)
+        if progress:
+            progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
+    out["pooled_effective_points"], out["chosen_consecutive"] = second_study.calibration_pooled(trips, names,
+                                                                                               false_alarm)
+    return out
