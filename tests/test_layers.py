@@ -103,7 +103,8 @@ def test_measuring_never_imports_judging(graph):
 
 #: The modules that compile or run kernels (the gathering and what it drives).
 RUNS_KERNELS = ("repro.runners.gather", "repro.runners.isolation", "repro.runners.campaign", "repro.runners.coverage",
-                "repro.runners.probes", "repro.runners.experiments", "repro.backends.host", "repro.backends.cupy_backend")
+                "repro.runners.probes", "repro.runners.experiments", "repro.backends.host", "repro.backends.cupy_backend",
+                "repro.learning.controllers", "repro.learning.incident")
 
 
 def test_judging_and_presenting_run_no_kernel(graph):

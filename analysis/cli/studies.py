@@ -23,6 +23,7 @@ from repro.learning import prereg as first_prereg
 from repro.learning import study2
 from repro.learning.agent import run_loop
 from repro.learning.env import make
+from repro.learning.incident import incident
 from repro.learning.prereg import MAX_TRACE_BYTES, Prereg, grid_columns, load_prereg, parse_seeds
 from repro.learning.study2 import Prereg2, grid_points, load_prereg2, loop_grid, measure_of, signature_steps
 
@@ -67,9 +68,9 @@ def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dic
               "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
               "envs": {}}
     contract = load()
+    groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     for env in envs:
         start = time.perf_counter()
-        groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, points)
         result["envs"][env] = first_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                     traces, len(seeds), prereg.collapse)
@@ -128,7 +129,7 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         _say(progress, env, names, n_runs, prereg.learning.steps, start)
     if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
-        result["incident"] = study2.incident(backend, prereg, seed, steps=incident_steps)
+        result["incident"] = incident(backend, prereg, seed, steps=incident_steps)
     return result
 
 
@@ -148,17 +149,17 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
     points = grid_points(prereg.grid)
     out = {"seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names, "candidates": list(candidates),
            "false_alarm": false_alarm, "rule": second_study.CALIBRATION_RULE, "envs": {}}
-    trips = {k: {n: [] for n in names} for k in candidates}
+    trips = []
     for env in prereg.envs:
         start = time.perf_counter()
         _, tables = make(env, prereg.learning.default_max_episode_steps)
         groups = [ctl.group(backend, n) for n in names]
         traces = run_loop(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
-        out["envs"][env] = second_study.calibration_block(tables, names, points, traces, len(seeds), prereg.criteria,
-                                                          signature_steps(prereg), candidates, trips)
+        out["envs"][env], env_trips = second_study.calibration_block(tables, names, points, traces, len(seeds),
+                                                                     prereg.criteria, signature_steps(prereg), candidates)
+        trips.append(env_trips)
         if progress:
             progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
-    out["pooled_effective_points"], out["chosen_consecutive"] = second_study.calibration_pooled(trips, names,
-                                                                                               false_alarm)
+    out["pooled_effective_points"], out["chosen_consecutive"] = second_study.calibration_pooled(trips, false_alarm)
     return out

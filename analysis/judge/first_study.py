@@ -13,6 +13,7 @@ import numpy as np
 
 from analysis.judge.study_stats import exact_interval, undefined_ok
 from repro.core.errors import SuiteError
+from repro.core.json_values import finite_or_none
 from repro.learning.agent import Traces
 from repro.learning.env import Tables
 from repro.learning.prereg import GRID_AXES, Collapse
@@ -37,8 +38,7 @@ def _quantiles(a: np.ndarray) -> dict[str, list]:
     # inf − inf inside the interpolation of a diverged λ, or an evaluation where every run is undefined: NaN, null
     with undefined_ok():
         q = np.nanquantile(a, (0.25, 0.5, 0.75), axis=1) if np.isfinite(a).any() else np.full((3, a.shape[0]), np.nan)
-    clean = lambda row: [float(x) if np.isfinite(x) else None for x in row]  # noqa: E731 - JSON has no NaN
-    return {name: clean(row) for name, row in zip(("q25", "median", "q75"), q, strict=True)}
+    return {name: [finite_or_none(x) for x in row] for name, row in zip(("q25", "median", "q75"), q, strict=True)}
 
 
 def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], points: dict[str, np.ndarray],
@@ -67,7 +67,7 @@ def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], point
         entry["verdicts"] = {k: v[k][s].astype(int).tolist() for k in ("collapsed", "deep", "diverged")}
         with undefined_ok():  # all-NaN: every run diverged there
             final = np.nanmedian(traces.agree_mean[-1, s].reshape(P, K), axis=1).round(6)
-        entry["final_agree_mean_per_grid_point"] = [float(x) if np.isfinite(x) else None for x in final]  # JSON: no NaN
+        entry["final_agree_mean_per_grid_point"] = [finite_or_none(x) for x in final]
         entry["over_steps"] = {"agree_mean": _quantiles(traces.agree_mean[:, s]),
                                "log10_agree_min": _quantiles(traces.log10_agree_min[:, s]),
                                "lambda": _quantiles(traces.lam[:, s].astype(np.float64)),

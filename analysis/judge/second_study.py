@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from analysis.judge.study_stats import interval, mcnemar, seed_sign_test, undefined_ok
+from repro.core.json_values import finite_or_none
 from repro.learning.agent import Traces
 from repro.learning.env import Tables
 from repro.learning.study2 import CRITERIA, SETS, Criteria, pairs, regimes
@@ -63,11 +64,7 @@ def verdicts(traces: Traces, level: np.ndarray, P: int, K: int, c: Criteria, qui
 def _median_series(a: np.ndarray) -> list:
     with undefined_ok():
         m = np.nanmedian(a, axis=1) if a.size else np.array([])
-    return [float(round(x, 9)) if np.isfinite(x) else None for x in m]
-
-
-def _clean(x) -> float | None:
-    return float(x) if np.isfinite(x) else None
+    return [finite_or_none(round(x, 9)) for x in m]
 
 
 def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], points: list[dict], traces: Traces,
@@ -83,7 +80,7 @@ def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], point
     judged = traces.steps > c.warmup
     out = {"n_states": tables.n_states, "n_actions": tables.n_actions, "eval_steps": traces.steps.tolist(),
            "grid_points": points, "regimes": regs,
-           "baseline_median_agreement": [[_clean(x) for x in row] for row in level.T.round(9)],
+           "baseline_median_agreement": [[finite_or_none(x) for x in row] for row in level.T.round(9)],
            "controllers": {}, "pairs": []}
     for g, name in enumerate(names):
         s = g_of[name]
@@ -112,18 +109,18 @@ def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], point
             for r in regs:
                 x, y = m[r["points"]].ravel(), mm[r["points"]].ravel()
                 fin, fin_y = x[np.isfinite(x)], y[np.isfinite(y)]
-                rows.append({"median": _clean(np.median(fin)) if fin.size else None,
-                             "lowest": _clean(fin.min()) if fin.size else None,
+                rows.append({"median": finite_or_none(np.median(fin)) if fin.size else None,
+                             "lowest": finite_or_none(fin.min()) if fin.size else None,
                              "at_most_1e-20": float((x <= -20).mean()),
-                             "mean_median": _clean(np.median(fin_y)) if fin_y.size else None,
-                             "mean_lowest": _clean(fin_y.min()) if fin_y.size else None})
+                             "mean_median": finite_or_none(np.median(fin_y)) if fin_y.size else None,
+                             "mean_lowest": finite_or_none(fin_y.min()) if fin_y.size else None})
             lowest[set_name] = rows
         entry["lowest_log10_agreement"] = lowest
         n_unique = traces.n_unique[-1, s].reshape(P, K)
         entry["final_unique_states_median_per_point"] = [float(np.median(n_unique[i])) for i in range(P)]
         final = traces.agree_unique[-1, s].reshape(P, K)
         with undefined_ok():
-            entry["final_agreement_median_per_point"] = [_clean(x) for x in np.nanmedian(final, axis=1).round(6)]
+            entry["final_agreement_median_per_point"] = [finite_or_none(x) for x in np.nanmedian(final, axis=1).round(6)]
         if not name.startswith("ablation:"):
             series = {}
             for key in ("lam", "kl_ema", "agree_unique", "agree_odd", "agree_replay", "log10_min_unique"):
@@ -178,33 +175,36 @@ def incident_seed(result: dict, incident: dict, seeds: np.ndarray) -> int:
 
 
 def calibration_block(tables: Tables, names: list[str], points: list[dict], traces: Traces, n_seeds: int,
-                      c: Criteria, quiet_steps: int, candidates, trips: dict) -> dict:
+                      c: Criteria, quiet_steps: int, candidates) -> tuple[dict, dict]:
     """One environment's block of the calibration (:data:`CALIBRATION_RULE`; ``names`` are the constant-λ
-    controllers λ = 0, 0.001, 1 in that order, runs controller-major as in :func:`env_block`). Adds each
-    candidate K's per-run trips at the effective points to ``trips[K][name]`` for :func:`calibration_pooled`."""
+    controllers λ = 0, 0.001, 1 in that order, runs controller-major as in :func:`env_block`), and each candidate
+    K's per-run trips at the effective points (``{K: {name: bool array}}``, for :func:`calibration_pooled`)."""
     P, K = len(points), n_seeds
     level = baseline_level(traces, slice(0, P * K), P, K)
     with undefined_ok():
         final = np.nanmedian(traces.agree_unique[-1].reshape(len(names), P, K), axis=2)  # [controller, point]
     effective = final[2] - final[0] >= c.bracket_min_agreement_gap
     block = {"n_states": tables.n_states, "unique_states_final_median": float(np.median(traces.n_unique[-1])),
-             "points": [{**pt, "final_agreement": {n: _clean(final[g, i]) for g, n in enumerate(names)},
+             "points": [{**pt, "final_agreement": {n: finite_or_none(final[g, i]) for g, n in enumerate(names)},
                          "effective": bool(effective[i])} for i, pt in enumerate(points)], "rates": {}}
     keep = np.repeat(effective, K)
+    trips: dict = {k: {} for k in candidates}
     for k in candidates:
         v = verdicts(traces, level, P, K, replace(c, consecutive=k), quiet_steps)
         block["rates"][str(k)] = {}
         for g, n in enumerate(names):
             hit = v["relative"][g * P * K:(g + 1) * P * K]
-            trips[k][n].append(hit[keep])
+            trips[k][n] = hit[keep]
             block["rates"][str(k)][n] = {"all_points": float(hit.mean()),
                                          "effective_points": float(hit[keep].mean()) if keep.any() else None}
-    return block
+    return block, trips
 
 
-def calibration_pooled(trips: dict, names: list[str], false_alarm: float) -> tuple[dict, int | None]:
-    """Each candidate K's trip rate per controller pooled over the tasks' effective points, and the K chosen:
-    the smallest with λ = 1's rate at most ``false_alarm`` (None: none is)."""
-    pooled = {str(k): {n: float(np.concatenate(trips[k][n]).mean()) for n in names} for k in trips}
-    ok = [k for k in trips if pooled[str(k)]["const:1"] <= false_alarm]
+def calibration_pooled(trips: list[dict], false_alarm: float) -> tuple[dict, int | None]:
+    """Each candidate K's trip rate per controller pooled over the tasks' effective points (``trips``: each
+    task's from :func:`calibration_block`), and the K chosen: the smallest with λ = 1's rate at most
+    ``false_alarm`` (None: none is)."""
+    pooled = {str(k): {n: float(np.concatenate([t[k][n] for t in trips]).mean()) for n in trips[0][k]}
+              for k in trips[0]}
+    ok = [k for k in trips[0] if pooled[str(k)]["const:1"] <= false_alarm]
     return pooled, (ok[0] if ok else None)

@@ -1,7 +1,7 @@
 """The second pre-registered learning-loop study: where the controller's KL is measured, criteria that
 can fire, paired tests.
 
-Its parameters, grid and criteria's definitions, and the incident's run; the study is run by
+Its parameters, grid and the criteria's definitions; the study is run by
 :mod:`analysis.cli.studies` and judged by :mod:`analysis.judge.second_study` (``python -m analysis study
 --second``). Every parameter comes from ``studies/preregistered_2.toml`` (the learners' from the first study's file,
 unchanged). Units: steps are environment steps (= controller calls); KL in nats; agreement is a probability.
@@ -23,7 +23,7 @@ A criterion *persists* when it still holds at the last evaluation, else the run 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +32,7 @@ from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.learning import controllers as ctl
-from repro.learning.agent import KL_SITES, Learning, Measure, run_loop
-from repro.learning.env import make
+from repro.learning.agent import KL_SITES, Learning, Measure
 from repro.learning.prereg import load_prereg, read_prereg
 
 PREREGISTERED_2 = ROOT / "studies" / "preregistered_2.toml"
@@ -134,26 +133,6 @@ def measure_of(prereg: Prereg2) -> Measure:
 
 def signature_steps(prereg: Prereg2) -> int:
     return int(load().controller(prereg.criteria.signature_of).value("steps_to_floor"))
-
-
-def incident(backend, prereg: Prereg2, seed: int, names=("original", "fixed"), every: int = 1,
-             steps: int | None = None) -> dict:
-    """One seed's run of each controller at the incident figure's grid point, evaluated every ``every`` steps:
-    λ, the KL the controller sees, agreement (ties excluded) on visited and odd states."""
-    inc = prereg.incident
-    _, tables = make(inc["env"], prereg.learning.default_max_episode_steps)
-    point = {k: inc[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")}
-    learning = replace(prereg.learning, steps=steps or inc["steps"], eval_every=every)
-    contract = load()
-    groups = [ctl.group(backend, n, contract) for n in names]
-    traces = run_loop(backend, tables, groups, learning, np.array([seed], np.uint64), loop_grid([point], prereg.features),
-                      measure_of(prereg))
-    series = {}
-    for g, n in enumerate(names):
-        series[n] = {key: [float(x) if np.isfinite(x) else None for x in getattr(traces, key)[:, g].astype(np.float64)]
-                     for key in ("lam", "kl_ema", "agree_unique", "agree_odd")}
-    return {"env": inc["env"], "point": point, "seed": int(seed), "every": every, "steps": traces.steps.tolist(),
-            "quiet_kl": measure_of(prereg).quiet_kl, "kl_target": prereg.learning.kl_target, "series": series}
 
 
 #: The reduced second study (CI): fewer steps, seeds, grid points and controllers; same parameters.
