@@ -14,7 +14,7 @@ gymnasium = pytest.importorskip("gymnasium", reason="the learning study needs gy
 pytest.importorskip("scipy", reason="the study's intervals need scipy (pip install --group study)")
 
 from analysis.cli import study as cli  # noqa: E402
-from analysis.cli.studies import reduced_first, run_first  # noqa: E402
+from analysis.cli.study_runs import reduced_first, run_first  # noqa: E402
 from analysis.judge.first_study import merge  # noqa: E402
 from analysis.judge.study_stats import exact_interval  # noqa: E402
 from repro.core.contract import load  # noqa: E402
@@ -392,7 +392,7 @@ def prereg2():
 
 @pytest.fixture(scope="module")
 def reduced2(host, prereg2):
-    from analysis.cli.studies import reduced_second
+    from analysis.cli.study_runs import reduced_second
 
     return reduced_second(host, prereg2)
 
@@ -497,7 +497,7 @@ def test_reduced_second_study(reduced2, prereg2):
 @pytest.mark.device_only
 def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
-    from analysis.cli.studies import run_second
+    from analysis.cli.study_runs import run_second
 
     grid = {"kl_site": ("replay", "even"), "kl_before": (0, 1), "policy": ("view:4", "linear"), "aux_reward": (1.0,)}
     args = dict(envs=["FrozenLake-v1", "CliffWalking-v1"], names=["fixed", "original", "const:0", "const:0.001",

@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
-from analysis.cli.studies import preregistered_first, reduced_first, reduced_second, run_second
+from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_second, run_second
 from analysis.judge import bench_verdict, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge

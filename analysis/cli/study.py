@@ -28,7 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from analysis.cli import policy, studies
+from analysis.cli import policy, study_runs
 from analysis.judge.first_study import merge
 from analysis.present import render, study_section
 from repro.backends import NAMES, get_backend
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             n += 1
             say(f"[{n}/{blocks}] {env} × {name}: {runs} runs × {args.steps or L.steps} steps on {backend.name} …")
             began = time.perf_counter()
-            parts.append(studies.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
+            parts.append(study_runs.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
             say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
                 f"({time.perf_counter() - start:.0f} s so far)")
     result = merge(parts)
@@ -131,7 +131,7 @@ def second(args, start: float) -> int:
     if args.calibrate:
         if prereg.criteria.consecutive < 0:
             raise SuiteError("consecutive must be at least 0")
-        result = studies.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
+        result = study_runs.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
         print(f"calibration: consecutive = {result['chosen_consecutive']}; trip rates at the effective points "
               f"{result['pooled_effective_points']}")
     else:
@@ -144,7 +144,7 @@ def second(args, start: float) -> int:
         if args.from_json:
             result = read_result(args.from_json, "second")
         else:
-            result = studies.run_second(backend, prereg, envs=envs, names=names,
+            result = study_runs.run_second(backend, prereg, envs=envs, names=names,
                                 seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
         for env, block in result["envs"].items():
             for name, e in block["controllers"].items():

@@ -1,7 +1,7 @@
 """The first learning-loop study's judgement: collapse verdicts per run, their exact intervals, the brackets.
 
 Pure functions of the loop's traces (:class:`repro.learning.agent.Traces`) and the pre-registered criteria
-(:class:`repro.learning.prereg.Collapse`); :mod:`analysis.cli.studies` runs the loop and calls them. Units: steps
+(:class:`repro.learning.prereg.Collapse`); :mod:`analysis.cli.study_runs` runs the loop and calls them. Units: steps
 are environment steps; agreement is a probability.
 """
 

@@ -2,7 +2,7 @@
 the calibration's trip rates.
 
 Pure functions of the loop's traces (:class:`repro.learning.agent.Traces`) and the pre-registered criteria
-(:class:`repro.learning.study2.Criteria`, whose module has each criterion's definition); :mod:`analysis.cli.studies`
+(:class:`repro.learning.study2.Criteria`, whose module has each criterion's definition); :mod:`analysis.cli.study_runs`
 runs the loop and calls them. Units: steps are environment steps; KL in nats; agreement is a probability.
 """
 

@@ -1,7 +1,7 @@
 """The learning-loop studies' numbers that their JSON does not hold: counts, minima, the paired tests and
 significance the report's sections state.
 
-Pure functions of a study's JSON (:mod:`analysis.cli.studies`): no loop runs here
+Pure functions of a study's JSON (:mod:`analysis.cli.study_runs`): no loop runs here
 and nothing is formatted (``analysis.present.study_section`` does that).
 """
 

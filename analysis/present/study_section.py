@@ -1,6 +1,6 @@
 """The report's section on the learning-loop study: markdown built from the study's JSON.
 
-Pure functions; every number is read from the JSON (:mod:`analysis.cli.studies` writes it) or computed from it by
+Pure functions; every number is read from the JSON (:mod:`analysis.cli.study_runs` writes it) or computed from it by
 :mod:`analysis.judge.study_measures`.
 """
 

@@ -5,5 +5,5 @@ Modules: ``env`` (batched stepper from gymnasium's transition table), ``rng`` (c
 same bits on NumPy and CuPy), ``agent`` (the learners and the batched loop), ``controllers`` (contract
 names, constant-λ baselines, ablation variants → compiled kernels), ``prereg`` and ``study2`` (the two
 studies' pre-registered parameters, grids and criteria), ``incident`` (the second study's incident run). The
-studies are run by :mod:`analysis.cli.studies` and judged in :mod:`analysis.judge`.
+studies are run by :mod:`analysis.cli.study_runs` and judged in :mod:`analysis.judge`.
 """

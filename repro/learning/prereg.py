@@ -3,7 +3,7 @@ JSONs read back.
 
 Every parameter comes from the pre-registered file (``studies/preregistered.toml``); the reduced study (CI, report)
 changes only the number of steps, seeds, grid points and controllers, never a learning parameter. The study is run
-by :mod:`analysis.cli.studies` and judged by :mod:`analysis.judge.first_study`.
+by :mod:`analysis.cli.study_runs` and judged by :mod:`analysis.judge.first_study`.
 """
 
 from __future__ import annotations

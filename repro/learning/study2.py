@@ -2,7 +2,7 @@
 can fire, paired tests.
 
 Its parameters, grid and the criteria's definitions; the study is run by
-:mod:`analysis.cli.studies` and judged by :mod:`analysis.judge.second_study` (``python -m analysis study
+:mod:`analysis.cli.study_runs` and judged by :mod:`analysis.judge.second_study` (``python -m analysis study
 --second``). Every parameter comes from ``studies/preregistered_2.toml`` (the learners' from the first study's file,
 unchanged). Units: steps are environment steps (= controller calls); KL in nats; agreement is a probability.
 
