@@ -164,7 +164,7 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     assert relaxed.ok and unreached in row.detail["uncovered_lines"]
     assert f"lines never run: {unreached}" in render.measured(row)
     # the same evidence judged on request (judgement is a pure function of it: nothing runs twice)
-    strict = judge(relaxed.evidence, source, "fixed", contract, host, require_coverage=True)
+    strict = judge(relaxed.evidence, source, "fixed", contract, require_coverage=True)
     assert [f.key for f in strict.failed] == ["coverage"]
 
 

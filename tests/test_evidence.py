@@ -245,3 +245,43 @@ def test_band_in_double_precision_fails_the_ramp_onset_on_the_host(contract, hos
     row = verdict.failed[0]
     t = F32(row.where.target)
     assert _direction(t, 3.0, "mul") == 1  # it shows where fl32(target·3) rounds up
+
+
+def test_a_new_record_alone_reaches_every_output_and_the_diagnosis(monkeypatch, contract, host):
+    """Adding a property is its record (DESIGN §5): a made-up record and nothing else gives a row, after the
+    others, read as its ``reads`` say in the table, the JSON and JUnit, with the difference its record adds
+    blamed on it; "not measured" where the group it needs did not run."""
+    import json
+
+    from analysis.judge import properties
+    from analysis.judge.findings import Difference, Finding
+    from analysis.judge.verdict import judge
+
+    def check(ev):
+        n = len(ev.catalogue)
+        return Finding(key="made_up", title="a made-up property", ok=False, unit="runs", documented=n, predicted=n,
+                       measured=n - 1, detail={}, line=0, doc="made up for this test")
+
+    made_up = Difference(kind="constant", name="made_up", documented=1, measured=2, note="a made-up difference")
+    record = properties.Property(key="made_up", check=lambda ev, required: check(ev), needs=("catalogue",),
+                                 reads=properties.Reads(documented=lambda f: "as made up",
+                                                        measured=lambda f: f"{f.measured:g} made-up runs"),
+                                 blames=frozenset({"made_up"}), differences=lambda row, b: [made_up])
+    monkeypatch.setitem(properties.RECORDS, "made_up", record)
+    fixed_evidence = gather(host, contract.source("fixed"), contract.slots, contract.controller("fixed"), static=False,
+                            coverage=False, isolate=False, inference=True)  # with the rule it behaves as: the diagnosis
+    v = judge(fixed_evidence, contract.source("fixed"), "fixed", contract)
+    row = v.findings[-1]
+    n = len(fixed_evidence.catalogue)
+    assert row.key == "made_up" and not row.ok and row.causes == (made_up,) and made_up in v.differences
+    assert [f.key for f in v.findings[:-1]] == [f.key for f in judge_rows(fixed_evidence) if f.key != "made_up"]
+    table = render.table(v.findings, "kernels/contracts.toml")
+    line = next(ln for ln in table.splitlines() if ln.startswith("made_up"))
+    assert "as made up" in line and f"{n - 1} made-up runs" in line and line.rstrip().endswith("FAIL")
+    rows = {f["key"]: f for f in json.loads(render.to_json(v.as_dict()))["properties"]}
+    assert rows["made_up"]["ok"] is False and rows["made_up"]["causes"][0]["note"] == "a made-up difference"
+    junit = render.junit(v.findings, "kernels/contracts.toml", "gate", 0.0)
+    assert 'name="made_up"' in junit and "made_up 2 (contract 1; a made-up difference)" in junit
+    gone = next(f for f in judge_rows(replace(fixed_evidence, groups_run=fixed_evidence.groups_run - {"catalogue"}))
+                if f.key == "made_up")
+    assert not gone.ok and "catalogue" in gone.detail["not_measured"]

@@ -32,4 +32,4 @@ def evaluate(source: KernelSource, contract_name: str, backend: Backend, contrac
     evidence = gather(backend, source, contract.slots, controller, timeout=timeout, isolate=isolate, static=static,
                       coverage=coverage or require_coverage, inference=applies(controller), sanitize=sanitize,
                       progress=progress)
-    return judge(evidence, source, contract_name, contract, backend, time.perf_counter() - start, require_coverage)
+    return judge(evidence, source, contract_name, contract, time.perf_counter() - start, require_coverage)

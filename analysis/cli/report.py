@@ -79,7 +79,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
         evidence[name] = gather(backend, sources[name], contract.slots, entries[name], static=False, coverage=False)
-        verdicts[name] = judge(evidence[name], sources[name], name, contract, backend, time.perf_counter() - start)
+        verdicts[name] = judge(evidence[name], sources[name], name, contract, time.perf_counter() - start)
         _runs_here(sources[name], evidence[name])
     kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.

@@ -12,11 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-import numpy as np
-
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS, outcomes
-from repro.core import spec
+from analysis.judge.properties import RECORDS
+from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour
@@ -84,51 +82,15 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
                                   note="the documented rule compares strictly (> / <)"))
     if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
         return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
-    out += _nonfinite(findings, b)
-    guards = next((f for f in findings if f.key == "guards"), None)
-    if guards is not None and not guards.ok:
-        broken = ",".join(guards.detail.get("broken", [])[:3])
-        out.append(Difference(kind="guard", name="guard", documented="unchanged", measured=broken,
-                              note="λ moves where the guard must leave it"))
+    for f in findings:  # what a failing row shows by itself (its record says how: the guards, the NaN/inf cases)
+        record = RECORDS.get(f.key)
+        if not f.ok and record is not None and record.differences is not None:
+            out += record.differences(f, b)
     return out
 
 
 def _unit(name: str) -> str:
     return "λ" if name in ("floor", "ceiling") else "×/step"
-
-
-_CLAMP = {"max": ("ceiling", "fminf"), "min": ("floor", "fmaxf")}
-
-
-def _nonfinite(findings: list[Finding], b: Behaviour) -> list[Difference]:
-    """NaN/inf semantics that differ from the pinned table, each said in words.
-
-    A case whose λ is the pinned outcome under the measured constants (a decay by the
-    candidate's own factor) differs by a constant, not by its NaN/inf semantics.
-    """
-    row = next((f for f in findings if f.key == "nonfinite"), None)
-    if row is None or row.ok or row.where is None:
-        return []
-    measured = None
-    if None not in (b.floor, b.ceiling, b.ramp, b.decay, b.upper):
-        measured = spec.Rule(F32(b.floor), F32(b.ceiling), F32(b.upper.factor), F32(b.ramp), F32(b.decay))
-    out = []
-    for case, seen, pinned in row.where.cases:
-        if case not in row.detail["lambda1"]:  # not measured: the case crashed or hung (the execution row says so)
-            continue
-        lam0, lam1 = row.detail["lambda0"][case], row.detail["lambda1"][case]
-        if measured is not None and same(outcomes(F32(lam0), measured)[pinned], F32(lam1)):
-            continue
-        if pinned in _CLAMP and np.isnan(lam1):
-            bound, fn = _CLAMP[pinned]
-            note = f"propagates NaN through the {bound} clamp where {fn} returns the other operand"
-        elif pinned == "unchanged":
-            note = f"λ {seen} where the documented comparisons with NaN/inf are false and leave λ unchanged"
-        else:
-            note = f"λ {seen} where the contract pins {pinned}"
-        out.append(Difference(kind="nonfinite", name=case, documented=pinned, measured=seen, contract_key="nonfinite",
-                              line=row.line, note=note))
-    return out
 
 
 def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
@@ -194,15 +156,9 @@ def _g(x: float) -> str:
 _FLOAT = re.compile(r"(?<![\w.])(\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?(?![\w.])")
 
 
-def _code_lines(text: str) -> list[str]:
-    """The source's lines with comments blanked (line numbers kept)."""
-    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
-    return [line.split("//", 1)[0] for line in text.splitlines()]
-
-
 def locate(text: str, d: Difference) -> int:
     """1-based line of the candidate source holding the constant or comparison ``d`` is about (0: not found)."""
-    lines = _code_lines(text)
+    lines = code_lines(text)
     if d.kind == "slot" and d.name != "writes" and isinstance(d.measured, int | float):
         wanted = str(int(d.measured))
         return next((i for i, line in enumerate(lines, 1) if re.search(rf"(?<![\w.]){wanted}(?![\w.])", line)), 0)
@@ -221,19 +177,6 @@ def locate(text: str, d: Difference) -> int:
         return next((i for i, line in enumerate(lines, 1)
                      if op in line and not re.search(rf"{op}\s*0(\.0*)?f?\b", line)), 0)
     return 0
-
-
-def stray_write_causes(f: Finding, text: str) -> list[Difference]:
-    """A failing isolation row's cause in the source: the slots written besides λ's, at the first line that
-    indexes one of them (``isv[600]``, ``isv[-1]``); used where no inference explains the row (it crashed)."""
-    written = f.detail.get("written") or []
-    if f.ok or f.causes or not written:
-        return []
-    lines = _code_lines(text)
-    line = next((i for slot in written for i, code in enumerate(lines, 1)
-                 if re.search(rf"\[\s*{slot}\s*\]", code)), 0)
-    listed = ", ".join(map(str, written))
-    return [Difference(kind="slot", name="writes", documented=f.detail["lambda_slot"], measured=listed, source_line=line)]
 
 
 def diagnose(b: Behaviour, ctrl: Controller, contract: Contract, findings: list[Finding],

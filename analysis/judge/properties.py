@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.judge import reading
-from analysis.judge.findings import Finding, Where
+from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
+from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits, same
 from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
+from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
 
 
@@ -311,6 +314,13 @@ def guards(ev: Evidence) -> Finding:
                    where=where, line=0, doc=ctrl.guards_doc)
 
 
+def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
+    """A failing guards row as one difference: the cases (three at most) where λ moved."""
+    broken = ",".join(row.detail.get("broken", [])[:3])
+    return [Difference(kind="guard", name="guard", documented="unchanged", measured=broken,
+                       note="λ moves where the guard must leave it")]
+
+
 def isolation(ev: Evidence) -> Finding:
     slot = ev.lambda_slot
     everything = ev.scenario_runs()
@@ -325,6 +335,19 @@ def isolation(ev: Evidence) -> Finding:
     return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
                    measured=n - len(stray), detail={"lambda_slot": slot, "written": written, "isv_len": ev.isv_len},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
+
+
+def stray_write_causes(f: Finding, text: str) -> list[Difference]:
+    """A failing isolation row's cause in the source: the slots written besides λ's, at the first line that
+    indexes one of them (``isv[600]``, ``isv[-1]``); used where no inference explains the row (it crashed)."""
+    written = f.detail.get("written") or []
+    if f.ok or f.causes or not written:
+        return []
+    lines = code_lines(text)
+    line = next((i for slot in written for i, code in enumerate(lines, 1)
+                 if re.search(rf"\[\s*{slot}\s*\]", code)), 0)
+    listed = ", ".join(map(str, written))
+    return [Difference(kind="slot", name="writes", documented=f.detail["lambda_slot"], measured=listed, source_line=line)]
 
 
 def spec_agreement(ev: Evidence) -> Finding:
@@ -397,6 +420,39 @@ def nonfinite(ev: Evidence) -> Finding:
                    documented=n, predicted=n, measured=n - len(wrong), detail=detail, where=where,
                    line=ev.controller.nonfinite_line,
                    doc="characterised by measurement and pinned in the contract's [nonfinite] table")
+
+
+_CLAMP = {"max": ("ceiling", "fminf"), "min": ("floor", "fmaxf")}
+
+
+def nonfinite_differences(row: Finding, b: Behaviour) -> list[Difference]:
+    """A failing nonfinite row's NaN/inf semantics that differ from the pinned table, each said in words.
+
+    A case whose λ is the pinned outcome under the measured constants (a decay by the
+    candidate's own factor) differs by a constant, not by its NaN/inf semantics.
+    """
+    if row.where is None:
+        return []
+    measured = None
+    if None not in (b.floor, b.ceiling, b.ramp, b.decay, b.upper):
+        measured = spec.Rule(F32(b.floor), F32(b.ceiling), F32(b.upper.factor), F32(b.ramp), F32(b.decay))
+    out = []
+    for case, seen, pinned in row.where.cases:
+        if case not in row.detail["lambda1"]:  # not measured: the case crashed or hung (the execution row says so)
+            continue
+        lam0, lam1 = row.detail["lambda0"][case], row.detail["lambda1"][case]
+        if measured is not None and same(outcomes(F32(lam0), measured)[pinned], F32(lam1)):
+            continue
+        if pinned in _CLAMP and np.isnan(lam1):
+            bound, fn = _CLAMP[pinned]
+            note = f"propagates NaN through the {bound} clamp where {fn} returns the other operand"
+        elif pinned == "unchanged":
+            note = f"λ {seen} where the documented comparisons with NaN/inf are false and leave λ unchanged"
+        else:
+            note = f"λ {seen} where the contract pins {pinned}"
+        out.append(Difference(kind="nonfinite", name=case, documented=pinned, measured=seen, contract_key="nonfinite",
+                              line=row.line, note=note))
+    return out
 
 
 def _limit_text(ev: Evidence) -> str:
@@ -623,7 +679,9 @@ class Property:
     ``blames`` / ``depends``: the rule quantities (``analysis.judge.diagnosis``) a failing row is blamed
     on first, else on these. ``applies(controller)``: whether the contract entry has the property.
     ``shown(evidence, require_coverage)``: whether the row is in the table at all (a tool this machine lacks
-    is a note, unless the row is required).
+    is a note, unless the row is required). ``differences(row, behaviour)``: what a failing row shows by itself
+    beside the inferred rule's differences (its cases); ``source_causes(row, text)``: its causes in the source
+    where no inference explains it (the kernel crashed).
     """
 
     key: str
@@ -635,6 +693,8 @@ class Property:
     applies: Callable[[Controller], bool] = lambda ctrl: True
     band_only: bool = False
     shown: Callable[[Evidence, bool], bool] = lambda ev, required: True
+    differences: Callable[[Finding, Behaviour], list[Difference]] | None = None
+    source_causes: Callable[[Finding, str], list[Difference]] | None = None
 
     def applies_to(self, ctrl: Controller) -> bool:
         return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
@@ -696,14 +756,17 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
     Property(key="decay_onset", check=_plain(decay_onset), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
     Property(key="guards", check=_plain(guards), needs=("guards",), depends=frozenset({"guard"}),
+             differences=guard_differences,
              reads=Reads(documented=lambda f: "unchanged" if f.detail.get("guarded", True) else "the source's rule (no guard)",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} cases "
                          + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source"))),
     Property(key="nonfinite", check=_plain(nonfinite), needs=("nonfinite",), blames=frozenset({"nonfinite"}),
+             differences=nonfinite_differences,
              depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
              reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
                          measured=_fraction("cases as pinned"))),
     Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
+             source_causes=stray_write_causes,
              reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only", predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
     Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,

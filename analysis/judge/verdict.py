@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from analysis.judge.diagnosis import behaves_as, diagnose, stray_write_causes
+from analysis.judge.diagnosis import behaves_as, diagnose
 from analysis.judge.findings import Difference
-from analysis.judge.properties import Finding, judge_rows
-from repro.backends import Backend
+from analysis.judge.properties import RECORDS, Finding, judge_rows
 from repro.core.contract import Contract
 from repro.core.kernel_source import KernelSource
 from repro.runners.evidence import Evidence
@@ -70,8 +69,8 @@ class Verdict:
         }
 
 
-def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract: Contract, backend: Backend,
-          seconds: float = 0.0, require_coverage: bool = False) -> Verdict:
+def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract: Contract, seconds: float = 0.0,
+          require_coverage: bool = False) -> Verdict:
     """The verdict on ``evidence`` (a pure function of it: no kernel runs here).
 
     Every row its records give (``analysis.judge.properties.RECORDS``); where the evidence has the rule
@@ -84,9 +83,9 @@ def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract
     if evidence.behaviour is not None:
         differences, findings = diagnose(evidence.behaviour, controller, contract, findings, source.text)
         behaves = behaves_as(evidence.behaviour, controller, contract)
-    # a stray write the inference did not explain: still point at its line
-    findings = [replace(f, causes=f.causes or tuple(stray_write_causes(f, source.text))) if f.key == "isolation" else f
-                for f in findings]
-    return Verdict(source=source, contract=contract_name, backend=backend.name, device=backend.describe(), findings=findings,
+    # a row the inference did not explain (it crashed): still point at its line where its record knows how
+    findings = [replace(f, causes=f.causes or tuple(RECORDS[f.key].source_causes(f, source.text)))
+                if f.key in RECORDS and RECORDS[f.key].source_causes else f for f in findings]
+    return Verdict(source=source, contract=contract_name, backend=evidence.backend, device=evidence.device, findings=findings,
                    evidence=evidence, seconds=seconds,
                    notes=list(evidence.notes), differences=differences, behaves_as=behaves)

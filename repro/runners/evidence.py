@@ -153,6 +153,7 @@ class Evidence:
     unavailable: frozenset[str] = frozenset()  # SOURCES asked for that this machine cannot measure
     skipped: tuple[tuple[str, str, str], ...] = ()  # (group, scenario, why) not run: it hung in an earlier group
     backend: str = ""  # the backend of the gated build (host, cupy)
+    device: str = ""  # the machine it ran on, as the backend describes it (CPU model, GPU name)
 
     def scenario_runs(self) -> list[Run]:
         """Every run of every scenario group (:data:`SCENARIO_GROUPS`), in that order."""

@@ -146,4 +146,5 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         listed = ", ".join(f"{name} (line {line})" for name, line in approx)
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
     return replace(evidence, static=static_report, coverage=coverage_report, sanitizer=reports, faults=faults,
-                   notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name)
+                   notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name,
+                   device=backend.describe())
