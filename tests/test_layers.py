@@ -101,22 +101,43 @@ def test_measuring_never_imports_judging(graph):
     assert not back, f"repro/ imports analysis/: {back}"
 
 
-#: The modules that compile or run kernels (the gathering and what it drives).
-RUNS_KERNELS = ("repro.runners.gather", "repro.runners.isolation", "repro.runners.campaign", "repro.runners.coverage",
-                "repro.runners.probes", "repro.runners.experiments", "repro.backends.host", "repro.backends.cupy_backend",
-                "repro.learning.controllers", "repro.learning.incident")
+#: The layers whose modules compile or run kernels (the backends and what gathers with them).
+GATHERING = ("repro.backends", "repro.runners", "repro.toy", "repro.learning", "repro.bench")
 
 
-def test_judging_and_presenting_run_no_kernel(graph):
-    """Judgement and presentation are functions of what was gathered: neither imports the modules whose work is
-    running kernels (the command lines call the gathering, then the judgement: analysis/cli/evaluate.py). Direct
-    imports only: a data type or constant from a module that also runs kernels (Run, Behaviour, the benchmark's
-    mode registry, the toy's collapse threshold) is allowed, and brings that module along."""
-    for name in RUNS_KERNELS:
-        assert name in graph, f"{name} is gone: update RUNS_KERNELS"
-    runs = [(m, t) for m, targets in graph.items() if m.startswith(("analysis.judge", "analysis.present"))
-            for t in targets if t in RUNS_KERNELS]
-    assert not runs, f"judgement or presentation imports a module that runs kernels: {runs}"
+def _data_names(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level names that are data: classes and UPPER_CASE constants (name → what it is)."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = "class"
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        out |= {t.id: "constant" for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+    return out
+
+
+def test_judging_and_presenting_run_no_kernel(files):
+    """Judgement and presentation are functions of what was gathered (the command lines call the gathering, then
+    the judgement: analysis/cli/evaluate.py). From the backends and the gathering layers they take data types and
+    constants only (Evidence, Run, Traces, GROUPS, the benchmark's mode registry), never a function or a whole
+    module: whatever they could call there might run a kernel. Every import, function-level ones included."""
+    trees = {name: ast.parse((ROOT / path).read_text(), path) for name, path in files.items()}
+    data = {name: _data_names(tree) for name, tree in trees.items() if name.startswith(GATHERING)}
+    for name in data:  # a package re-exports its modules' data (``from repro.toy import COLLAPSE``)
+        for node in trees[name].body:
+            if isinstance(node, ast.ImportFrom) and node.module in data:
+                data[name] |= {a.name: data[node.module][a.name] for a in node.names if a.name in data[node.module]}
+    wrong = []
+    for name, tree in trees.items():
+        if not name.startswith(("analysis.judge", "analysis.present")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wrong += [(name, a.name) for a in node.names if a.name.startswith(GATHERING)]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(GATHERING):
+                wrong += [(name, f"{node.module}.{a.name}") for a in node.names
+                          if a.name not in data.get(node.module, {})]
+    assert not wrong, f"judgement or presentation imports a function or module of a gathering layer: {wrong}"
 
 
 def test_no_import_cycle(graph):

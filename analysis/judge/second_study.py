@@ -13,15 +13,36 @@ from dataclasses import replace
 import numpy as np
 
 from analysis.judge.study_stats import interval, mcnemar, seed_sign_test, undefined_ok
+from repro.core.ablation import FACTORS
 from repro.core.json_values import finite_or_none
 from repro.learning.agent import Traces
 from repro.learning.env import Tables
-from repro.learning.study2 import CRITERIA, SETS, Criteria, pairs, regimes
+from repro.learning.study2 import CRITERIA, SETS, Criteria
 
 #: The calibration's rule as its JSON records it (the committed calibration has these line breaks).
 CALIBRATION_RULE = ("for each candidate K, how often λ = 1 and λ = 0.001 trip\n    the relative criterion at the grid "
                     "points where distillation has an effect to lose (λ = 1's median final\n    agreement above λ = 0's "
                     "by at least the bracket's gap)")
+
+
+def pairs(names: list[str]) -> list[dict]:
+    """The paired comparisons the study makes among ``names``: original vs fixed, each fix alone vs none, each fix
+    removed vs all (``a`` is the one expected to collapse more)."""
+    out = [{"a": "original", "b": "fixed", "kind": "original vs fixed"}]
+    for f in FACTORS:
+        out.append({"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f})
+    for f in FACTORS:
+        out.append({"a": "ablation:" + "+".join(g for g in FACTORS if g != f), "b": "fixed",
+                    "kind": f"all but {f} vs all", "fix": f})
+    return [p for p in out if p["a"] in names and p["b"] in names]
+
+
+def regimes(points: list[dict]) -> list[dict]:
+    """The KL axis's regimes (where × when) with the indices of their grid points."""
+    out: dict[tuple, list[int]] = {}
+    for i, p in enumerate(points):
+        out.setdefault((p["kl_site"], p["kl_before"]), []).append(i)
+    return [{"kl_site": k[0], "kl_before": k[1], "points": v} for k, v in out.items()]
 
 
 def _runs_of(mask: np.ndarray, k: int) -> np.ndarray:

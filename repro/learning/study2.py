@@ -31,7 +31,6 @@ import numpy as np
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
-from repro.learning import controllers as ctl
 from repro.learning.agent import KL_SITES, Learning, Measure
 from repro.learning.prereg import load_prereg, read_prereg
 
@@ -87,18 +86,6 @@ def load_prereg2(path: Path | str = PREREGISTERED_2) -> Prereg2:
     return read_prereg(path, build)
 
 
-def pairs(names: list[str]) -> list[dict]:
-    """The paired comparisons the study makes among ``names``: original vs fixed, each fix alone vs none, each fix
-    removed vs all (``a`` is the one expected to collapse more)."""
-    out = [{"a": "original", "b": "fixed", "kind": "original vs fixed"}]
-    for f in ctl.FACTORS:
-        out.append({"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f})
-    for f in ctl.FACTORS:
-        out.append({"a": "ablation:" + "+".join(g for g in ctl.FACTORS if g != f), "b": "fixed",
-                    "kind": f"all but {f} vs all", "fix": f})
-    return [p for p in out if p["a"] in names and p["b"] in names]
-
-
 def grid_points(grid: dict[str, tuple]) -> list[dict]:
     """Every combination, regime-major (kl_site, then kl_before), then policy, then aux_reward."""
     keys = ("kl_site", "kl_before", "policy", "aux_reward")
@@ -114,14 +101,6 @@ def loop_grid(points: list[dict], features: int) -> dict[str, np.ndarray]:
             "kl_site": col(lambda p: KL_SITES[p["kl_site"]], np.int64), "kl_before": col(lambda p: p["kl_before"], np.int64),
             "aux_odd": col(lambda p: 1, np.int64),
             "features": col(lambda p: features if p["policy"] == "linear" else 0, np.int64)}
-
-
-def regimes(points: list[dict]) -> list[dict]:
-    """The KL axis's regimes (where × when) with the indices of their grid points."""
-    out: dict[tuple, list[int]] = {}
-    for i, p in enumerate(points):
-        out.setdefault((p["kl_site"], p["kl_before"]), []).append(i)
-    return [{"kl_site": k[0], "kl_before": k[1], "points": v} for k, v in out.items()]
 
 
 def measure_of(prereg: Prereg2) -> Measure:
