@@ -8,7 +8,7 @@ the CuPy memory pool off (one allocation per array, so "past the end" is past
 an allocation) and the kernels built with line information, and parses the
 reports into :class:`SanitizerReport` rows naming the kernel line.
 
-The child is this module: ``python -m repro.runners.sanitize --child SPEC.json PATH``.
+Each child runs :func:`child` (:data:`CHILD`, a ``python -c`` line: no command line lives in ``repro/``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from repro.core.paths import ROOT
 
 TOOLS = ("memcheck", "initcheck")
 PATHS = ("per-step", "looped", "batched")
+#: What each sanitized process runs: :func:`child` of the spec file and the launch path (its two arguments).
+CHILD = "import sys; from repro.runners.sanitize import child; child(sys.argv[1], sys.argv[2])"
 _SKIP = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY", "Target application returned", "Saved host backtrace")
 _AT = re.compile(r"^at\s+(?P<func>\S+?)(?:\+0x[0-9a-fA-F]+)?(?:\s+in\s+(?P<file>.+?):(?P<line>\d+))?\s*$")
 
@@ -129,7 +131,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
             # padding after every allocation: otherwise a write past one array can land in the next one
             # the driver placed right after it, which memcheck counts as in bounds (seen on the H200)
             cmd = [executable(), "--tool", tool, *(["--padding", "4096"] if pad else []), "--print-limit", "20",
-                   sys.executable, "-m", "repro.runners.sanitize", "--child", str(spec), path]
+                   sys.executable, "-c", CHILD, str(spec), path]
             return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
         jobs = {(tool, path): start(tool, path, tool == "memcheck") for tool in tools for path in paths}
@@ -153,7 +155,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
     return reports, hung
 
 
-def _child(spec_path: str, path: str) -> None:
+def child(spec_path: str, path: str) -> None:
     """Run one launch path of the spec'd kernel on the GPU, pool off, line information on."""
     from repro.backends import get_backend
     from repro.backends.cupy_backend import LINE_INFO
@@ -185,10 +187,3 @@ def _child(spec_path: str, path: str) -> None:
         raise SuiteError(f"unknown launch path {path!r} (choose from {', '.join(PATHS)})")
     cp.cuda.Device().synchronize()
 
-
-if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        _child(sys.argv[2], sys.argv[3])
-    else:
-        print("usage: python -m repro.runners.sanitize --child SPEC.json per-step|looped|batched", file=sys.stderr)
-        sys.exit(2)
