@@ -173,3 +173,21 @@ def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent()
         assert by_mode[mode].gated and by_mode[mode].metric == "median" and by_mode[mode].spread <= 0.05, by_mode[mode]
     text = (ROOT / "reports" / "bench" / "bench.md").read_text()
     assert all(f"`{p.relative_to(ROOT).as_posix()}`" in text for p in paths)  # the table is made from these runs
+
+
+def test_a_mode_that_raised_stops_in_one_line_with_exit_2_and_saves_nothing(tmp_path, capsys, monkeypatch):
+    """pytest fails a benchmark test for wrong bits (a violated property: exit 1) and for a mode that raised (the
+    run broke: exit 2, nothing written); a failed run whose JSON records no wrong bits is the second."""
+    run = sorted((ROOT / "reports" / "bench" / "baselines" / REFERENCE).glob("run-*.json"))[0]
+
+    def pytest_run(modes, args, path):
+        shutil.copy(run, path)  # every recorded bit right: the failure was a raise
+        return bench_run.PYTEST_FAILED
+
+    monkeypatch.setattr(bench_run, "pytest_run", pytest_run)
+    out = tmp_path / "out"
+    assert bench_run.main([*HOST, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("bench: error: a benchmark mode raised, so its row is missing and nothing was saved "
+                       "(pytest's output above)")
+    assert not (out / "run.json").exists()

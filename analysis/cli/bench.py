@@ -56,7 +56,7 @@ from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 
 BENCH_TESTS = "tests/test_bench.py"
-PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode raised, or timed wrong bits)
+PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode timed wrong bits, or raised)
 
 
 def _rounds(text: str) -> int:
@@ -221,8 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             if code not in (0, PYTEST_FAILED) or not path.is_file():
                 raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
                                  f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
+            run = load_run(path)
+            if code == PYTEST_FAILED and not wrong_results(run.df):  # not wrong bits, a violated property: it broke
+                raise SuiteError("a benchmark mode raised, so its row is missing and nothing was saved "
+                                 "(pytest's output above)")
             failed |= code == PYTEST_FAILED
-            runs.append(load_run(path))
+            runs.append(run)
         written = _save(runs, args, folder, old)
     return _judge(runs, written, args, folder, old, skipped, failed)
 
@@ -249,8 +253,7 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
 def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None, skipped: dict,
            failed: bool) -> int:
     df = load_run(written[0]).df
-    lines = ["FAILED a benchmark test failed: a mode raised or timed wrong bits (pytest's output above)"] \
-        if failed else []
+    lines = ["FAILED a benchmark test failed: a mode timed wrong bits (pytest's output above)"] if failed else []
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
     shown_runs = [shown(p) for p in written]
     if args.record:

@@ -28,7 +28,7 @@ from analysis.present import render
 from repro.backends import NAMES, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs
+from repro.core.outputs import Output, check_outputs, write_text
 from repro.runners.runner import run_scenarios, to_frame
 from repro.runners.scenarios import from_csv
 
@@ -84,10 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
     print("\n".join(render.replay_line(m) for m in moves(frame)))
     if args.csv:
-        try:
-            frame.to_csv(args.csv, index=False)
-        except OSError as err:
-            raise SuiteError(f"cannot write {args.csv}: {err.strerror or err}") from None
+        write_text(args.csv, frame.to_csv(index=False))
     if args.plot:
         from analysis.present import plots
 
