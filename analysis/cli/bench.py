@@ -70,7 +70,7 @@ def _rounds(text: str) -> int:
 
 
 def parser() -> policy.Parser:
-    p = policy.Parser(prog="python -m analysis bench", description=__doc__.splitlines()[0])
+    p = policy.Parser("bench", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
                    "which git ignores; with --record on the reference machine the committed reports/bench)")
     p.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as the baseline")

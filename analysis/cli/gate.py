@@ -38,7 +38,7 @@ MAX_TIMEOUT = 3600.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = policy.Parser(prog="python -m analysis gate", description=__doc__.splitlines()[0])
+    parser = policy.Parser("gate", description=__doc__.splitlines()[0])
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")

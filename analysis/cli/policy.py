@@ -32,8 +32,9 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, ``NAME: error: … (see --help)``, and exit 2; every
     command gets ``--debug``."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str, **kwargs):
+        super().__init__(prog=f"python -m analysis {name}", **kwargs)
+        self.name = name
         self.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
 
     def _print_message(self, message, file=None):
@@ -41,8 +42,7 @@ class Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
     def error(self, message: str):
-        name = self.prog.split()[-1].rsplit(".", 1)[-1]
-        _say(f"{name}: error: {message} (see --help)")
+        _say(f"{self.name}: error: {message} (see --help)")
         raise SystemExit(2)
 
 

@@ -58,7 +58,7 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
 
 @policy.command("replay")
 def main(argv: list[str] | None = None) -> int:
-    parser = policy.Parser(prog="python -m analysis replay", description=__doc__.splitlines()[0])
+    parser = policy.Parser("replay", description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=policy.path)
     parser.add_argument("--target", type=float, help="KL target, when the file has no kl_target column")
     parser.add_argument("--controller", default="both", choices=("fixed", "original", "both", "none"),

@@ -197,7 +197,7 @@ def write(report: Report, out: Path, progress=print) -> list[Path]:
 
 @policy.command("report")
 def main(argv: list[str] | None = None) -> int:
-    parser = policy.Parser(prog="python -m analysis report", description=__doc__.splitlines()[0])
+    parser = policy.Parser("report", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
                         "the committed report; a folder holding other files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=NAMES)

@@ -46,7 +46,7 @@ RESULTS = ROOT / "studies" / "results"
 
 @policy.command("study")
 def main(argv: list[str] | None = None) -> int:
-    parser = policy.Parser(prog="python -m analysis study", description=__doc__.splitlines()[0])
+    parser = policy.Parser("study", description=__doc__.splitlines()[0])
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
     parser.add_argument("--seeds", help=f"A:B, seeds A..B-1 (default: pre-registered; at most {MAX_SEEDS})")

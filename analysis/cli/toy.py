@@ -30,7 +30,7 @@ LONG_STEPS = 100_000
 
 @policy.command("toy")
 def main(argv: list[str] | None = None) -> int:
-    parser = policy.Parser(prog="python -m analysis toy", description=__doc__.splitlines()[0])
+    parser = policy.Parser("toy", description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True, help="contract entry (its kernel and seed λ)")
     parser.add_argument("--kernel", type=policy.path, help="candidate .cu to run in place of the contract's kernel")
     parser.add_argument("--backend", default="auto", choices=NAMES)

@@ -16,6 +16,7 @@ from analysis.judge.peer_measures import PeerMeasures
 from analysis.judge.properties import classify
 from analysis.judge.verdict import Verdict
 from repro.core import spec
+from repro.core.ablation import FACTORS
 from repro.runners.evidence import Evidence
 
 #: The report's two controllers, in its order.
@@ -71,6 +72,32 @@ class Numbers:
     noise_predicted: dict[str, list[float]]  # per controller, per σ of its noise run: 1 − P(KL in the band)
     robustness: dict[str, float]  # per controller: collapse fraction, mean over the robustness grid
     worst: pd.DataFrame  # the fixed controller's three grid points of most collapse
+    toy: ToyBrief | None  # the toy's ablation in brief (None: it has no original or no whole-fix row)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToyBrief:
+    """The toy's ablation in brief: collapse fractions (of runs) of the original, of the fixed kernel (or the
+    candidate in its place), and of the combination of the fix's parts short of all four that collapses least."""
+
+    original: float
+    fixed: float
+    best_variant: str
+    best: float
+    runs: int  # per variant
+
+
+def toy_brief(ab: pd.DataFrame) -> ToyBrief | None:
+    """:class:`ToyBrief` of the ablation table ``ab`` (a row per variant, the fix's parts as bool columns; a
+    candidate's row has None there)."""
+    candidate = ab[list(FACTORS)].isna().all(axis=1)
+    parts = ab[list(FACTORS)].sum(axis=1)  # how many of the fix's four parts a variant has
+    if not ((parts[~candidate] == 0).any() and (parts == len(FACTORS)).any()):
+        return None
+    best = ab[(parts > 0) & (parts < len(FACTORS))].sort_values("collapse_fraction", kind="stable").iloc[0]
+    return ToyBrief(original=ab.loc[(parts == 0) & ~candidate, "collapse_fraction"].iloc[0],
+                    fixed=ab.loc[candidate if candidate.any() else parts == len(FACTORS), "collapse_fraction"].iloc[0],
+                    best_variant=best["variant"], best=best["collapse_fraction"], runs=int(ab["runs"].iloc[0]))
 
 
 #: σ of ln(KL / target) at which figure 4 draws the predicted fraction (a smooth curve beside the measured σ).
@@ -102,4 +129,4 @@ def numbers(report: Report) -> Numbers:
     rb = report.robustness
     return Numbers(decay_slowness=slowness, floor_count_off=off, noise_predicted=predicted,
                    robustness=dict(rb.groupby("controller").collapse_fraction.mean().items()),
-                   worst=rb[rb.controller == "fixed"].nlargest(3, "collapse_fraction"))
+                   worst=rb[rb.controller == "fixed"].nlargest(3, "collapse_fraction"), toy=toy_brief(report.ablation))

@@ -13,8 +13,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from repro.core.ablation import FACTORS  # noqa: E402
 from repro.core.contract import Controller  # noqa: E402
 from repro.core.errors import SuiteError  # noqa: E402
+from repro.toy import COLLAPSE  # noqa: E402
 
 COLORS = {"original": "#d62728", "fixed": "#1f77b4"}
 LABELS = {"original": "original (reconstructed)", "fixed": "fixed (96abc364b5)"}
@@ -250,8 +252,8 @@ def closed_loop(results: dict[str, dict]):
                     label=f"{name}: min 10^{r['log10_q_pi_agree_min']:.1f}")
     top.set(yscale="log", ylabel="λ (log)", title="Closed loop: the controller kernel drives a Q→π distillation toy")
     top.legend(loc="lower right")
-    bottom.axhline(1e-6, color="k", ls=":", lw=0.8)
-    bottom.annotate("collapse threshold 1e-6", (len(tr["lambda"]), 1e-6), xytext=(-4, 3), textcoords="offset points",
+    bottom.axhline(COLLAPSE, color="k", ls=":", lw=0.8)
+    bottom.annotate(f"collapse threshold {COLLAPSE:g}", (len(tr["lambda"]), COLLAPSE), xytext=(-4, 3), textcoords="offset points",
                     ha="right", fontsize=8)
     bottom.set(yscale="log", xscale="log", xlabel="training step (log)", ylabel="q_pi_agree = π(argmax Q) (log)")
     bottom.legend(loc="lower right")
@@ -263,15 +265,16 @@ def ablation(table: pd.DataFrame):
     """Collapse fraction of each of the 16 combinations of the fixes (bars), ordered as run."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
     y = np.arange(len(table))
-    colors = [COLORS["original"] if v == "original" else COLORS["fixed"] if v.startswith("fixed") else "#7f7f7f"
-              for v in table.variant]
+    parts = table[list(FACTORS)]  # the fix's parts each variant has (None: a whole kernel, the candidate)
+    colors = np.where(parts.eq(False).all(axis=1), COLORS["original"],
+                      np.where(parts.eq(True).all(axis=1), COLORS["fixed"], "#7f7f7f"))
     ax.barh(y, table.collapse_fraction, color=colors)
     for i, r in enumerate(table.itertuples()):
         ax.annotate(f"{r.collapse_fraction:.0%}  (median min agree 10^{r.median_log10_q_pi_agree_min:.1f})",
                     (r.collapse_fraction, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
     ax.set_yticks(y, table.variant, fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlim=(0, 1.25), xlabel=f"fraction of runs that collapse (q_pi_agree < 1e-6), {int(table.runs.iloc[0])} runs "
+    ax.set(xlim=(0, 1.25), xlabel=f"fraction of runs that collapse (q_pi_agree < {COLLAPSE:g}), {int(table.runs.iloc[0])} runs "
                                    "each (grid × seeds)",
            title="Which fix prevents the collapse: the original with each combination of the four changes")
     fig.tight_layout()

@@ -279,7 +279,7 @@ def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
                        f"(p = {_p(m['p'])}). Alone, a fix that protects significantly: "
                        f"{', '.join(protect) or 'none'}; removed from the four, a fix whose loss costs significantly: "
                        f"{', '.join(needed) or 'none'}.")
-    return out or [f"- Nowhere is the original's {crit} collapse significantly above the fixed's (p < 0.05)."]
+    return out or [f"- Nowhere is the original's {crit} collapse significantly above the fixed's (p < {sm.ALPHA:g})."]
 
 
 def agreement_sets(result: dict, name: str = "original") -> list[str]:

@@ -85,7 +85,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
         lines.append(f"- {n} kernel: `{k['path']}` sha256 `{k['sha256']}`")
     for k, studied in h.get("studies", {}).items():
         lines.append(f"- {k} learning-loop study: {studied}")
-    lines += ["", *_in_brief(report)]
+    lines += ["", *_in_brief(report, numbers)]
     lines += ["", "## Verdicts", ""]
     for n in CONTROLLERS:
         ver = v[n]
@@ -147,7 +147,7 @@ def _differences(report: Report, numbers: Numbers) -> list[str]:
     return out or ["- Nothing: every documented value was measured as documented."]
 
 
-def _in_brief(report: Report) -> list[str]:
+def _in_brief(report: Report, numbers: Numbers) -> list[str]:
     """The answer first, each number read from the report's data: what each controller does to λ on the
     contract's scenario, in the toy, and in the learning loop, the results that go against the fix included."""
     ab = report.ablation
@@ -162,15 +162,12 @@ def _in_brief(report: Report) -> list[str]:
     out = ["## In brief", "",
            f"- **λ under aligned KL** (figure 1): the original drives λ to its floor {reaches('original')}; "
            f"{fixed} reaches its floor {reaches('fixed')}."]
-    parts = ab[list(FACTORS)].sum(axis=1)  # how many of the fix's four parts a variant has
-    if (parts[~candidate] == 0).any() and (parts == len(FACTORS)).any():
-        none = ab.loc[(parts == 0) & ~candidate, "collapse_fraction"].iloc[0]
-        full = ab.loc[candidate if candidate.any() else parts == len(FACTORS), "collapse_fraction"].iloc[0]
-        best = ab[(parts > 0) & (parts < len(FACTORS))].sort_values("collapse_fraction", kind="stable").iloc[0]
-        out.append(f"- **In the distillation toy** (figure 9, {int(ab['runs'].iloc[0])} runs per variant): "
-                   f"q_pi_agree falls below {COLLAPSE:g} at some step in {none:.1%} of the original's runs and "
-                   f"{full:.1%} of {fixed}'s; of the combinations of the fix's four parts short of all four, "
-                   f"{best['variant']} gives the fewest, {best['collapse_fraction']:.1%}.")
+    toy = numbers.toy
+    if toy is not None:
+        out.append(f"- **In the distillation toy** (figure 9, {toy.runs} runs per variant): "
+                   f"q_pi_agree falls below {COLLAPSE:g} at some step in {toy.original:.1%} of the original's runs and "
+                   f"{toy.fixed:.1%} of {fixed}'s; of the combinations of the fix's four parts short of all four, "
+                   f"{toy.best_variant} gives the fewest, {toy.best:.1%}.")
     if report.study2:
         more, fewer, cells = original_vs_fixed(report.study2)
         out.append(f"- **In the learning loop** (second study): in {more} of {cells} task × criterion × regime cells "
