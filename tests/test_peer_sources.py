@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from analysis.judge.properties import differs_beyond_nan
-from repro.core.f32 import F32, same
+from repro.core.f32 import F32, differs_beyond_nan, same
 from repro.core.isv import new_isv
 
 NAN = float("nan")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
 from analysis.judge.properties import RECORDS
+from analysis.judge.reading import g
 from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
@@ -133,24 +134,20 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
     for name, prefix in (("floor", ""), ("ceiling", ""), ("ramp", "×"), ("decay", "×")):
         measured, doc = getattr(b, name), ctrl.value(name)
         if measured is None:
-            out.append(item(name, "none", _g(doc), False))
+            out.append(item(name, "none", g(F32(doc), 7), False))
             continue
         agrees = same(measured, doc) if not prefix else ctrl[name].accepts(measured)
-        out.append(item(name, prefix + _g(measured), prefix + _g(doc), agrees))
+        out.append(item(name, prefix + g(F32(measured), 7), prefix + g(F32(doc), 7), agrees))
     tol = ctrl.value("tolerance")
     for name, edge, sym in (("ramp above", b.upper, ">"), ("decay below", b.lower, "<")):
         op = "·" if name.startswith("ramp") else "/"
         if edge is None:
-            out.append(item(name, "unmeasured", f"target{op}{_g(tol)}", False))
+            out.append(item(name, "unmeasured", f"target{op}{g(F32(tol), 7)}", False))
             continue
-        shown = f"target{op}{_g(edge.factor)}" + (" (edge inclusive)" if edge.inclusive else "")
-        out.append(item(name, shown, f"target{op}{_g(tol)} (strict {sym})",
+        shown = f"target{op}{g(F32(edge.factor), 7)}" + (" (edge inclusive)" if edge.inclusive else "")
+        out.append(item(name, shown, f"target{op}{g(F32(tol), 7)} (strict {sym})",
                         same(edge.factor, tol) and not edge.inclusive))
     return out
-
-
-def _g(x: float) -> str:
-    return f"{float(F32(x)):.7g}"
 
 
 _FLOAT = re.compile(r"(?<![\w.])(\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?(?![\w.])")

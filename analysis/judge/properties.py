@@ -22,18 +22,11 @@ from analysis.judge.reading import g, rate_form
 from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
-from repro.core.f32 import F32, bits, same
+from repro.core.f32 import F32, bits, differs_beyond_nan, same
 from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
-
-
-def differs_beyond_nan(a, b) -> np.ndarray:
-    """Where float32 arrays differ in their bits, a NaN against a NaN excepted: arithmetic on a NaN returns the
-    GPU's canonical NaN but the CPU's input NaN (the peers' λ·2 with λ = NaN), and neither is the rule's choice."""
-    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
-    return (bits(a) != bits(b)) & ~(np.isnan(a) & np.isnan(b))
 
 
 def _f(x) -> float | None:
@@ -269,7 +262,7 @@ def _onset(ev: Evidence, which: str) -> Finding:
     where = None
     if not ok:
         i = bad[0]
-        where = Where(scenario=f"onset probe, target {float(ev.probe_targets[i]):.8g}", event="onset",
+        where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
@@ -716,7 +709,7 @@ _COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:
                                             for n, c in f.detail["counts"].items()))
 _ONSET = Reads(documented=lambda f: f"KL {f.detail['relation']} {f.detail['edge']}",
                predicted=lambda f: f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})",
-               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else f"{x:.8g}"
+               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else g(x)
                                             for x in f.detail["ratios"]) + " × target")
 _IDENTICAL = Reads(documented=lambda f: "identical", predicted=_same_as_documented,
                    measured=lambda f: "identical" if f.ok else "differs")

@@ -6,9 +6,9 @@ Pure functions of numbers and of a row's ``detail`` (no evidence, no I/O).
 from __future__ import annotations
 
 
-def g(x) -> str:
-    """A float in 8 significant digits, or — for none."""
-    return "—" if x is None else f"{float(x):.8g}"
+def g(x, digits: int = 8) -> str:
+    """A float in ``digits`` significant digits (8: every float32 apart), or — for none."""
+    return "—" if x is None else f"{float(x):.{digits}g}"
 
 
 def value(x: float | None, unit: str, otherwise: str) -> str:

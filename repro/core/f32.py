@@ -17,6 +17,14 @@ def equal_bits(a, b) -> np.ndarray:
     return bits(a) == bits(b)
 
 
+def differs_beyond_nan(a, b) -> np.ndarray:
+    """Elementwise: where float32 arrays differ in their bits, a NaN against a NaN excepted: arithmetic on a NaN
+    returns the GPU's canonical NaN but the CPU's input NaN (the peers' λ·2 with λ = NaN), and neither is the
+    rule's choice."""
+    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
+    return ~equal_bits(a, b) & ~(np.isnan(a) & np.isnan(b))
+
+
 def same(a, b) -> bool:
     """Whether float32 arrays (or scalars) are equal bit for bit, shapes included."""
     return bool(np.array_equal(bits(a), bits(b)))

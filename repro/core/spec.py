@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.core.contract import Controller
-from repro.core.f32 import F32, columns
+from repro.core.f32 import F32, columns, equal_bits, same
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,7 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
     # rule (a function of λ and the inputs alone) leaves it unchanged again, so it is not recomputed.
     repeats = np.zeros(kl.shape[0], dtype=bool)
     if kl.shape[0] > 1:
-        repeats[1:] = ((kl[1:].view(np.uint32) == kl[:-1].view(np.uint32))
-                       & (target[1:].view(np.uint32) == target[:-1].view(np.uint32))).reshape(kl.shape[0] - 1, -1).all(1)
+        repeats[1:] = (equal_bits(kl[1:], kl[:-1]) & equal_bits(target[1:], target[:-1])).reshape(kl.shape[0] - 1, -1).all(1)
     still = False
     with np.errstate(all="ignore"):
         for t in range(kl.shape[0]):
@@ -239,7 +238,7 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
                 out[t] = lam
                 continue
             new = _step(rule, lam, kl[t], target[t])
-            still = bool(np.array_equal(np.asarray(new).view(np.uint32), np.asarray(lam).view(np.uint32)))
+            still = same(new, lam)
             lam = new
             out[t] = lam
     return out

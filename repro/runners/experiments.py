@@ -9,7 +9,7 @@ import pandas as pd
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Controller
-from repro.core.f32 import F32
+from repro.core.f32 import F32, equal_bits
 from repro.core.isv import new_isv
 from repro.runners.scenarios import FAR, REF_TARGET
 
@@ -30,7 +30,7 @@ def noise_tolerance(kernel: CompiledKernel, controller: Controller, sigmas, samp
         kl = (REF_TARGET * np.exp(sigma * rng.standard_normal(samples))).astype(F32)
         target = np.full(samples, REF_TARGET, dtype=F32)
         lam, _ = kernel.run_looped(new_isv(kernel.slots, lam0, samples), kl[None, :], target[None, :])
-        changed = lam[0].view(np.uint32) != lam0.view(np.uint32)
+        changed = ~equal_bits(lam[0], lam0)
         rows.append({"sigma": float(sigma), "changed_fraction": float(changed.mean()), "samples": samples})
     return pd.DataFrame(rows)
 

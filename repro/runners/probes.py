@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.backends.base import CompiledKernel
-from repro.core.f32 import F32
+from repro.core.f32 import F32, equal_bits, same
 from repro.core.isv import PAD, new_isv, new_window
 
 _POS_MIN, _POS_INF = 1, 0x7F800000  # bit patterns: smallest subnormal, +inf
@@ -90,7 +90,7 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
             isv[s.kl] = F32(target * factor)
             isv[s.target] = F32(target)
             after = kernel.run_as_threads(window, coords[i : i + 1], GRID_DIMS, pad=PAD)
-            rows.append(bool((after[PAD : PAD + s.isv_len].view(np.uint32) != isv.view(np.uint32)).any()))
+            rows.append(not same(after[PAD : PAD + s.isv_len], isv))
         changed[regime] = rows
     return ThreadProbe(GRID_COORDS, GRID_DIMS, changed)
 
@@ -98,8 +98,8 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
 def settled(lam: np.ndarray, window: int) -> np.ndarray:
     """Per run (columns of a step-major ``[T, R]`` λ trace): the final λ where the last ``window`` steps hold the
     same bits (where a kernel settled), else NaN."""
-    tail = lam[-window:].view(np.uint32)
-    return np.where((tail == tail[-1]).all(axis=0), lam[-1], F32(np.nan))
+    tail = lam[-window:]
+    return np.where(equal_bits(tail, tail[-1]).all(axis=0), lam[-1], F32(np.nan))
 
 
 def settled_floor(kernel: CompiledKernel, lambda0: float, kl_over_target: float, steps: int = 20000) -> float | None:
