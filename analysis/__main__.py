@@ -1,11 +1,10 @@
 """``python -m analysis COMMAND [ARGS]``: every command line of the suite (``python -m analysis --help`` lists them)."""
 
+import signal
 import sys
 
-try:
-    from analysis.cli import policy
+# Ctrl-C waits until the command's module is imported (analysis.cli.policy.hold_interrupt says why)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+from analysis.cli import policy  # noqa: E402
 
-    policy.leave(policy.dispatch(sys.argv[1:]))
-except KeyboardInterrupt:  # Ctrl-C before the dispatcher's own guard is up (while importing it)
-    print(f"{sys.argv[1] if len(sys.argv) > 1 else 'analysis'}: error: interrupted", file=sys.stderr)
-    sys.exit(2)
+policy.leave(policy.dispatch(sys.argv[1:]))

@@ -177,6 +177,26 @@ def command(name: str):
     return wrap
 
 
+def hold_interrupt() -> None:
+    """Block SIGINT (a Ctrl-C waits, pending) until :func:`dispatch` has imported the command's module: Ctrl-C
+    halfway through an import breaks it (numpy's C extension turns it into an ImportError, importlib's lock
+    clean-up can swallow it and the command run on). What ``python -m analysis`` does first."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # no pthread_sigmask, or not the main thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _interrupt_after():
+    """SIGINT blocked inside; unblocked after, where a pending Ctrl-C arrives as KeyboardInterrupt at a clean
+    point (under :func:`run`: one line, exit 2)."""
+    hold_interrupt()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def dispatch(argv: list[str]) -> int:
     """``python -m analysis COMMAND ARGS``: import the command's module (lazily: ``--help`` costs no numpy)
     and run its ``main`` under :func:`run`; an interrupt or a missing package during the import is one line."""
@@ -197,7 +217,8 @@ def dispatch(argv: list[str]) -> int:
         if not known:
             raise SuiteError(f"unknown command {argv[0]!r} (one of: {', '.join(COMMANDS)})")
         try:
-            module = importlib.import_module(COMMANDS[argv[0]][0])
+            with _interrupt_after():
+                module = importlib.import_module(COMMANDS[argv[0]][0])
         except ModuleNotFoundError as err:
             raise SuiteError(f"missing dependency {err.name!r} (install the dependency groups: pip install --group "
                              "run, and --group study for the study; pip ≥ 25.1, see the README)") from None
