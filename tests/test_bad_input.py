@@ -100,7 +100,7 @@ KERNEL = "kernels/rl_q_distill_lambda_controller.cu"
 LONG = "a" * 300  # a file name longer than any file system takes (255 bytes)
 #: Files a bad output path could destroy: each is compared byte for byte after every case.
 GUARDED = (KERNEL, "kernels/contracts.toml", "studies/preregistered.toml", "studies/results/preregistered_host.json",
-           "reports/summary.md", "README.md")
+           "studies/results/preregistered_host.md", "reports/summary.md", "README.md")
 
 
 FIRST, SECOND = "studies/results/preregistered_cupy.json", "studies/results/preregistered_2_cupy.json"
@@ -144,8 +144,25 @@ CASES = [
     ("bench", lambda t: ["--record", "--baseline", "kernels", "--out", f"{t}/b"], "holds the repository's own files"),
     ("bench", lambda t: ["--out", "reports/bench/baselines/NVIDIA_H200"], "holds the repository's own files"),
     ("study", lambda t: ["--second", "--calibrate", "--from-json", SECOND], "--calibrate runs the calibration"),
+    # git's own files are untracked: no output goes inside a .git folder (a stranger's --json .git/config broke the
+    # clone); a scratch one here, so that a regression breaks no repository
+    ("gate", lambda t: ["--json", f"{t}/.git/config"], "inside a .git folder"),
+    ("replay", lambda t: [_trace(t), "--csv", f"{t}/.git/HEAD"], "inside a .git folder"),
+    ("study", lambda t: ["--json", f"{t}/.git/index"], "inside a .git folder"),
+    # a study as pre-registered (or redrawn) rewrites its own committed results, never another study's
+    ("study", lambda t: ["--second", "--from-json", SECOND, "--markdown", "studies/results/preregistered_host.md"],
+     "is a file of the repository"),
+    ("study", lambda t: ["--json", SECOND], "is a file of the repository"),
+    ("study", lambda t: ["--second", "--calibrate", "--json", FIRST], "is a file of the repository"),
+    # an option the run would ignore without a word
+    ("study", lambda t: ["--second", "--from-json", SECOND, "--json", f"{t}/s.json"], "--from-json takes no --json"),
+    ("study", lambda t: ["--second", "--from-json", SECOND, "--env", "FrozenLake-v1"], "--from-json takes no --env"),
+    ("study", lambda t: ["--second", "--calibrate", "--steps", "5200"], "--calibrate takes no --steps"),
     # an input that is missing, empty, or another command's
     ("gate", lambda t: [""], "an empty path"),  # `gate "$KERNEL"` with KERNEL unset: not the contract's kernel
+    ("study", lambda t: ["--seeds", ""], "--seeds '': expected A:B"),  # not the pre-registered seeds
+    ("bench", lambda t: ["--out", ""], "an empty path"),
+    ("bench", lambda t: ["--baseline", ""], "an empty path"),
     ("report", lambda t: ["--studies", f"{t}/a.json", f"{t}/b.json"], "cannot read the first study's JSON"),
     ("report", lambda t: ["--studies", SECOND, FIRST], "not the first learning-loop study's JSON"),
     ("study", lambda t: ["--second", "--from-json", FIRST], "not the second learning-loop study's JSON"),

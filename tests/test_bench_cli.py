@@ -191,3 +191,12 @@ def test_a_mode_that_raised_stops_in_one_line_with_exit_2_and_saves_nothing(tmp_
     assert err[-1] == ("bench: error: a benchmark mode raised, so its row is missing and nothing was saved "
                        "(pytest's output above)")
     assert not (out / "run.json").exists()
+
+
+def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys, monkeypatch):
+    """Without --record the baseline's runs are inputs: --out naming their folder is refused before any work."""
+    base = tmp_path / "base"
+    shutil.copytree(ROOT / "reports" / "bench" / "baselines" / REFERENCE, base)
+    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: REFERENCE)  # this machine as the baseline's
+    says = _refused([*HOST, "--baseline", str(base), "--out", str(base)], capsys)
+    assert "holds this run's baseline" in says

@@ -71,11 +71,11 @@ def _rounds(text: str) -> int:
 
 def parser() -> policy.Parser:
     p = policy.Parser("bench", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
+    p.add_argument("--out", type=policy.path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
                    "which git ignores; with --record on the reference machine the committed reports/bench)")
     p.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as the baseline")
     p.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
-    p.add_argument("--baseline", type=Path, help="baseline folder (default: reports/bench/baselines/<machine>)")
+    p.add_argument("--baseline", type=policy.path, help="baseline folder (default: reports/bench/baselines/<machine>)")
     p.add_argument("--slow-ns", type=int, default=0,
                    help=f"slow the controller by a busy wait of about NS ns (0 to {bench.SLOW_NS_MAX})")
     p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
@@ -127,7 +127,9 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
         committed.append(ROOT / "reports" / "bench" / "baselines" / tag)
         if tag == REFERENCE:
             committed.append(ROOT / "reports" / "bench")
-    check_outputs(outputs, committed=committed)
+    # a judging run reads the baseline's runs: its output folder must not be the one holding them
+    inputs = [("baseline", p) for p in baseline_runs(folder)] if old is not None and not args.record else []
+    check_outputs(outputs, inputs=inputs, committed=committed)
     return modes, tag, folder, old
 
 

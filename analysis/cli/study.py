@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     names = _names(args.controllers, prereg.controllers)
     if not envs or not names:
         raise SuiteError("--env and --controllers need at least one name each")
-    seeds = parse_seeds(args.seeds or prereg.seeds)
-    _check_outputs(args, [("pre-registration", args.prereg)], _as_preregistered(args))
+    seeds = parse_seeds(args.seeds if args.seeds is not None else prereg.seeds)
+    _check_outputs(args, [("pre-registration", args.prereg)], _as_preregistered(args), "first")
     backend = get_backend(args.backend)
     names = ctl.expand(names)
     for env in envs:  # every environment and controller checked before the first run: no work lost to a typo
@@ -125,13 +125,23 @@ def second(args, start: float) -> int:
     prereg = study2.load_prereg2(args.prereg)
     _check_steps(args.steps, prereg.learning.eval_every, prereg.criteria.warmup)
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
-    _check_outputs(args, inputs, _as_preregistered(args) or bool(args.from_json))
+    ignored = {"--from-json": ["--json", "--env", "--controllers", "--seeds", "--steps"],
+               "--calibrate": ["--env", "--controllers", "--steps", "--grid-plot", "--plot", "--markdown"]}
+    for flag, given in (("--from-json", args.from_json), ("--calibrate", args.calibrate)):
+        unused = [o for o in ignored[flag] if given and _given(args, o)]
+        if unused:  # each would be ignored without a word
+            raise SuiteError(f"{flag} takes no {', '.join(unused)}" + (
+                " (it draws the study already in the JSON)" if flag == "--from-json" else
+                " (the calibration runs the pre-registered tasks and steps on constant λ and writes --json)"))
+    _check_outputs(args, inputs, _as_preregistered(args) or bool(args.from_json),
+                   "calibration" if args.calibrate else "second")
     backend = None if args.from_json else get_backend(args.backend)
     say = policy.progress("study")
     if args.calibrate:
         if prereg.criteria.consecutive < 0:
             raise SuiteError("consecutive must be at least 0")
-        result = study_runs.calibrate(backend, prereg, parse_seeds(args.seeds or "500:508"), progress=say)
+        result = study_runs.calibrate(backend, prereg, parse_seeds(args.seeds if args.seeds is not None else "500:508"),
+                                      progress=say)
         print(f"calibration: consecutive = {result['chosen_consecutive']}; trip rates at the effective points "
               f"{result['pooled_effective_points']}")
     else:
@@ -145,7 +155,8 @@ def second(args, start: float) -> int:
             result = read_result(args.from_json, "second")
         else:
             result = study_runs.run_second(backend, prereg, envs=envs, names=names,
-                                seeds=parse_seeds(args.seeds) if args.seeds else None, steps=args.steps, progress=say)
+                                seeds=parse_seeds(args.seeds) if args.seeds is not None else None, steps=args.steps,
+                                progress=say)
         for env, block in result["envs"].items():
             for name, e in block["controllers"].items():
                 r, m, s = (e[k] for k in study2.CRITERIA)
@@ -172,11 +183,24 @@ def _as_preregistered(args) -> bool:
     return all(v is None for v in (args.env, args.controllers, args.seeds, args.steps))
 
 
-def _check_outputs(args, inputs: list, may_rewrite_results: bool) -> None:
+#: The committed results (studies/results/) each kind of run may rewrite, by file name.
+RESULT_FILES = {"first": lambda name: name.startswith("preregistered_") and not name.startswith("preregistered_2"),
+                "second": lambda name: name.startswith("preregistered_2_") and "calibration" not in name,
+                "calibration": lambda name: name == "preregistered_2_calibration.json"}
+
+
+def _given(args, flag: str) -> bool:
+    """Whether the option ``flag`` was given."""
+    return getattr(args, flag[2:].replace("-", "_")) is not None
+
+
+def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> None:
     """The four output flags checked before any work; the committed results (studies/results/) are written only
-    where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON)."""
+    where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON), and only
+    ``kind``'s own (:data:`RESULT_FILES`): no study writes over another's."""
     outputs = (args.json, args.plot, args.grid_plot, args.markdown)
-    committed = [p for p in outputs if p and may_rewrite_results and _under(p, RESULTS)]
+    committed = [p for p in outputs if p and may_rewrite_results and _under(p, RESULTS)
+                 and RESULT_FILES[kind](Path(p).name)]
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
                    Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
                   inputs=inputs, committed=committed)

@@ -122,6 +122,8 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         groups = list(pool.map(lambda n: ctl.group(backend, n, contract), names))
     for env in envs:
         start = time.perf_counter()
+        if progress:  # the first line a user sees, before the minutes of the first task
+            progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps …")
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,

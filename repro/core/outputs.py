@@ -40,8 +40,8 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
     ``inputs``: ``(what, path)`` of every file the run reads (kernel, contract, trace, pre-registration).
     ``committed``: tracked paths this run may overwrite because its documented flag says so (the report's
     default folder). Refused: a path that is an input (by name, link or hard link), a tracked file of the
-    repository or a folder holding them (or the repository itself), the same path for two outputs, the
-    wrong suffix, a name longer than the file system takes.
+    repository or a folder holding them (or the repository itself), a path inside a ``.git`` folder, the
+    same path for two outputs, the wrong suffix, a name longer than the file system takes.
     """
     outputs = [o for o in outputs if o.path is not None]
     taken: dict[Path, str] = {}
@@ -49,6 +49,8 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
     allowed = {_resolved(Path(p), "") for p in committed}
     for out in outputs:
         where = _resolved(out.path, out.flag)
+        if ".git" in where.parts:  # untracked, so no check below sees it: config, HEAD, index
+            raise SuiteError(f"{out.flag} {out.path}: that is inside a .git folder, which only git writes")
         if not out.folder and where.is_dir():
             raise SuiteError(f"{out.flag} {out.path}: it is a folder")
         if out.suffix and Path(out.path).suffix.lower() != out.suffix:
