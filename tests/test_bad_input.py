@@ -418,3 +418,17 @@ def test_ctrl_c_waits_while_the_command_imports(tmp_path, monkeypatch):
 
     assert probe.BLOCKED and not probe.RUNS_BLOCKED
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_ctrl_c_on_a_hanging_candidate_ends_the_gate_at_once():
+    """Ctrl-C while the gate waits on a hung worker: one line, exit 2, within a second (the workers are killed,
+    not asked to stop: a polite stop waited 5 s for a worker inside the hung kernel)."""
+    argv = _command("gate", "tests/candidates/hang_always.cu", "--backend", "host")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(1.5)  # past the start-up, inside a group's limit on a hung worker
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.strip().splitlines()[-1] == "gate: error: interrupted", err
+    assert time.monotonic() - sent < 1.0

@@ -128,8 +128,10 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                     progress("coverage " + said(group, bool(got), bad, per[group]))
             if clock.limit(LIMIT_DUMP) > 0:
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
-        finally:
-            worker.stop()
+        except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
+            worker.end_now()
+            raise
+        worker.stop()
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
         return _parse(data.stdout, source, tuple(faults), tuple(skipped))

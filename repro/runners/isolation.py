@@ -304,6 +304,13 @@ class Worker:
         self._reset()
 
 
+    def end_now(self) -> None:
+        """End the worker and its spare by SIGKILL at once: the run was interrupted or failed (a polite stop
+        waits up to 5 s for a worker still inside a hung kernel)."""
+        self._drop_spare()
+        self.stop(kill=True)
+
+
 class SuiteFailure(SuiteError):
     """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
@@ -356,8 +363,10 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                 raise SuiteFailure(f"the reference kernel {source.origin} failed in {request}: "
                                    f"{answer.fault or answer.value}")
             results[request] = answer.value
-    finally:
-        worker.stop()
+    except BaseException:
+        worker.end_now()
+        raise
+    worker.stop()
     return seconds, results
 
 
@@ -559,7 +568,9 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             faults += bad
             if progress is not None:
                 progress(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
-    finally:
-        worker.stop()
+    except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
+        worker.end_now()
+        raise
+    worker.stop()
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
                     skipped=tuple(skipped))
