@@ -420,6 +420,7 @@ def test_ctrl_c_waits_while_the_command_imports(tmp_path, monkeypatch):
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
+@pytest.mark.slow  # 2 s: a gate on a hanging candidate in a process of its own
 def test_ctrl_c_on_a_hanging_candidate_ends_the_gate_at_once():
     """Ctrl-C while the gate waits on a hung worker: one line, exit 2, within a second (the workers are killed,
     not asked to stop: a polite stop waited 5 s for a worker inside the hung kernel)."""

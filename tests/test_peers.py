@@ -37,14 +37,14 @@ def test_bad_input_counts_do_not_depend_on_a_nans_payload(contract, host):
     replaced by another NaN's bits as the GPU's would be)."""
     from dataclasses import replace
 
-    from analysis.judge.peer_measures import measure
+    from analysis.judge.peer_measures import measures_of
 
     v = verdict(contract, host, "rllib", "rllib")
     other = np.array([0x7FC00001], dtype=np.uint32).view(F32)[0]  # a quiet NaN with another payload
     swapped = [replace(r, lam=np.where(np.isnan(r.lam), other, r.lam).astype(F32)) for r in v.evidence.nonfinite]
     assert any(np.isnan(r.scenario.lambda0) and np.isnan(r.lam[0]) for r in v.evidence.nonfinite)
     gpu_like = replace(v, evidence=replace(v.evidence, nonfinite=swapped))
-    assert measure(gpu_like).nonfinite_moved == measure(v).nonfinite_moved
+    assert measures_of(gpu_like).nonfinite_moved == measures_of(v).nonfinite_moved
 
 
 def test_every_peer_has_a_contract_entry_with_sourced_values(contract):

@@ -91,7 +91,7 @@ def _aligned_trace(ev: Evidence) -> np.ndarray:
     return np.concatenate([[r.scenario.lambda0], lam]).astype(F32)
 
 
-def measure(v: Verdict) -> PeerMeasures:
+def measures_of(v: Verdict) -> PeerMeasures:
     """The comparison's measures of one verdict's evidence."""
     ev, ctrl = v.evidence, v.evidence.controller
     aligned, diverged = ev.run("aligned"), ev.run("diverged")
@@ -130,7 +130,7 @@ def measure(v: Verdict) -> PeerMeasures:
 
 def measure_all(verdicts: dict[str, Verdict]) -> dict[str, PeerMeasures]:
     """:func:`measure` of every verdict, in the caller's order (fixed, original, then the peers)."""
-    return {name: measure(v) for name, v in verdicts.items()}
+    return {name: measures_of(v) for name, v in verdicts.items()}
 
 
 def toy_outcomes(names: Iterable[str], collapse: pd.DataFrame) -> dict[str, tuple[float, float] | None]:

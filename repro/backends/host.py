@@ -91,7 +91,7 @@ PRELUDE = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include
 _NO_PRELUDE: set[tuple[Path, str]] = set()  # (cache, key) whose precompiled header failed to build: not retried
 
 
-def _prelude(cxx: str, flags: tuple[str, ...]) -> Path | None:
+def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
     """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
     failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
@@ -123,7 +123,7 @@ def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAG
     (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error.
     The regular build (``FLAGS``) reads the standard headers precompiled (:data:`PRELUDE`); the coverage
     build reads them as text, so that gcov counts nothing of a precompiled header."""
-    prelude = _prelude(cxx, flags) if flags == FLAGS else None
+    prelude = _prelude_header(cxx, flags) if flags == FLAGS else None
     first = ["-include", str(prelude)] if prelude else []
     cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), *first, "-include", str(HOST_SHIM), "-x", "c++", str(unit),
            "-o", str(lib)]

@@ -89,7 +89,7 @@ def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteE
     return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
-def _prelude(source: KernelSource, slots: Slots) -> str:
+def _defines(source: KernelSource, slots: Slots) -> str:
     return (
         f"#define RLQ_CONTROLLER {source.symbol}\n"
         f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n"
@@ -106,7 +106,7 @@ def _origin(source: KernelSource) -> str:
 def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: Path = HARNESS) -> str:
     """The controller source followed by ``harness`` (``looped_harness.cuh``, and on the host ``host_grid.cuh``;
     or ``learning_loop.cuh``, the learning study's loop, a unit of its own so that the gate never compiles it)."""
-    prelude, body, after, grid = _prelude(source, slots), source.text, "", ""
+    prelude, body, after, grid = _defines(source, slots), source.text, "", ""
     if for_device:
         body = device_body(body)
         prelude += _DEVICE_LAUNCH_AS_ONE_THREAD
@@ -121,5 +121,5 @@ def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: 
 
 def device_grid_unit(source: KernelSource, slots: Slots) -> str:
     """NVRTC: the controller with launch coordinates read from a table (``rlq_set_coords``, ``rlq_as_threads``)."""
-    return (f'{_prelude(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{_origin(source)}"\n'
+    return (f'{_defines(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{_origin(source)}"\n'
             f"{device_body(source.text)}\n{_DEVICE_AS_THREADS_KERNEL}")

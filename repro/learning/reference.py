@@ -55,9 +55,9 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
     scale = tables.reward_range
     ar = xp.arange(N)
     # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
-    aux_action = xp.stack([(rng.bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
+    aux_action = xp.stack([(rng.random_bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
     # the linear policy's features: φ[run, state, k] = ±1 from the run's seed (k < its feature count)
-    phi = xp.stack([xp.where((rng.bits(xp, run_seed, i, rng.FEATURE) >> np.uint64(63)) == 1, 1.0, -1.0)
+    phi = xp.stack([xp.where((rng.random_bits(xp, run_seed, i, rng.FEATURE) >> np.uint64(63)) == 1, 1.0, -1.0)
                     for i in range(S * D)], 1).reshape(N, S, D) if D else xp.zeros((N, S, 0))
     phi = xp.where(xp.arange(D)[None, None, :] < feat[:, None, None], phi, 0.0)
     ring = xp.zeros((N, max(cap, 1)), dtype=xp.int64)
@@ -82,7 +82,7 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         filled = min(t + 1, cap)
         total = xp.zeros(N)
         for j in range(n_sample):
-            z = ring[ar, (rng.bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
+            z = ring[ar, (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
             total = total + kl_at(z)
         return total / n_sample
     slots = groups[0].slots

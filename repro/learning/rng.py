@@ -21,7 +21,7 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-def bits(xp, seeds, step: int, stream: int):
+def random_bits(xp, seeds, step: int, stream: int):
     """Uniform uint64 per seed (``seeds``: uint64 array on the device) for one step and stream."""
     key = _mix(seeds * _GOLDEN + np.uint64(stream + 1)) + np.uint64((step * int(_GOLDEN)) % (1 << 64))
     return _mix(key)
@@ -29,7 +29,7 @@ def bits(xp, seeds, step: int, stream: int):
 
 def uniform(xp, seeds, step: int, stream: int):
     """Float64 uniforms in [0, 1) (53 random bits each), one per seed."""
-    return (bits(xp, seeds, step, stream) >> np.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))
+    return (random_bits(xp, seeds, step, stream) >> np.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))
 
 
 def uniforms(xp, seeds, draws: list[tuple[int, int]]):
