@@ -53,9 +53,17 @@ def layer_of(path: str, table: dict[str, int]) -> int | None:
 
 
 def imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
-    """The suite's modules that ``name`` imports anywhere in its body (``from x import y`` resolves y if a module)."""
+    """The suite's modules that ``name`` imports anywhere in its body (``from x import y`` resolves y if a module),
+    and those it names in a string (``importlib.import_module("analysis.cli.gate")``, ``python -c "from … "``):
+    a module imported by its name is an import too."""
     out = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{name}: a relative import (from {'.' * node.level}{node.module or ''}): name the module")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a module's name, or code that imports
+            named = {node.value} | set(re.findall(r"(?:^|;\s*|\n\s*)(?:from|import)\s+([\w.]+)", node.value))
+            out |= {m for m in named if "." in m and m in known and m != name}
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
