@@ -129,7 +129,7 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
             if clock.limit(LIMIT_DUMP) > 0:
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
         except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-            worker.end_now()
+            worker.discard()
             raise
         worker.stop()
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",

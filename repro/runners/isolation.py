@@ -304,13 +304,6 @@ class Worker:
         self._reset()
 
 
-    def end_now(self) -> None:
-        """End the worker and its spare by SIGKILL at once: the run was interrupted or failed (a polite stop
-        waits up to 5 s for a worker still inside a hung kernel)."""
-        self._drop_spare()
-        self.stop(kill=True)
-
-
 class SuiteFailure(SuiteError):
     """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
@@ -364,7 +357,7 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                                    f"{answer.fault or answer.value}")
             results[request] = answer.value
     except BaseException:
-        worker.end_now()
+        worker.discard()
         raise
     worker.stop()
     return seconds, results
@@ -569,7 +562,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             if progress is not None:
                 progress(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-        worker.end_now()
+        worker.discard()
         raise
     worker.stop()
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
