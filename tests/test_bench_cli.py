@@ -175,22 +175,27 @@ def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent()
     assert all(f"`{p.relative_to(ROOT).as_posix()}`" in text for p in paths)  # the table is made from these runs
 
 
-def test_a_mode_that_raised_stops_in_one_line_with_exit_2_and_saves_nothing(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("wrong_bits", [False, True])
+def test_a_mode_that_raised_stops_in_one_line_with_exit_2_and_saves_nothing(tmp_path, capsys, monkeypatch, wrong_bits):
     """pytest fails a benchmark test for wrong bits (a violated property: exit 1) and for a mode that raised (the
-    run broke: exit 2, nothing written); a failed run whose JSON records no wrong bits is the second."""
-    run = sorted((ROOT / "reports" / "bench" / "baselines" / REFERENCE).glob("run-*.json"))[0]
+    run broke: exit 2, nothing written); a raise leaves its mode's row out of the JSON, also where another mode
+    timed wrong bits in the same run (which must not let a --record save a baseline without that row)."""
+    data = json.loads(sorted((ROOT / "reports" / "bench" / "baselines" / REFERENCE).glob("run-*.json"))[0].read_text())
+    data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] != "test_mode[host-ctypes-call-empty]"]  # raised
+    if wrong_bits:
+        data["benchmarks"][0]["extra_info"]["matches_spec"] = False
 
     def pytest_run(modes, args, path):
-        shutil.copy(run, path)  # every recorded bit right: the failure was a raise
+        path.write_text(json.dumps(data))
         return bench_run.PYTEST_FAILED
 
     monkeypatch.setattr(bench_run, "pytest_run", pytest_run)
-    out = tmp_path / "out"
-    assert bench_run.main([*HOST, "--out", str(out)]) == 2
+    out, base = tmp_path / "out", tmp_path / "base"
+    assert bench_run.main([*HOST, "--out", str(out), *(["--record", "--baseline", str(base)] if wrong_bits else [])]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("bench: error: a benchmark mode raised, so its row is missing and nothing was saved "
                        "(pytest's output above)")
-    assert not (out / "run.json").exists()
+    assert not (out / "run.json").exists() and not list(base.glob("run-*.json"))
 
 
 def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys, monkeypatch):

@@ -56,7 +56,7 @@ from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 
 BENCH_TESTS = "tests/test_bench.py"
-PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode timed wrong bits, or raised)
+PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode timed wrong bits, failed a check, or raised)
 
 
 def _rounds(text: str) -> int:
@@ -224,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
                                  f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
             run = load_run(path)
-            if code == PYTEST_FAILED and not wrong_results(run.df):  # not wrong bits, a violated property: it broke
+            timed = set(zip(run.df["mode"], run.df["kernel"], strict=True))
+            if any((m.name, w) not in timed for m in modes if m.name not in skipped for w in bench.WHICH):
+                # a mode that raised leaves no row: the run broke (not a violated property), whatever else failed
                 raise SuiteError("a benchmark mode raised, so its row is missing and nothing was saved "
                                  "(pytest's output above)")
             failed |= code == PYTEST_FAILED
@@ -255,7 +257,8 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
 def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None, skipped: dict,
            failed: bool) -> int:
     df = load_run(written[0]).df
-    lines = ["FAILED a benchmark test failed: a mode timed wrong bits (pytest's output above)"] if failed else []
+    lines = ["FAILED a benchmark test failed: a mode timed wrong bits or failed one of its checks (pytest's output "
+             "above)"] if failed else []
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
     shown_runs = [shown(p) for p in written]
     if args.record:
