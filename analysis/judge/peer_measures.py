@@ -129,7 +129,7 @@ def measures_of(v: Verdict) -> PeerMeasures:
 
 
 def measure_all(verdicts: dict[str, Verdict]) -> dict[str, PeerMeasures]:
-    """:func:`measure` of every verdict, in the caller's order (fixed, original, then the peers)."""
+    """:func:`measures_of` every verdict, in the caller's order (fixed, original, then the peers)."""
     return {name: measures_of(v) for name, v in verdicts.items()}
 
 
