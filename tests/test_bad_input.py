@@ -321,11 +321,13 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
 
 
 @pytest.mark.parametrize("command, args, after", [
-    ("gate", [], None),  # while importing
-    ("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed ("),  # mid-run
+    ("gate", [], None),  # while importing (the fast run: one policy for all; the other moments take 1-3 s each)
+    pytest.param("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed (",
+                 marks=pytest.mark.slow),  # mid-run
     pytest.param("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]",  # while the gate's child processes run
                  marks=pytest.mark.slow),
-    ("bench", ["--mode", "host ctypes", "--out", "{tmp}"], "benchmark: "),  # as pytest-benchmark starts (pytest catches it)
+    pytest.param("bench", ["--mode", "host ctypes", "--out", "{tmp}"], "benchmark: ",  # as pytest-benchmark starts
+                 marks=pytest.mark.slow),  # (pytest catches it)
 ])
 def test_ctrl_c_at_any_moment_is_one_line_exit_2(command, args, after, tmp_path):
     done = _interrupt(_command(command, *[a.replace("{tmp}", str(tmp_path)) for a in args]), after)

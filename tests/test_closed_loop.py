@@ -68,6 +68,7 @@ def test_batched_stepper_is_bit_identical_to_per_step_launches(backend, contract
     assert batched[0].trace == per_step[0].trace
 
 
+@pytest.mark.slow  # 1.8 s: 16 variants compiled; the report's ablation (slow) runs the full one
 def test_reduced_ablation(contract, backend):
     fixed, orig = contract.controller("fixed"), contract.controller("original")
     table = closed_loop.ablation(backend, contract.source("original"), contract.slots, orig, fixed, Toy(steps=400),
@@ -95,6 +96,7 @@ def _not_json(constant: str):
     raise AssertionError(f"{constant} is not JSON (a strict parser refuses it)")
 
 
+@pytest.mark.slow  # 1.4 s (the plot); the CLI runs a candidate in the fast run below
 def test_cli(tmp_path, capsys):
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
     assert main(["--controller", "original", "--backend", "host", "--steps", "300", "--json", str(out),

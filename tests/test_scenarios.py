@@ -92,6 +92,7 @@ def test_missing_trace_file(tmp_path):
         from_csv(tmp_path / "nope.csv", target=0.02)
 
 
+@pytest.mark.slow  # 2 s (the plot); replay's CLI runs in the fast run through test_bad_input and test_gate_cli
 def test_replay_cli(tmp_path, capsys):
     from analysis.cli import replay
 

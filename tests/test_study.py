@@ -103,8 +103,10 @@ def _bits(a):
     return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
 
 
-# One task in the fast run (the loop's code is one for both; each task's stepper is held to gymnasium below).
-@pytest.mark.parametrize("env", [pytest.param("FrozenLake-v1", marks=pytest.mark.slow), "CliffWalking-v1"])
+# About 4 s a task: the slow job. The fast run holds each task's stepper to gymnasium (above) and the loop to
+# itself (same seeds, any batch: below).
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
 def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     """The compiled loop (kernels/learning_loop.cuh) against the array statement, run by run: the same
     trajectories (returns and λ bit for bit: same actions, same outcomes, same controller inputs) and
@@ -129,7 +131,7 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     assert (ours.lam != ours.lam[0]).any()  # λ moved: the controllers were in the loop
 
 
-@pytest.mark.slow  # about 5 s per task; the first study's reference test covers the shared loop in the fast run
+@pytest.mark.slow  # about 5 s per task
 @pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
 def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, prereg, env):
     """The second study's axes (where and when the KL is measured, the auxiliary reward on odd states, the linear
@@ -456,6 +458,7 @@ def test_second_study_criteria_on_hand_made_traces(prereg2):
     assert v["relative_at_end"].tolist() == [False, False, True, False]
 
 
+@pytest.mark.slow  # 2 s; the fast run holds its judgement on hand-made traces (above)
 def test_reduced_second_study(reduced2, prereg2):
     """The CI-sized second study: strict JSON, intervals around their fractions, verdicts that add up, pairs paired
     on the same runs, λ = 0 held, the bracket's sign kept, the incident's series as long as its steps."""
