@@ -105,14 +105,15 @@ def _device_lock(tmp_path_factory, how: int):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def backend_params():
-    """``host`` and ``cupy`` (the latter marked ``gpu``), for ``@pytest.mark.parametrize``."""
-    return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cupy" else [], id=b) for b in BACKENDS]
+def backend_params(slow_on_host: bool = False):
+    """``host`` and ``cupy`` (the latter marked ``gpu``; the former ``slow`` if asked), for ``parametrize``."""
+    host_marks = [pytest.mark.slow] if slow_on_host else []
+    return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cupy" else host_marks, id=b) for b in BACKENDS]
 
 
 def pytest_generate_tests(metafunc):
     if "backend_name" in metafunc.fixturenames:
-        params = backend_params()
+        params = backend_params(slow_on_host=metafunc.definition.get_closest_marker("slow_on_host") is not None)
         if metafunc.definition.get_closest_marker("device_only"):
             params = [p for p in params if p.id != "host"]
         metafunc.parametrize("backend_name", params, scope="session")

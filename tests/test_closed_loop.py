@@ -68,7 +68,7 @@ def test_batched_stepper_is_bit_identical_to_per_step_launches(backend, contract
     assert batched[0].trace == per_step[0].trace
 
 
-@pytest.mark.slow  # 1.8 s: 16 variants compiled; the report's ablation (slow) runs the full one
+@pytest.mark.slow_on_host  # 1.8 s, 16 variants compiled; the report's ablation (slow) runs the full one
 def test_reduced_ablation(contract, backend):
     fixed, orig = contract.controller("fixed"), contract.controller("original")
     table = closed_loop.ablation(backend, contract.source("original"), contract.slots, orig, fixed, Toy(steps=400),

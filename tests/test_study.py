@@ -103,10 +103,10 @@ def _bits(a):
     return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
 
 
-# About 4 s a task: the slow job. The fast run holds each task's stepper to gymnasium (above) and the loop to
-# itself (same seeds, any batch: below).
-@pytest.mark.slow
-@pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
+# About 4 s a task on the host: the slow job (the GPU command keeps one task on the device). The fast CPU run
+# holds each task's stepper to gymnasium (above) and the loop to itself (same seeds, any batch: below).
+@pytest.mark.slow_on_host
+@pytest.mark.parametrize("env", [pytest.param("FrozenLake-v1", marks=pytest.mark.slow), "CliffWalking-v1"])
 def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     """The compiled loop (kernels/learning_loop.cuh) against the array statement, run by run: the same
     trajectories (returns and λ bit for bit: same actions, same outcomes, same controller inputs) and

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
 from repro.core.errors import BackendUnavailable, unavailable_reason
@@ -100,6 +101,7 @@ def _ptxas_number(log: str, pattern: str) -> int | None:
     return sum(int(x) for x in found) if found else None
 
 
+@lru_cache(maxsize=128)  # a pure function of the source: the gate's callers in one process ask again
 def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
     """Compile the candidate as launched in production (its own text) and read its PTX and ptxas report."""
     nvrtc = _nvrtc()

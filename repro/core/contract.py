@@ -11,6 +11,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from repro.core.errors import SuiteError
@@ -217,9 +218,15 @@ def load(path: Path | str = CONTRACTS) -> Contract:
     path = Path(path)
     try:
         raw_text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(raw_text)
     except FileNotFoundError:
         raise SuiteError(f"contract file not found: {path}") from None
+    return _parse(path, raw_text)
+
+
+@lru_cache(maxsize=16)  # the same text parses to the same (frozen) contract: the suite loads it ~150 times
+def _parse(path: Path, raw_text: str) -> Contract:
+    try:
+        data = tomllib.loads(raw_text)
     except tomllib.TOMLDecodeError as err:
         raise SuiteError(f"{path}: not valid TOML: {err}") from None
     lines = raw_text.splitlines()
