@@ -240,7 +240,7 @@ def test_band_in_double_precision_fails_the_ramp_onset_on_the_host(contract, hos
     """The candidate of tests/candidates/band_in_double.cu, judged in process: the onset row it fails."""
     path = Path(__file__).parent / "candidates" / "band_in_double.cu"
     verdict = evaluate(KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path)), "fixed", host,
-                       contract, static=False, coverage=False)
+                       contract, static=False, coverage=False, isolate=False)
     assert [f.key for f in verdict.failed] == ["ramp_onset"]
     row = verdict.failed[0]
     t = F32(row.where.target)

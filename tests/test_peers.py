@@ -346,6 +346,8 @@ def test_peer_mutant_fails_its_contract(contract, host, peer):
     (old, new), expected = PEER_MUTANTS[peer]
     name = peer.removesuffix("_nan")
     mutant = contract.source(name).with_edit(old, new, f"{peer} mutant")
-    failed = {f.key: f for f in evaluate(mutant, name, host, contract, static=False, coverage=False).failed}
+    # In process, as verdict() above: these mutants neither crash nor hang.
+    failed = {f.key: f for f in evaluate(mutant, name, host, contract, static=False, coverage=False,
+                                         isolate=False).failed}
     assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
     assert all(failed[k].where for k in expected)
