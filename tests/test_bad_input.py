@@ -321,7 +321,8 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
 
 
 @pytest.mark.parametrize("command, args, after", [
-    ("gate", [], None),  # while importing (the fast run: one policy for all; the other moments take 1-3 s each)
+    ("gate", [], None),  # while importing; the other moments (1-3 s each, the slow job) end through other code:
+    # policy.leave after a run (toy, report) and pytest-benchmark's own catch (bench)
     pytest.param("toy", ["--controller", "fixed", "--steps", "1000000", "--backend", "host"], "toy: fixed (",
                  marks=pytest.mark.slow),  # mid-run
     pytest.param("report", ["--backend", "host", "--out", "{tmp}"], "[1/5]",  # while the gate's child processes run

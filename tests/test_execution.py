@@ -142,7 +142,7 @@ def test_static_rules_see_local_memory_and_atomics(contract):
     entry = contract.controller("fixed")
     src = load_kernel(entry.kernel, entry.symbol)
     clean = ptx.analyse(src)
-    assert clean.atomics == [] and clean.local_accesses == 0 and clean.registers is not None
+    assert clean.atomics == () and clean.local_accesses == 0 and clean.registers is not None
     edited = src.with_edit("isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;",
                            "volatile float spill = lambda;\n    atomicExch(isv + RL_Q_DISTILL_LAMBDA_INDEX, spill);", "local")
     dirty = ptx.analyse(edited)
@@ -306,6 +306,24 @@ def test_a_worker_whose_parent_left_without_reading_ends_quietly(contract, host,
     conn.close()
     proc.join(timeout=10)
     assert proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_candidate_that_always_hangs_ends_in_an_execution_row(contract, host):
+    """tests/candidates/hang_always.cu in process, under the limits the gate derives from the reference: each group
+    it hangs in ends at its limit as a time-out, the execution row fails, and every row those groups fed is "not
+    measured" (failing, not violated). Through the command line, with its 15-s target: test_candidates (slow)."""
+    from analysis.cli.evaluate import evaluate
+    from repro.core.paths import ROOT
+
+    source = load_kernel(ROOT / "tests" / "candidates" / "hang_always.cu", contract.controller("fixed").symbol)
+    verdict = evaluate(source, "fixed", host, contract, static=False, coverage=False)
+    faults = verdict.evidence.faults
+    assert faults and {f.kind for f in faults} == {"timeout"}, faults
+    limits = verdict.evidence.limits
+    assert limits.fixed is None and set(limits.reference) >= {f.group for f in faults}  # derived, not --timeout
+    failed = {f.key: f for f in verdict.failed}
+    assert [k for k, f in failed.items() if "not_measured" not in f.detail] == ["execution"], failed
+    assert {"floor", "guards", "nonfinite", "isolation"} <= set(failed)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")

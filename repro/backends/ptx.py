@@ -32,7 +32,7 @@ _GLOBAL_STORE = re.compile(r"^\s*(?:@!?%\w+\s+)?(st\.global[\w.]*)", re.M)
 class StaticReport:
     """What the PTX and ptxas say about one kernel (counts are instructions in the PTX text)."""
 
-    atomics: list[str]  # atom./red. instructions, as written
+    atomics: tuple[str, ...]  # atom./red. instructions, as written (a tuple: analyse() hands out one report)
     local_accesses: int  # ld.local/st.local instructions and .local declarations
     global_stores: int  # st.global instructions
     registers: int | None  # per thread, from ptxas (None when it did not say)
@@ -111,7 +111,7 @@ def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
     block = log.split(f"entry function '{source.symbol}'", 1)[-1].split("Compiling entry function", 1)[0]
     spills = [_ptxas_number(block, r"(\d+) bytes spill stores"), _ptxas_number(block, r"(\d+) bytes spill loads")]
     return StaticReport(
-        atomics=sorted(set(_ATOMIC.findall(ptx))),
+        atomics=tuple(sorted(set(_ATOMIC.findall(ptx)))),
         local_accesses=len(_LOCAL.findall(ptx)),
         global_stores=len(_GLOBAL_STORE.findall(ptx)),
         registers=_ptxas_number(block, r"Used (\d+) registers"),
