@@ -53,7 +53,7 @@ THROUGH_CLI = [p for p in CANDIDATES if p not in REFACTORS] + REFACTORS[:1]
 
 
 # Through the CLI, 2-6 s each: the slow job (CI), hang_always's 15-s target included. The fast run keeps the
-# gate's pieces in process: a hang ended by the derived limits and a crash while loading (test_execution), a
+# gate's pieces in process: a hang ended at a fixed limit and a crash while loading (test_execution), a
 # crash before each row and a double-precision band (test_evidence); the CLI's table and exit codes (test_gate_cli).
 @pytest.mark.slow
 @pytest.mark.parametrize("path", THROUGH_CLI, ids=[p.stem for p in THROUGH_CLI])
