@@ -80,8 +80,14 @@ def files():
 
 
 @pytest.fixture(scope="module")
-def graph(files):
-    return {name: imports(name, ast.parse((ROOT / path).read_text(), path), set(files)) for name, path in files.items()}
+def trees(files):
+    """Each module's syntax tree, parsed once for the module's tests."""
+    return {name: ast.parse((ROOT / path).read_text(), path) for name, path in files.items()}
+
+
+@pytest.fixture(scope="module")
+def graph(files, trees):
+    return {name: imports(name, tree, set(files)) for name, tree in trees.items()}
 
 
 def test_the_table_names_folders_that_exist():
@@ -124,12 +130,11 @@ def _data_names(tree: ast.Module) -> dict[str, str]:
     return out
 
 
-def test_judging_and_presenting_run_no_kernel(files):
+def test_judging_and_presenting_run_no_kernel(trees):
     """Judgement and presentation are functions of what was gathered (the command lines call the gathering, then
     the judgement: analysis/cli/evaluate.py). From the backends and the gathering layers they take data types and
     constants only (Evidence, Run, Traces, GROUPS, the benchmark's mode registry), never a function or a whole
     module: whatever they could call there might run a kernel. Every import, function-level ones included."""
-    trees = {name: ast.parse((ROOT / path).read_text(), path) for name, path in files.items()}
     data = {name: _data_names(tree) for name, tree in trees.items() if name.startswith(GATHERING)}
     for name in data:  # a package re-exports its modules' data (``from repro.toy import COLLAPSE``)
         for node in trees[name].body:
@@ -169,9 +174,9 @@ def test_no_import_cycle(graph):
             visit(m, [m])
 
 
-def test_no_library_module_imports_the_tests(files):
-    for name, path in files.items():
-        for node in ast.walk(ast.parse((ROOT / path).read_text(), path)):
+def test_no_library_module_imports_the_tests(trees):
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom | ast.Import):
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 assert not any(n and n.split(".")[0] in ("tests", "conftest") for n in names), name

@@ -63,29 +63,52 @@ class Guarded:
     sits between the array and the lower guard. Each guard spans
     :data:`GUARD_BYTES` of address space (never backed by memory), so writes
     up to that far out fault too instead of landing in the process's heap.
+
+    A context manager: on leaving, the mapping goes back to this process's pool and the next region of the
+    same size reuses it, its array written whole again (mapping and protecting a new one costs about 70 µs,
+    as much as a short run).
     """
+
+    _free: dict[int, list[tuple[mmap.mmap, int]]] = {}  # body bytes -> unused (mapping, base address)
+    _KEEP = 4  # mappings kept per size
 
     def __init__(self, values: np.ndarray):
         values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-        body = -(-max(values.nbytes, 1) // _PAGE) * _PAGE
-        self._map = mmap.mmap(-1, body + 2 * GUARD_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        for start in (base, base + GUARD_BYTES + body):
-            if _libc.mprotect(start, GUARD_BYTES, 0) != 0:  # PROT_NONE
-                raise OSError(ctypes.get_errno(), "mprotect failed")
-        if body >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
-            _libc.madvise(base + GUARD_BYTES, body, mmap.MADV_HUGEPAGE)
-        offset = GUARD_BYTES + body - values.nbytes
+        self._body = -(-max(values.nbytes, 1) // _PAGE) * _PAGE
+        free = self._free.get(self._body)
+        self._map, self._base = free.pop() if free else _guarded_mapping(self._body)
+        offset = GUARD_BYTES + self._body - values.nbytes
         self.array = np.frombuffer(self._map, dtype=np.float32, count=values.size, offset=offset)
         self.array[:] = values
-        self.address = base + offset
+        self.address = self._base + offset
+
+    def __enter__(self) -> Guarded:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.array = None  # no view of the mapping outlives its use
+        free = self._free.setdefault(self._body, [])
+        if len(free) < self._KEEP:
+            free.append((self._map, self._base))
 
 
-#: The standard headers the shim includes, precompiled once per compiler and flags: parsing ``<cmath>`` is
-#: about half of a kernel's build. Speed only: the shim includes them itself, and where the precompiled
-#: header is missing or stale the compiler reads the text instead (same code, the old time).
+def _guarded_mapping(body: int) -> tuple[mmap.mmap, int]:
+    """``body`` bytes of memory between two :data:`GUARD_BYTES` regions no access may touch (and its base)."""
+    region = mmap.mmap(-1, body + 2 * GUARD_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    for start in (base, base + GUARD_BYTES + body):
+        if _libc.mprotect(start, GUARD_BYTES, 0) != 0:  # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect failed")
+    if body >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        _libc.madvise(base + GUARD_BYTES, body, mmap.MADV_HUGEPAGE)
+    return region, base
+
+
+#: The shim and the standard headers it includes, precompiled once per compiler, flags and shim: parsing
+#: ``<cmath>`` is about half of a kernel's build. Speed only: where the precompiled header is missing or
+#: stale the compiler reads this text instead (same code, the old time).
 PRELUDE = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include <stdio.h>\n" \
-          "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n"
+          f'#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n#include "{HOST_SHIM}"\n'
 
 
 _NO_PRELUDE: set[tuple[Path, str]] = set()  # (cache, key) whose precompiled header failed to build: not retried
@@ -95,7 +118,7 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
     """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
     failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
-    key = hashlib.sha256("\0".join([PRELUDE, cxx, *flags]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([PRELUDE, HOST_SHIM.read_text(), cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
     if pch.exists():
         return header
@@ -121,11 +144,10 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
 def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAGS, cwd: Path | None = None) -> None:
     """Compile the translation unit at ``unit`` into the shared library ``lib`` the way every host build does
     (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error.
-    The regular build (``FLAGS``) reads the standard headers precompiled (:data:`PRELUDE`); the coverage
-    build reads them as text, so that gcov counts nothing of a precompiled header."""
+    The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:data:`PRELUDE`); the
+    coverage build reads them as text, so that gcov counts nothing of a precompiled header."""
     prelude = _prelude_header(cxx, flags) if flags == FLAGS else None
-    first = ["-include", str(prelude)] if prelude else []
-    cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), *first, "-include", str(HOST_SHIM), "-x", "c++", str(unit),
+    cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), "-include", str(prelude or HOST_SHIM), "-x", "c++", str(unit),
            "-o", str(lib)]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if done.returncode != 0:
@@ -161,35 +183,35 @@ class HostKernel(CompiledKernel):
 
     def run_per_step(self, isv0, kl, target, pad=0):
         s = self.slots
-        mem = Guarded(isv0)  # a stray write lands in the canaries (pad) or faults, never in Python's heap
-        isv = mem.array[pad : mem.array.size - pad]
         kl = np.asarray(kl, dtype=np.float32)
         target = np.asarray(target, dtype=np.float32)
         out = np.empty(kl.shape[0], dtype=np.float32)
-        step, addr = self.step, mem.address + 4 * pad
-        for t in range(kl.shape[0]):
-            isv[s.kl] = kl[t]
-            isv[s.target] = target[t]
-            step(addr)
-            out[t] = isv[s.lambda_]
-        return out, mem.array.copy()
+        with Guarded(isv0) as mem:  # a stray write lands in the canaries (pad) or faults, never in Python's heap
+            isv = mem.array[pad : mem.array.size - pad]
+            step, addr = self.step, mem.address + 4 * pad
+            for t in range(kl.shape[0]):
+                isv[s.kl] = kl[t]
+                isv[s.target] = target[t]
+                step(addr)
+                out[t] = isv[s.lambda_]
+            return out, mem.array.copy()
 
     def run_looped(self, isv0, kl, target, pad=0):
-        mem = Guarded(isv0)
         kl = np.ascontiguousarray(kl, dtype=np.float32)
         target = np.ascontiguousarray(target, dtype=np.float32)
         self._check_looped(np.asarray(isv0), kl, target, pad)
         n_steps, n_runs = kl.shape
         out = np.empty((n_steps, n_runs), dtype=np.float32)
-        self._looped(mem.address + 4 * pad, _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
-        return out, mem.array.copy().reshape(np.shape(isv0))
+        with Guarded(isv0) as mem:
+            self._looped(mem.address + 4 * pad, _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
+            return out, mem.array.copy().reshape(np.shape(isv0))
 
     def run_as_threads(self, isv, coords, dims, pad=0):
-        mem = Guarded(isv)
         coords = np.ascontiguousarray(coords, dtype=np.uint32).reshape(-1, 6)
         dims = np.ascontiguousarray(dims, dtype=np.uint32)
-        self._as_threads(mem.address + 4 * pad, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
-        return mem.array.copy().reshape(np.shape(isv))
+        with Guarded(isv) as mem:
+            self._as_threads(mem.address + 4 * pad, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
+            return mem.array.copy().reshape(np.shape(isv))
 
     def batched_step(self, isv):
         self._check_batch(isv)
