@@ -64,13 +64,13 @@ class Guarded:
     :data:`GUARD_BYTES` of address space (never backed by memory), so writes
     up to that far out fault too instead of landing in the process's heap.
 
-    A context manager: on leaving, the mapping goes back to this process's pool and the next region of the
-    same size reuses it, its array written whole again (mapping and protecting a new one costs about 70 µs,
-    as much as a short run).
+    A context manager: on leaving, a small mapping goes back to this process's pool and the next region of
+    the same size reuses it, its array written whole again (mapping and protecting a new one costs about
+    70 µs, as much as a short run; a large one is released, its runs dwarf that).
     """
 
     _free: dict[int, list[tuple[mmap.mmap, int]]] = {}  # body bytes -> unused (mapping, base address)
-    _KEEP = 4  # mappings kept per size
+    _KEEP, _KEEP_BYTES = 4, 1 << 20  # mappings kept per size, and only bodies up to this size
 
     def __init__(self, values: np.ndarray):
         values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
@@ -88,7 +88,7 @@ class Guarded:
     def __exit__(self, *exc) -> None:
         self.array = None  # no view of the mapping outlives its use
         free = self._free.setdefault(self._body, [])
-        if len(free) < self._KEEP:
+        if self._body <= self._KEEP_BYTES and len(free) < self._KEEP:
             free.append((self._map, self._base))
 
 
