@@ -12,6 +12,7 @@ against the fixed contract), so a report can show what a change breaks.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -48,8 +49,6 @@ COMMITTED = ROOT / "reports"
 
 def _git_commit() -> str:
     """The suite's commit (``$RLQ_SUITE_COMMIT`` where the tree travelled without its .git, as to a GPU machine)."""
-    import os
-
     if os.environ.get("RLQ_SUITE_COMMIT"):
         return os.environ["RLQ_SUITE_COMMIT"]
     try:

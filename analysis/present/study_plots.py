@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from analysis.present.plots import COLORS  # noqa: E402
+from analysis.present.plots import COLORS, plt  # pyplot with the Agg backend and the report's style
 
 CONST_COLORS = {"const:0.001": "#bdbdbd", "const:0.05": "#969696", "const:0.1": "#636363", "const:1": "#252525"}
 
