@@ -60,13 +60,10 @@ PYTEST_FAILED = 1  # pytest's exit code when a test failed (here: a mode timed w
 
 
 def _rounds(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = None
-    if n is None or not 1 <= n <= bench.ROUNDS_MAX:
-        raise argparse.ArgumentTypeError(f"must be a whole number of rounds from 1 to {bench.ROUNDS_MAX}, not {text!r}")
-    return n
+    with contextlib.suppress(ValueError):
+        if 1 <= (n := int(text)) <= bench.ROUNDS_MAX:
+            return n
+    raise argparse.ArgumentTypeError(f"must be a whole number of rounds from 1 to {bench.ROUNDS_MAX}, not {text!r}")
 
 
 def parser() -> policy.Parser:
@@ -101,10 +98,10 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
     folder = args.baseline or ROOT / "reports" / "bench" / "baselines" / tag
     if folder.exists() and not folder.is_dir():
         raise SuiteError(f"--baseline {folder}: not a folder (a baseline is a folder of run-N.json)")
-    old = None
-    if args.baseline is not None and not args.record and not folder.is_dir():
-        raise SuiteError(f"--baseline {folder}: no such folder")
     named = args.baseline is not None and not args.record  # a baseline asked for by name must be one
+    if named and not folder.is_dir():
+        raise SuiteError(f"--baseline {folder}: no such folder")
+    old = None
     if named or (folder.is_dir() and baseline_runs(folder) and (args.add or not args.record or args.baseline)):
         old = load_baseline(folder)
         if old[0].tag != tag:
@@ -239,18 +236,15 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
     """Move the runs into place: the baseline's next run-N.json files (--record), else OUT/run.json."""
     if not args.record:
         args.out.mkdir(parents=True, exist_ok=True)
-        target = args.out / "run.json"
-        shutil.move(runs[0].path, target)
-        return [target]
-    if not args.add:  # a new baseline replaces the machine's old runs
-        for p in baseline_runs(folder):
-            p.unlink()
-    start = len(old) + 1 if args.add and old else 1
-    written = []
-    for i, run in enumerate(runs):
-        target = folder / f"run-{start + i}.json"
+        written = [args.out / "run.json"]
+    else:
+        if not args.add:  # a new baseline replaces the machine's old runs
+            for p in baseline_runs(folder):
+                p.unlink()
+        start = len(old) + 1 if args.add and old else 1
+        written = [folder / f"run-{start + i}.json" for i in range(len(runs))]
+    for run, target in zip(runs, written, strict=True):
         shutil.move(run.path, target)
-        written.append(target)
     return written
 
 
@@ -261,31 +255,27 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
              "above)"] if failed else []
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
     shown_runs = [shown(p) for p in written]
+    drift = checks = None
     if args.record:
         every = [*(old or []), *(load_run(p) for p in written)] if args.add else [load_run(p) for p in written]
         repeat = load_run(written[1]).df
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
-        text = bench_report.write(args.out, title, df, runs[0].machine, drift=run_to_run(df, repeat),
-                                  checks=thresholds(*(r.df for r in every)), skipped=skipped, verdict=lines,
-                                  runs=shown_runs)
-        print(text)
-        print(f"bench: saved the baseline {shown(folder)} ({len(every)} runs)")
+        drift, checks = run_to_run(df, repeat), thresholds(*(r.df for r in every))
+        said = f"bench: saved the baseline {shown(folder)} ({len(every)} runs)"
     elif old is None:
         lines += wrong_results(df)
-        text = bench_report.write(args.out, f"Launch-overhead benchmark {label}".strip(), df, runs[0].machine,
-                                  skipped=skipped, verdict=lines, runs=shown_runs)
-        print(text)
-        print(f"bench: no baseline for this machine ({shown(folder)}); record one with --record")
+        title = f"Launch-overhead benchmark {label}".strip()
+        said = f"bench: no baseline for this machine ({shown(folder)}); record one with --record"
     else:
         checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines
         title = f"Launch-overhead benchmark against the baseline {shown(folder)} {label}".strip()
-        text = bench_report.write(args.out, title, df, runs[0].machine, checks=checks, skipped=skipped,
-                                  verdict=lines, runs=shown_runs)
-        print(text)
         gated, bad = sum(c.gated for c in checks), sum(c.regressed for c in checks)
-        print(f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds")
+        said = f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds"
+    print(bench_report.write(args.out, title, df, runs[0].machine, drift=drift, checks=checks, skipped=skipped,
+                             verdict=lines, runs=shown_runs))
+    print(said)
     for mode, why in skipped.items():
         print(f"bench: skipped {mode}: {why}")
     for line in lines:

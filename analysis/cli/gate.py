@@ -17,9 +17,9 @@ the scenario (exit 1), never a dead gate.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from pathlib import Path
 
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
@@ -67,11 +67,6 @@ def _formats(values: list[str] | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _error_dict(args, error: str) -> dict:
-    return {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
-            "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
-
-
 @policy.command("gate")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
@@ -86,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         contract = load()
         contract_file = shown(contract.path)
         controller = contract.controller(args.contract)
-        path = Path(args.kernel) if args.kernel else controller.kernel
+        path = args.kernel or controller.kernel
         kernel_file = shown(path)
         check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
                       inputs=[("kernel", path), ("contract", contract.path)])
@@ -121,24 +116,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, seconds: float) -> None:
     """The exit-2 outcome in every requested form: stdout formats, --json and --junit files."""
-    try:
+    formats = []
+    with contextlib.suppress(SuiteError):
         formats = _formats(args.format)
-    except SuiteError:
-        formats = []
-    suite = f"gate.{args.contract}"
-    if "json" in formats:
-        print(render.to_json(_error_dict(args, error)))
-    if "junit" in formats:
-        print(render.junit([], contract_file, suite, seconds, error=error).rstrip())
-    if "github" in formats:
-        print("\n".join(render.github([], kernel_file, contract_file, error=error)))
-    for path, text in ((args.json, lambda: render.to_json(_error_dict(args, error)) + "\n"),
-                       (args.junit, lambda: render.junit([], contract_file, suite, seconds, error=error))):
-        if path is None:
-            continue
-        try:  # never over an input or a file of the repository, nor over the other output
-            check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
-                          inputs=[("kernel", Path(args.kernel) if args.kernel else None)])
-            write_text(path, text())
-        except SuiteError:
-            pass  # the error above already says why; an unwritable output path was that error
+    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
+            "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
+    junit = render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error)
+    printed = {"json": render.to_json(data), "junit": junit.rstrip(),
+               "github": "\n".join(render.github([], kernel_file, contract_file, error=error))}
+    for fmt, text in printed.items():
+        if fmt in formats:
+            print(text)
+    for path, text in ((args.json, printed["json"] + "\n"), (args.junit, junit)):
+        if path is not None:
+            with contextlib.suppress(SuiteError):  # the error above already says why; an unwritable output path was that error
+                # never over an input or a file of the repository, nor over the other output
+                check_outputs([Output("--json", args.json), Output("--junit", args.junit)], inputs=[("kernel", args.kernel)])
+                write_text(path, text)

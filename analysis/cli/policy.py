@@ -65,7 +65,7 @@ def describe(err: BaseException) -> str:
             return f"{err.filename}: {what}"
         if err.errno in _LOST or isinstance(err, BrokenPipeError):
             return f"the output could not be written ({what})"
-        return f"{what}"
+        return what
     if isinstance(err, MemoryError):
         return "out of memory"
     return f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
@@ -118,21 +118,17 @@ def _fail(name: str, err: BaseException, debug: bool) -> int:
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
     try:
-        return _report(name, err, debug)
+        for stream in ("stdout", "stderr"):
+            _silence_if_broken(stream)
+        if debug and not isinstance(err, SuiteError | KeyboardInterrupt):
+            with contextlib.suppress(OSError, AttributeError):
+                traceback.print_exception(err, file=sys.stderr)
+        if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line
+            _say(f"{name}: error: {describe(err)}")
+        return 2
     finally:
         if previous is not None and not _interrupted:  # a caller in the same process (a test) keeps its Ctrl-C
             signal.signal(signal.SIGINT, previous)
-
-
-def _report(name: str, err: BaseException, debug: bool) -> int:
-    for stream in ("stdout", "stderr"):
-        _silence_if_broken(stream)
-    if debug and not isinstance(err, SuiteError | KeyboardInterrupt):
-        with contextlib.suppress(OSError, AttributeError):
-            traceback.print_exception(err, file=sys.stderr)
-    if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line
-        _say(f"{name}: error: {describe(err)}")
-    return 2
 
 
 def _silence_if_broken(stream: str) -> None:

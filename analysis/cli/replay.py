@@ -43,9 +43,7 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     import pandas as pd
 
     contract = load()
-    jobs = []
-    for name in controllers:
-        jobs.append((name, contract.controller(name), contract.source(name)))
+    jobs = [(name, contract.controller(name), contract.source(name)) for name in controllers]
     if kernel is not None:
         jobs.append(("candidate", contract.controller(contract_name), contract.source(contract_name, kernel)))
     scenarios = {name: from_csv(path, target=target, lambda0=entry.value("seed_lambda"),

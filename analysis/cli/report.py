@@ -12,6 +12,7 @@ against the fixed contract), so a report can show what a change breaks.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -48,8 +49,6 @@ COMMITTED = ROOT / "reports"
 
 def _git_commit() -> str:
     """The suite's commit (``$RLQ_SUITE_COMMIT`` where the tree travelled without its .git, as to a GPU machine)."""
-    import os
-
     if os.environ.get("RLQ_SUITE_COMMIT"):
         return os.environ["RLQ_SUITE_COMMIT"]
     try:
@@ -158,20 +157,18 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     """Write ``out/data/`` (``peers``: the peer table); every file in it."""
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    report.trajectories.to_csv(data / "trajectories.csv", index=False)
+    per_controller = {name: pd.concat([f.assign(controller=n) for n, f in frames.items()], ignore_index=True)
+                      for name, frames in (("noise_tolerance.csv", report.noise), ("recovery.csv", report.recovery))}
+    tables = {"trajectories.csv": report.trajectories, **per_controller, "bad_inputs.csv": report.outcomes,
+              "ablation.csv": report.ablation, "robustness.csv": report.robustness, "peers.csv": peers,
+              "peers_aligned.csv": peers_section.aligned_traces(report.measures),
+              "peers_closed_loop.csv": report.peer_loop}  # None: the report ran no peers in the toy
+    for name, table in tables.items():
+        if table is not None:
+            table.to_csv(data / name, index=False)
     props = {n: report.verdicts[n].as_dict() for n in CONTROLLERS}
     props["original_vs_fixed_contract"] = report.cross.as_dict()
     (data / "properties.json").write_text(render.strict_json({"header": report.header, "verdicts": props}, indent=2))
-    for name, frames in (("noise_tolerance.csv", report.noise), ("recovery.csv", report.recovery)):
-        pd.concat([f.assign(controller=n) for n, f in frames.items()], ignore_index=True).to_csv(data / name,
-                                                                                               index=False)
-    report.outcomes.to_csv(data / "bad_inputs.csv", index=False)
-    report.ablation.to_csv(data / "ablation.csv", index=False)
-    report.robustness.to_csv(data / "robustness.csv", index=False)
-    peers.to_csv(data / "peers.csv", index=False)
-    peers_section.aligned_traces(report.measures).to_csv(data / "peers_aligned.csv", index=False)
-    if report.peer_loop is not None:
-        report.peer_loop.to_csv(data / "peers_closed_loop.csv", index=False)
     (data / "closed_loop.json").write_text(render.strict_json(report.closed_loop, indent=1))
     (data / "study.json").write_text(render.strict_json(report.study, indent=1))
     (data / "study2.json").write_text(render.strict_json(report.study2, separators=(",", ":")))

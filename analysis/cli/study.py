@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text(args.json, render.strict_json(result, indent=1))
     figures = _draw(result, {args.plot: "overview", args.grid_plot: "grid_heatmap"})
     if args.markdown:
-        write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures))
+        write_text(args.markdown, study_section.document(result, args.markdown, args.json, figures))
     print(f"{result['backend']}: {sum(len(b['controllers']) for b in result['envs'].values())} env × controller "
           f"blocks in {time.perf_counter() - start:.1f} s")
     return 0
@@ -128,7 +128,7 @@ def second(args, start: float) -> int:
     ignored = {"--from-json": ["--json", "--env", "--controllers", "--seeds", "--steps"],
                "--calibrate": ["--env", "--controllers", "--steps", "--grid-plot", "--plot", "--markdown"]}
     for flag, given in (("--from-json", args.from_json), ("--calibrate", args.calibrate)):
-        unused = [o for o in ignored[flag] if given and _given(args, o)]
+        unused = [o for o in ignored[flag] if given and getattr(args, o[2:].replace("-", "_")) is not None]
         if unused:  # each would be ignored without a word
             raise SuiteError(f"{flag} takes no {', '.join(unused)}" + (
                 " (it draws the study already in the JSON)" if flag == "--from-json" else
@@ -189,18 +189,13 @@ RESULT_FILES = {"first": lambda name: name.startswith("preregistered_") and not 
                 "calibration": lambda name: name == "preregistered_2_calibration.json"}
 
 
-def _given(args, flag: str) -> bool:
-    """Whether the option ``flag`` was given."""
-    return getattr(args, flag[2:].replace("-", "_")) is not None
-
-
 def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> None:
     """The four output flags checked before any work; the committed results (studies/results/) are written only
     where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON), and only
     ``kind``'s own (:data:`RESULT_FILES`): no study writes over another's."""
     outputs = (args.json, args.plot, args.grid_plot, args.markdown)
-    committed = [p for p in outputs if p and may_rewrite_results and _under(p, RESULTS)
-                 and RESULT_FILES[kind](Path(p).name)]
+    committed = [p for p in outputs if p and may_rewrite_results and RESULT_FILES[kind](Path(p).name)
+                 and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
                    Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
                   inputs=inputs, committed=committed)
@@ -215,10 +210,6 @@ def _draw(result: dict, figures: dict[Path | None, str]) -> list[Path]:
         for path in drawn:
             plots.save(getattr(study_plots, figures[path])(result), path)
     return drawn
-
-
-def _under(path: Path, folder: Path) -> bool:
-    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def _names(text: str | None, default) -> list[str]:

@@ -85,9 +85,9 @@ def reduced_first(backend, prereg: Prereg | None = None, sources: dict | None = 
                      grid=r["grid"], steps=r["steps"], sources=sources)
 
 
-def preregistered_first(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
+def preregistered_first(backend, sources: dict | None = None) -> dict:
     """The first study exactly as pre-registered (its environments, seeds, controllers, grid and steps)."""
-    prereg = prereg or load_prereg()
+    prereg = load_prereg()
     return run_first(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
 
 

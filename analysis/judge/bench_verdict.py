@@ -194,13 +194,9 @@ def judge_run(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
 
 def regressions(checks: list[ModeCheck]) -> list[str]:
     """One line per regressed mode: what it judged, the baseline, now, the change and the allowed change."""
-    lines = []
-    for c in checks:
-        if c.regressed:
-            unit = "µs/step (controller median)" if c.metric == "median" else "× (controller/empty ratio)"
-            lines.append(f"REGRESSED {c.mode}: {c.now:.4g} vs baseline {c.base:.4g} {unit}, "
-                         f"{c.change:+.1%} > +{c.threshold:.1%} allowed")
-    return lines
+    return [f"REGRESSED {c.mode}: {c.now:.4g} vs baseline {c.base:.4g} "
+            f"{'µs/step (controller median)' if c.metric == 'median' else '× (controller/empty ratio)'}, "
+            f"{c.change:+.1%} > +{c.threshold:.1%} allowed" for c in checks if c.regressed]
 
 
 def wrong_results(df: pd.DataFrame) -> list[str]:

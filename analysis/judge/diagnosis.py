@@ -84,9 +84,8 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     if any(d.kind == "slot" and d.name in ("kl", "target") for d in out):
         return out  # the non-finite and guard rows ran in the contract's layout: the slot change explains them
     for f in findings:  # what a failing row shows by itself (its record says how: the guards, the NaN/inf cases)
-        record = RECORDS.get(f.key)
-        if not f.ok and record is not None and record.differences is not None:
-            out += record.differences(f, b)
+        if not f.ok and RECORDS[f.key].differences is not None:
+            out += RECORDS[f.key].differences(f, b)
     return out
 
 
@@ -103,17 +102,14 @@ def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
         if f.ok:
             out.append(f)
             continue
-        record = RECORDS.get(f.key)
-        blames, depends = (record.blames, record.depends) if record else (frozenset(), frozenset())
-        mine = [d for d in diffs if _quantity(d) in blames] or [d for d in diffs if _quantity(d) in depends]
+        record = RECORDS[f.key]
+        mine = [d for d in diffs if _quantity(d) in record.blames] or [d for d in diffs if _quantity(d) in record.depends]
         out.append(replace(f, causes=tuple(slots + [d for d in mine if d not in slots])))
     return out
 
 
 def _quantity(d: Difference) -> str:
-    if d.kind in ("nonfinite", "guard"):
-        return d.kind
-    return d.name
+    return d.kind if d.kind in ("nonfinite", "guard") else d.name
 
 
 def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple[str, str, str | None]]:

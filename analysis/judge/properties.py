@@ -238,10 +238,8 @@ def dead_zone(ev: Evidence) -> Finding:
     moved = [(r, s) for r, s in moved if s is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
-    if ctrl.has("upper_edge"):
-        title = f"dead zone [{lo}, {up}] holds λ bit for bit"
-    else:
-        title = f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit"
+    title = (f"dead zone [{lo}, {up}] holds λ bit for bit" if ctrl.has("upper_edge")
+             else f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit")
     n = len(ev.dead_zone)
     return Finding(key="dead_zone", title=title, ok=not moved, unit="probes", documented=n, predicted=n,
                    measured=n - len(moved),
@@ -584,11 +582,11 @@ def vanishing(ev: Evidence) -> Finding:
         where = _at(r, step, "differs", expected[step - 1], "spec")
     value = got["first_zero"] or got["first_subnormal"]
     predicted = want["first_zero"] or want["first_subnormal"]
-    plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in got.items()}
-    spec_plain = {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in want.items()}
+    detail = {key: {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in summary.items()}
+              for key, summary in (("measured", got), ("spec", want))}
     return Finding(key="vanishing", title="no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok=ok,
-                   unit="steps", documented=None, predicted=predicted, measured=value,
-                   detail={"measured": plain, "spec": spec_plain}, where=where, line=doc.line, doc=doc.doc)
+                   unit="steps", documented=None, predicted=predicted, measured=value, detail=detail, where=where,
+                   line=doc.line, doc=doc.doc)
 
 
 def _steps_documented(f: Finding) -> str:
@@ -698,7 +696,7 @@ def _plain(check: Callable[[Evidence], Finding]) -> Callable[[Evidence, bool], F
 
 
 def _sanitizer_rows(tool: str) -> Callable[[Evidence, bool], list[Finding]]:
-    return lambda ev, required: memory_findings(list(ev.sanitizer), tools=(tool,))
+    return lambda ev, required: memory_findings(ev.sanitizer, tool)
 
 
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)

@@ -85,7 +85,7 @@ def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract
         behaves = behaves_as(evidence.behaviour, controller, contract)
     # a row the inference did not explain (it crashed): still point at its line where its record knows how
     findings = [replace(f, causes=f.causes or tuple(RECORDS[f.key].source_causes(f, source.text)))
-                if f.key in RECORDS and RECORDS[f.key].source_causes else f for f in findings]
+                if RECORDS[f.key].source_causes else f for f in findings]
     return Verdict(source=source, contract=contract_name, backend=evidence.backend, device=evidence.device, findings=findings,
                    evidence=evidence, seconds=seconds,
                    notes=list(evidence.notes), differences=differences, behaves_as=behaves)

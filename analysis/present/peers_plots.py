@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.present.plots import COLORS as BASE_COLORS  # noqa: E402
+from analysis.present.plots import COLORS as BASE_COLORS
+from analysis.present.plots import plt  # pyplot with the Agg backend and the report's style
 
 COLORS = {**BASE_COLORS, "ppo_paper": "#2ca02c", "rllib": "#9467bd", "ziegler": "#8c564b", "tf_agents": "#e377c2",
           "modular_rl": "#ff7f0e", "batch_ppo": "#bcbd22"}

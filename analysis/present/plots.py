@@ -36,11 +36,10 @@ def _series(traj: pd.DataFrame, controller: str, scenario: str) -> tuple[np.ndar
     return steps, lam
 
 
-def _bound_line(ax, y: float, name: str, text: str, x: float | None = None) -> None:
+def _bound_line(ax, y: float, name: str, text: str, x: float) -> None:
     ax.axhline(y, color=COLORS[name], ls="--", lw=0.9, alpha=0.8)
-    if x is not None:
-        ax.annotate(text, (x, y), xytext=(0, 3), textcoords="offset points", color=COLORS[name], fontsize=8,
-                    ha="right", va="bottom")
+    ax.annotate(text, (x, y), xytext=(0, 3), textcoords="offset points", color=COLORS[name], fontsize=8,
+                ha="right", va="bottom")
 
 
 def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int | None]):

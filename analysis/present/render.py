@@ -15,7 +15,7 @@ from xml.etree import ElementTree as ET
 
 from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.properties import RECORDS
-from analysis.judge.reading import g, value
+from analysis.judge.reading import g
 from analysis.judge.trace_moves import Moves
 from analysis.judge.verdict import Verdict
 from repro.core.paths import shown
@@ -23,24 +23,17 @@ from repro.core.paths import shown
 
 def documented(f: Finding) -> str:
     """The row's documented value in words (its record says how; "—" where it was not measured)."""
-    if "not_measured" in f.detail:
-        return "—"
-    record = RECORDS.get(f.key)
-    return record.reads.documented(f) if record else value(f.documented, f.unit, "required")
+    return "—" if "not_measured" in f.detail else RECORDS[f.key].reads.documented(f)
 
 
 def predicted(f: Finding) -> str:
-    if "not_measured" in f.detail:
-        return "—"
-    record = RECORDS.get(f.key)
-    return record.reads.predicted(f) if record else value(f.predicted, f.unit, documented(f))
+    return "—" if "not_measured" in f.detail else RECORDS[f.key].reads.predicted(f)
 
 
 def measured(f: Finding) -> str:
     if "not_measured" in f.detail:
         return f"not measured: {f.detail['not_measured']}"
-    record = RECORDS.get(f.key)
-    return record.reads.measured(f) if record else value(f.measured, f.unit, "holds" if f.ok else "violated")
+    return RECORDS[f.key].reads.measured(f)
 
 
 def where(w: Where | None) -> str:
@@ -218,15 +211,14 @@ def to_json(data: dict) -> str:
 def junit(findings: list[Finding], contract_file: str, suite: str, seconds: float, error: str | None = None) -> str:
     """JUnit XML: one test case per property (``classname`` gate.<contract>, ``name`` the row's key);
     an exit-2 outcome is one test case with an ``error``."""
-    rows = list(findings)
     root = ET.Element("testsuites")
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows) or 1),
-                       failures=str(sum(not f.ok for f in rows)), errors="1" if error else "0",
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(findings) or 1),
+                       failures=str(sum(not f.ok for f in findings)), errors="1" if error else "0",
                        skipped="0", time=f"{seconds:.3f}")
     if error:
         case = ET.SubElement(ts, "testcase", classname=suite, name="gate", time="0")
         ET.SubElement(case, "error", message=error, type="SuiteError").text = error
-    for f in rows:
+    for f in findings:
         case = ET.SubElement(ts, "testcase", classname=suite, name=f.key, time="0")
         text = message(f, contract_file)
         if not f.ok:
@@ -246,20 +238,16 @@ def _esc(text: str, prop: bool = False) -> str:
 def github(findings: list[Finding], kernel_file: str, contract_file: str, error: str | None = None) -> list[str]:
     """GitHub workflow commands: one ``::error`` per failing row at the candidate's line where it is
     localised (else its first line), and a ``::notice`` at the contract line a deliberate change edits."""
+    kernel, contract = _esc(kernel_file, True), _esc(contract_file, True)
     if error:
-        return [f"::error file={_esc(kernel_file, True)},title={_esc('gate: error', True)}::{_esc(error)}"]
+        return [f"::error file={kernel},title={_esc('gate: error', True)}::{_esc(error)}"]
     out = []
-    for f in findings:
-        if f.ok:
-            continue
-        line = next((d.source_line for d in f.causes if d.source_line), 1)
-        out.append(f"::error file={_esc(kernel_file, True)},line={line},title={_esc(f'gate: {f.key}', True)}"
-                   f"::{_esc(message(f, contract_file))}")
-        for d in f.causes:
-            if d.line:
-                out.append(f"::notice file={_esc(contract_file, True)},line={d.line},"
-                           f"title={_esc(f'gate: {f.key}', True)}::{_esc('if intended: ' + difference(d))}")
+    for f in (f for f in findings if not f.ok):
+        line, title = next((d.source_line for d in f.causes if d.source_line), 1), _esc(f"gate: {f.key}", True)
+        out.append(f"::error file={kernel},line={line},title={title}::{_esc(message(f, contract_file))}")
+        out += [f"::notice file={contract},line={d.line},title={title}::{_esc('if intended: ' + difference(d))}"
+                for d in f.causes if d.line]
         if not f.causes and f.line:
-            out.append(f"::notice file={_esc(contract_file, True)},line={f.line},"
-                       f"title={_esc(f'gate: {f.key}', True)}::{_esc('if intended, change the documented value')}")
+            out.append(f"::notice file={contract},line={f.line},title={title}::"
+                       f"{_esc('if intended, change the documented value')}")
     return out

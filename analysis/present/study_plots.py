@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from analysis.present.plots import COLORS  # noqa: E402
+from analysis.present.plots import COLORS, plt  # pyplot with the Agg backend and the report's style
 
 CONST_COLORS = {"const:0.001": "#bdbdbd", "const:0.05": "#969696", "const:0.1": "#636363", "const:1": "#252525"}
 
@@ -16,11 +12,6 @@ CONST_COLORS = {"const:0.001": "#bdbdbd", "const:0.05": "#969696", "const:0.1": 
 def _color(name: str, i: int):
     """The suite's colour for fixed/original, greys for constant λ, tab10 without blue, red and grey for the rest."""
     return COLORS.get(name) or CONST_COLORS.get(name) or plt.cm.tab10((1, 2, 4, 5, 6, 8, 9)[i % 7])
-
-
-def _headline(names: list[str]) -> list[str]:
-    """Contract controllers and constant baselines (the ablation variants crowd a line plot)."""
-    return [n for n in names if not n.startswith("ablation:")]
 
 
 def overview(result: dict):
@@ -49,8 +40,9 @@ def overview(result: dict):
                   ("log10_agree_min", "log10 min over visited states (≥ −25)", "linear", (-25, 0.5)),
                   ("lambda", "λ (1e-4 … 1e2 shown)", "log", (1e-4, 1e2)),
                   ("episode_return", "episode return", "linear", None))
+        headline = [n for n in names if not n.startswith("ablation:")]  # the ablation variants crowd a line plot
         for ax, (key, label, scale, ylim) in zip(row[1:], panels, strict=True):
-            for i, n in enumerate(_headline(names)):
+            for i, n in enumerate(headline):
                 q = block["controllers"][n]["over_steps"][key]
                 med = np.array(q["median"], dtype=float)
                 ax.plot(steps, med, color=_color(n, i), lw=1.6 if n in COLORS else 1.0, label=n)
@@ -65,22 +57,22 @@ def overview(result: dict):
     return fig
 
 
-def grid_heatmap(result: dict, key: str = "deep_"):
-    """Collapse fraction per grid point (columns) and controller (rows), one panel per environment."""
+def grid_heatmap(result: dict):
+    """Min-agreement collapse fraction per grid point (columns) and controller (rows), one panel per environment."""
     envs = list(result["envs"])
     fig, axes = plt.subplots(1, len(envs), figsize=(7 * len(envs), 0.32 * max(len(result["controllers"]), 8) + 2),
                              squeeze=False)
     for ax, env in zip(axes[0], envs, strict=True):
         block = result["envs"][env]
         names = list(block["controllers"])
-        data = np.array([block["controllers"][n][f"{key}fraction_per_grid_point"] for n in names])
+        data = np.array([block["controllers"][n]["deep_fraction_per_grid_point"] for n in names])
         ax.imshow(data, vmin=0, vmax=1, cmap="Reds", aspect="auto")
         ax.grid(False)
         labels = [f"H{p['entropy_bonus']:g} aux{p['aux_reward']:g} v{p['pi_view']:g}" for p in block["grid_points"]]
         wide = [r["wide"] for r in (block["brackets"] or [])]
         labels = [lab + (" ✓" if wide and wide[i] else "") for i, lab in enumerate(labels)]
         ax.set(xticks=range(len(labels)), yticks=range(len(names)), yticklabels=names,
-               title=f"{env}: {'min' if key else 'mean'}-agreement collapse fraction (✓: bracket wide enough)")
+               title=f"{env}: min-agreement collapse fraction (✓: bracket wide enough)")
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         for (i, j), v in np.ndenumerate(data):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v > 0.6 else "black")

@@ -377,47 +377,44 @@ def incident_lines(result: dict) -> list[str]:
             + "; the fixed kernel's floor keeps λ above it by design (its floor is the signature's λ side's bar)."]
 
 
-def second_section(result: dict, figures: bool = True) -> list[str]:
-    """The second study's section, every number read from its JSON."""
+def second_section(result: dict) -> list[str]:
+    """The second study's section, every number read from its JSON (its figures are the caller's to link)."""
     p, c = result["parameters"], result["parameters"]["criteria"]
     sig = p["signature"]
     kind = ("the pre-registered second study" if result["as_preregistered"]
             else "a reduced run of the second study's parameters (fewer steps, seeds, grid points and controllers)")
-    lines = ["## The second learning-loop study: where the controller's KL is measured", "",
-             f"**{headline2(result)}**", "",
-             "What the first study's design could not show: its loop measured the KL at the state just visited, so "
-             "wherever π drifted from Q the KL EMA rose and λ came back; its primary criterion (mean agreement below "
-             "½·1/A) could hardly fire, since a π that follows a random per-state auxiliary action still matches Q's "
-             "greedy action in about 1/A of states; FrozenLake's ties (Q ≡ 0) read as agreement 1; its bracket check "
-             "took |gap|; and its tests were unpaired on paired seeds. This study measures the KL where deep RL "
-             "trainers do, judges agreement with ties excluded, against what π reaches on its own, and pairs its "
-             "tests.", "",
-             f"- {kind}, parameters from `{result['preregistration']}` (learners from `{result['learning_from']}`); "
-             f"backend `{result['backend']}`; seeds {result['seeds'][0]}–{result['seeds'][1] - 1}; "
-             f"{p['learning']['steps']} steps per run; grid "
-             + ", ".join(f"{k} ∈ {{{', '.join(str(x) for x in v)}}}" for k, v in p["grid"].items())
-             + f"; the auxiliary reward on odd states only; the linear policy over {p['features']} features; the "
-             f"replay ring holds {p['replay_capacity']} states, {p['replay_sample']} drawn per step.",
-             f"- Criteria: *relative* — agreement (ties excluded) at or below {c['baseline']}'s median at the same "
-             f"grid point and evaluation for {c['consecutive']} evaluations in a row after step {c['warmup']}; "
-             f"*minimum* — the minimum over visited states below {c['min_threshold']:g}; *signature* — λ ≤ "
-             f"{sig['floor_lambda']:g} for {sig['steps']} steps in a row while the KL the controller sees is below "
-             f"{sig['quiet_kl']:.4g}, then the relative criterion (under the fixed kernel, whose floor is higher, "
-             "the λ side cannot happen: the signature measures the original's mechanism, not the fix's "
-             "protection of agreement). Paired: McNemar's exact test on the same seeds "
-             "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
-             "not independent).", *incident_lines(result), *ties_lines(result), "",
-             "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
-             "runs), and does the fix prevent it?", "", *regime_answers(result), "",
-             "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
-             "Which single fix carries the protection (minimum criterion, where original vs fixed is significant):",
-             "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "", *fix_worse(result), "",
-             *fixes_table(result, "minimum"), "Where the agreement goes lowest (original):", "",
-             *agreement_sets(result), "", "The constant-λ bracket per grid point, with its sign:", "",
-             *brackets2(result), "", "Per grid point (original and fixed):", "", *per_point_table(result), ""]
-    for name, caption in FIGURES_2.items() if figures else ():
-        lines += [f"![{caption}]({name})", ""]
-    return lines
+    return ["## The second learning-loop study: where the controller's KL is measured", "",
+            f"**{headline2(result)}**", "",
+            "What the first study's design could not show: its loop measured the KL at the state just visited, so "
+            "wherever π drifted from Q the KL EMA rose and λ came back; its primary criterion (mean agreement below "
+            "½·1/A) could hardly fire, since a π that follows a random per-state auxiliary action still matches Q's "
+            "greedy action in about 1/A of states; FrozenLake's ties (Q ≡ 0) read as agreement 1; its bracket check "
+            "took |gap|; and its tests were unpaired on paired seeds. This study measures the KL where deep RL "
+            "trainers do, judges agreement with ties excluded, against what π reaches on its own, and pairs its "
+            "tests.", "",
+            f"- {kind}, parameters from `{result['preregistration']}` (learners from `{result['learning_from']}`); "
+            f"backend `{result['backend']}`; seeds {result['seeds'][0]}–{result['seeds'][1] - 1}; "
+            f"{p['learning']['steps']} steps per run; grid "
+            + ", ".join(f"{k} ∈ {{{', '.join(str(x) for x in v)}}}" for k, v in p["grid"].items())
+            + f"; the auxiliary reward on odd states only; the linear policy over {p['features']} features; the "
+            f"replay ring holds {p['replay_capacity']} states, {p['replay_sample']} drawn per step.",
+            f"- Criteria: *relative* — agreement (ties excluded) at or below {c['baseline']}'s median at the same "
+            f"grid point and evaluation for {c['consecutive']} evaluations in a row after step {c['warmup']}; "
+            f"*minimum* — the minimum over visited states below {c['min_threshold']:g}; *signature* — λ ≤ "
+            f"{sig['floor_lambda']:g} for {sig['steps']} steps in a row while the KL the controller sees is below "
+            f"{sig['quiet_kl']:.4g}, then the relative criterion (under the fixed kernel, whose floor is higher, "
+            "the λ side cannot happen: the signature measures the original's mechanism, not the fix's "
+            "protection of agreement). Paired: McNemar's exact test on the same seeds "
+            "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
+            "not independent).", *incident_lines(result), *ties_lines(result), "",
+            "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
+            "runs), and does the fix prevent it?", "", *regime_answers(result), "",
+            "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
+            "Which single fix carries the protection (minimum criterion, where original vs fixed is significant):",
+            "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "", *fix_worse(result), "",
+            *fixes_table(result, "minimum"), "Where the agreement goes lowest (original):", "",
+            *agreement_sets(result), "", "The constant-λ bracket per grid point, with its sign:", "",
+            *brackets2(result), "", "Per grid point (original and fixed):", "", *per_point_table(result), ""]
 
 
 def document(result: dict, at: Path, data: Path | None, figures: list[Path], second: bool = False) -> str:
@@ -427,7 +424,7 @@ def document(result: dict, at: Path, data: Path | None, figures: list[Path], sec
     rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731
     link = lambda p: quote(rel(p))  # noqa: E731 - spaces, parentheses and '#' would end or split the link
     title = "The second learning-loop study" if second else "The learning-loop study"
-    body = (second_section if second else section)(result, figures=False)
+    body = second_section(result) if second else section(result, figures=False)
     lines = [f"# {title} (backend `{result['backend']}`)", "",
              "Written by `python -m analysis study` (see its `--help`)"
              + (f" with its JSON in [`{rel(data)}`]({link(data)})" if data else "") + ".", "",

@@ -110,7 +110,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += _differences(report, numbers)
     lines += [""] + peers_section.markdown(report.measures, peers)
     lines += ["", *study_section.section(report.study, figures=False)]
-    lines += ["", *study_section.second_section(report.study2, figures=False)]
+    lines += ["", *study_section.second_section(report.study2)]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
