@@ -271,10 +271,8 @@ def cpu_model(default: str = "CPU") -> str:
 class HostBackend(Backend):
     name = "host"
 
-    def __init__(self, compiler: str | None = None):
-        cxx = compiler or os.environ.get("CXX") or next(
-            (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None
-        )
+    def __init__(self):
+        cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
         if not cxx or not shutil.which(cxx):
             raise BackendUnavailable("host backend: no C++ compiler found (install g++ or set CXX)")
         self.cxx = shutil.which(cxx)

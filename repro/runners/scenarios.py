@@ -200,7 +200,7 @@ def vanishing(controller: Controller) -> Scenario:
                     {"aligned_steps": n})
 
 
-def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None,
+def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1,
              allow_nonfinite: bool = False) -> Scenario:
     """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``).
 
@@ -250,7 +250,7 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
         tg = [target] * len(kl)
     with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
         kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
-    return Scenario(name or path.stem, "replay", kl32, tg32, lambda0,
+    return Scenario(path.stem, "replay", kl32, tg32, lambda0,
                     f"recorded KL trace from {path.name}", {"file": path.name})
 
 
