@@ -84,16 +84,8 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
     kl = values["kl"]
     if isinstance(kl, str):
         kl = F32(REF_TARGET * REGIMES[kl]) if not np.isfinite(target) or target <= 0 else F32(target * REGIMES[kl])
-    return Scenario(
-        name=spec,
-        family="bad_values",
-        kl=_const(kl, steps),
-        target=_const(target, steps),
-        lambda0=values["lambda"],
-        description=f"unusual input {spec}",
-        params={"case": spec},
-        inputs=tuple(inputs),
-    )
+    return Scenario(spec, "bad_values", _const(kl, steps), _const(target, steps), values["lambda"],
+                    f"unusual input {spec}", {"case": spec}, tuple(inputs))
 
 
 def _parse_value(raw: str, spec: str) -> float:
