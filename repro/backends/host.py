@@ -159,10 +159,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
 
 
-def _ptr_of(a: np.ndarray) -> int:
-    return a.ctypes.data
-
-
 class HostKernel(CompiledKernel):
     def __init__(self, lib: ctypes.CDLL, source: KernelSource, slots: Slots):
         self.source, self.slots, self._lib = source, slots, lib
@@ -203,23 +199,23 @@ class HostKernel(CompiledKernel):
         n_steps, n_runs = kl.shape
         out = np.empty((n_steps, n_runs), dtype=np.float32)
         with Guarded(isv0) as mem:
-            self._looped(mem.address + 4 * pad, _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_steps)
+            self._looped(mem.address + 4 * pad, kl.ctypes.data, target.ctypes.data, out.ctypes.data, n_runs, n_steps)
             return out, mem.array.copy().reshape(np.shape(isv0))
 
     def run_as_threads(self, isv, coords, dims, pad=0):
         coords = np.ascontiguousarray(coords, dtype=np.uint32).reshape(-1, 6)
         dims = np.ascontiguousarray(dims, dtype=np.uint32)
         with Guarded(isv) as mem:
-            self._as_threads(mem.address + 4 * pad, _ptr_of(coords), coords.shape[0], _ptr_of(dims))
+            self._as_threads(mem.address + 4 * pad, coords.ctypes.data, coords.shape[0], dims.ctypes.data)
             return mem.array.copy().reshape(np.shape(isv))
 
     def batched_step(self, isv):
         self._check_batch(isv)
-        self._batched(_ptr_of(isv), isv.shape[0])
+        self._batched(isv.ctypes.data, isv.shape[0])
 
     def run_private(self, lambda0, kl, target, out):
         n_chunks, n_runs, _ = kl.shape
-        self._private(_ptr_of(lambda0), _ptr_of(kl), _ptr_of(target), _ptr_of(out), n_runs, n_chunks)
+        self._private(lambda0.ctypes.data, kl.ctypes.data, target.ctypes.data, out.ctypes.data, n_runs, n_chunks)
 
 
 class HostLearner(Learner):
@@ -236,7 +232,7 @@ class HostLearner(Learner):
     def elementary(self, x):
         x = np.ascontiguousarray(x, dtype=np.float64)
         exp_x, log_x = np.empty_like(x), np.empty_like(x)
-        self._elementary(_ptr_of(x), _ptr_of(exp_x), _ptr_of(log_x), x.size)
+        self._elementary(x.ctypes.data, exp_x.ctypes.data, log_x.ctypes.data, x.size)
         return exp_x, log_x
 
     def start(self, isv, inputs, n_evals, scratch):
@@ -245,7 +241,8 @@ class HostLearner(Learner):
         n = isv.shape[0]
         work = np.empty(n * scratch)
         outs = {k: np.empty((n_evals, n), dtype=dtype) for k, dtype in LEARN_OUTPUTS.items()}
-        pointers = [_ptr_of(isv), *map(_ptr_of, args), _ptr_of(work), 1, scratch, *map(_ptr_of, outs.values()), n]
+        pointers = [isv.ctypes.data, *(a.ctypes.data for a in args), work.ctypes.data, 1, scratch,
+                    *(o.ctypes.data for o in outs.values()), n]
         cuts = np.linspace(0, n, min(n, os.cpu_count() or 1) + 1).astype(int)
         with ThreadPoolExecutor(len(cuts) - 1) as pool:
             list(pool.map(lambda i: self._fn(*pointers, int(cuts[i]), int(cuts[i + 1])), range(len(cuts) - 1)))
@@ -271,10 +268,8 @@ def cpu_model(default: str = "CPU") -> str:
 class HostBackend(Backend):
     name = "host"
 
-    def __init__(self, compiler: str | None = None):
-        cxx = compiler or os.environ.get("CXX") or next(
-            (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None
-        )
+    def __init__(self):
+        cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
         if not cxx or not shutil.which(cxx):
             raise BackendUnavailable("host backend: no C++ compiler found (install g++ or set CXX)")
         self.cxx = shutil.which(cxx)

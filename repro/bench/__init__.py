@@ -56,7 +56,7 @@ def slowed(source: KernelSource, ns: int, sm_clock_khz: int = 1_980_000) -> Kern
 
 
 def measure(contract: Contract, modes: tuple[Mode, ...] = MODES, rounds: Callable[[Mode], int] | None = None,
-            controller: KernelSource | None = None, which: tuple[str, ...] = WHICH) -> list[Sample]:
+            controller: KernelSource | None = None) -> list[Sample]:
     """The samples of ``modes`` that this machine can run (the others are left out), in one process.
 
     ``rounds`` picks each mode's timed rounds (default: the mode's own); ``controller`` replaces the
@@ -66,7 +66,7 @@ def measure(contract: Contract, modes: tuple[Mode, ...] = MODES, rounds: Callabl
     out = []
     for mode in modes:
         if not unavailable(mode, rig):
-            out += run_mode(mode, rig, which, rounds(mode) if rounds else mode.rounds)
+            out += run_mode(mode, rig, WHICH, rounds(mode) if rounds else mode.rounds)
     return out
 
 

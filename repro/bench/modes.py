@@ -17,6 +17,7 @@ import ctypes
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -177,6 +178,11 @@ def run_mode(mode: Mode, rig: Rig, which: tuple[str, ...], rounds: int) -> list[
     return samples
 
 
+def _verified(rig: Rig, which: str, isv: np.ndarray) -> bool:
+    """Whether ``isv``, a live ISV after VERIFY_STEPS steps of ``which``, holds the spec model's bits."""
+    return same(isv, expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
+
+
 def _precomputed(values: list[float]) -> Callable[[], float]:
     """Rounds a separate program already timed, handed out one by one."""
     it = iter(values)
@@ -188,12 +194,11 @@ def _precomputed(values: list[float]) -> Callable[[], float]:
 
 def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     kernel = rig.kernel(rig.host, which)
-    isv0 = live_isv(rig.contract)
-    check = isv0.copy()
+    check = live_isv(rig.contract)
     for _ in range(VERIFY_STEPS):
         kernel.step(check.ctypes.data)
-    ok = same(check, expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
-    isv = isv0.copy()
+    ok = _verified(rig, which, check)
+    isv = live_isv(rig.contract)
     step, addr = kernel.step, isv.ctypes.data
 
     def calls():
@@ -209,28 +214,27 @@ def host_call(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 def _device_check(rig: Rig, which: str, run_steps: Callable[[object, int], None]) -> bool:
     """Run VERIFY_STEPS steps through a launch path on a fresh device ISV; compare with the spec."""
     _, cp = rig.gpu()
-    isv0 = live_isv(rig.contract)
-    isv = cp.asarray(isv0)
+    isv = cp.asarray(live_isv(rig.contract))
     run_steps(isv, VERIFY_STEPS)
     cp.cuda.Device().synchronize()
-    return same(cp.asnumpy(isv), expected_isv(rig.contract, which, isv0, np.full(VERIFY_STEPS, KL_HIGH)))
+    return _verified(rig, which, cp.asnumpy(isv))
 
 
-def _cupy_launcher(rig: Rig, which: str):
+def _cupy_setup(rig: Rig, which: str):
+    """CuPy and the kernel's launch, whether its launches compute the spec's bits, and a live device ISV."""
+    _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
 
     def launches(isv, n):
         for _ in range(n):
             fn((1,), (1,), (isv,))
 
-    return fn, launches
+    return cp, fn, launches, _device_check(rig, which, launches), cp.asarray(live_isv(rig.contract))
 
 
 def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    _, cp = rig.gpu()
-    fn, launches = _cupy_launcher(rig, which)
-    ok = _device_check(rig, which, launches)
-    isv, stream = cp.asarray(live_isv(rig.contract)), cp.cuda.get_current_stream()
+    cp, fn, _, ok, isv = _cupy_setup(rig, which)
+    stream = cp.cuda.get_current_stream()
 
     def enqueue():
         for _ in range(ASYNC_LAUNCHES):
@@ -241,10 +245,8 @@ def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 
 
 def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    _, cp = rig.gpu()
-    fn, launches = _cupy_launcher(rig, which)
-    ok = _device_check(rig, which, launches)
-    isv, stream = cp.asarray(live_isv(rig.contract)), cp.cuda.get_current_stream()
+    cp, fn, _, ok, isv = _cupy_setup(rig, which)
+    stream = cp.cuda.get_current_stream()
 
     def pairs():
         for _ in range(SYNC_LAUNCHES):
@@ -255,39 +257,26 @@ def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 
 
 def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    _, cp = rig.gpu()
-    fn, launches = _cupy_launcher(rig, which)
-    ok = _device_check(rig, which, launches)
-    isv = cp.asarray(live_isv(rig.contract))
+    cp, _, launches, ok, isv = _cupy_setup(rig, which)
     return Timed(lambda: event_time_us(cp, lambda: launches(isv, EVENT_LAUNCHES)) / EVENT_LAUNCHES, EVENT_LAUNCHES, ok)
 
 
 # ------------------------------------------------------------------ native launchers
 
 
-def _native(rig: Rig, which: str, rounds: int) -> dict:
-    """One run of the C driver-API loop for ``which`` (shared by its async and sync modes)."""
+def c_loop(mode: Mode, rig: Rig, which: str, rounds: int, timed: str) -> Timed:
+    """The C driver-API loop's ``async`` or ``sync`` rounds for ``which``: both modes come from one run of it."""
     from repro.bench import native
 
-    key = ("native", which, rounds)  # both C modes come from one run of the program
+    key = ("native", which, rounds)
     if key not in rig.cache:
         kernel = rig.kernel(rig.cupy, which)
         rig.cache[key] = native.run(kernel.image, rig.sources[which].symbol, live_isv(rig.contract),
                                     rounds=rounds, async_launches=ASYNC_LAUNCHES, sync_launches=SYNC_LAUNCHES,
                                     verify_steps=VERIFY_STEPS)
-    return rig.cache[key]
-
-
-def c_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    done = _native(rig, which, rounds)
-    ok = same(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
-    return Timed(_precomputed(done["async_us"]), ASYNC_LAUNCHES, ok, warmup=0)
-
-
-def c_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    done = _native(rig, which, rounds)
-    ok = same(done["isv"], expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
-    return Timed(_precomputed(done["sync_us"]), SYNC_LAUNCHES, ok, warmup=0)
+    done = rig.cache[key]
+    steps = ASYNC_LAUNCHES if timed == "async" else SYNC_LAUNCHES
+    return Timed(_precomputed(done[f"{timed}_us"]), steps, _verified(rig, which, done["isv"]), warmup=0)
 
 
 def _bindings():
@@ -383,7 +372,7 @@ def isv_pool(rig: Rig):
     return isv0, buf, views
 
 
-def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
+def graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
     feed = rig.helper("rlq_feed_ema", FEED_EMA) if with_feed else None
@@ -415,14 +404,6 @@ def _graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool
     nodes = len(graphs) * GRAPH_STEPS
     return Timed(lambda: _replay_us(cp, graphs, stream, 1) / nodes, nodes, ok,
                  lambda us: {"isv_addresses": len(pool)}, hold=(buf, kl_new))  # the graphs hold addresses only
-
-
-def graph_controller(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    return _graph_replay(mode, rig, which, rounds, with_feed=False)
-
-
-def graph_feed(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    return _graph_replay(mode, rig, which, rounds, with_feed=True)
 
 
 def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -566,9 +547,9 @@ MODES = (
          "cupy", 40, cupy_sync),
     Mode("C driver API async launch", WALL_C, "host",
          f"cuLaunchKernel of the same CUBIN from a C loop: {ASYNC_LAUNCHES} launches, one synchronise", "native", 30,
-         c_async, c_launch=True),
+         partial(c_loop, timed="async"), c_launch=True),
     Mode("C driver API launch + sync", WALL_C, "host", "cuLaunchKernel and cuStreamSynchronize from a C loop",
-         "native", 30, c_sync),
+         "native", 30, partial(c_loop, timed="sync")),
     Mode("cuda.bindings async launch", WALL_PY, "host",
          f"cuLaunchKernel of the same CUBIN through cuda.bindings from Python: {ASYNC_LAUNCHES} launches", "bindings",
          30, bindings_async, python_launch="cuda.bindings"),
@@ -577,10 +558,10 @@ MODES = (
          cupy_events),
     Mode("graph replay: controller", EVENTS, "device",
          f"CUDA graphs of {GRAPH_STEPS} controller launches, one per ISV address ({ISV_POOL}), replayed; "
-         "µs per node", "cupy", 30, graph_controller),
+         "µs per node", "cupy", 30, partial(graph_replay, with_feed=False)),
     Mode("graph replay: feed + controller", EVENTS, "device",
          f"CUDA graphs of {GRAPH_STEPS} (KL feed, controller) pairs, one per ISV address ({ISV_POOL}), replayed; "
-         "µs per pair", "cupy", 30, graph_feed),
+         "µs per pair", "cupy", 30, partial(graph_replay, with_feed=True)),
     Mode(f"graph of {STEP_NODES} kernels: controller node", EVENTS, "device",
          f"what one more node adds to a training step graphed as {STEP_NODES} small kernels "
          f"(steps with {STEP_EXTRA} more nodes minus steps without, interleaved in each round, / {STEP_EXTRA})", "cupy",

@@ -199,18 +199,9 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: dict[tupl
         raise SuiteError(f"{path}: [{section}] {key}: form {form!r} is not one of {', '.join(EDGE_FORMS)}")
     if op and op not in RATE_OPS:
         raise SuiteError(f"{path}: [{section}] {key}: op {op!r} is not one of {', '.join(RATE_OPS)}")
-    return Documented(
-        name=key,
-        value=math.nan if none else float(spec["value"]),
-        doc=spec.get("doc", ""),
-        line=lines.get((section, key), 0),
-        rtol=float(spec.get("rtol", 0.0)),
-        tolerance=float(spec.get("tolerance", 0.0)),
-        none=none,
-        form=form,
-        op=op,
-        dtype=dtype,
-    )
+    return Documented(name=key, value=math.nan if none else float(spec["value"]), doc=spec.get("doc", ""),
+                      line=lines.get((section, key), 0), rtol=float(spec.get("rtol", 0.0)),
+                      tolerance=float(spec.get("tolerance", 0.0)), none=none, form=form, op=op, dtype=dtype)
 
 
 def load(path: Path | str = CONTRACTS) -> Contract:

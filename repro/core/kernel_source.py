@@ -81,9 +81,7 @@ class KernelSource:
         known = self.defines()
         unknown = sorted(set(overrides) - set(known))
         if unknown:
-            raise SuiteError(
-                f"{self.origin}: no #define named {', '.join(unknown)} (it defines: {', '.join(known)})"
-            )
+            raise SuiteError(f"{self.origin}: no #define named {', '.join(unknown)} (it defines: {', '.join(known)})")
 
         def rewrite(match: re.Match) -> str:
             name = match.group("name")

@@ -77,7 +77,7 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | 
             raise SuiteError(f"{out.flag} {out.path} holds this run's {inside[0]} ({inside[1]}): an input is never "
                              "overwritten; give a folder that holds no input")
     for out in outputs:
-        check_writable(out.path, out.flag, folder=out.folder)
+        check_writable(out)
 
 
 def _resolved(path: Path, flag: str) -> Path:
@@ -118,17 +118,14 @@ def _repository() -> tuple[frozenset[Path], frozenset[Path]]:
     return frozenset(files), frozenset(folders)
 
 
-def check_writable(path: Path | None, flag: str = "", folder: bool = False) -> None:
-    """Create ``path``'s folder (``folder``: ``path`` itself) if needed; raise a one-line :class:`SuiteError`
-    unless a file can be written there.
+def check_writable(out: Output) -> None:
+    """Create the output's folder (a folder output: the path itself) if needed; raise a one-line
+    :class:`SuiteError`, naming its option, unless a file can be written there.
 
     A scratch file is made and removed there: permission bits alone do not tell (e.g. as root, or on /proc).
-    ``flag`` names the option in the message (``--json``).
     """
-    if path is None:
-        return
-    path = Path(path)
-    what = f"{flag} {path}" if flag else f"cannot write {path}"
+    path, folder = Path(out.path), out.folder
+    what = f"{out.flag} {path}"
     try:
         if folder and path.exists() and not path.is_dir():
             raise SuiteError(f"{what}: it is a file, not a folder")
@@ -146,8 +143,7 @@ def check_writable(path: Path | None, flag: str = "", folder: bool = False) -> N
             with tempfile.NamedTemporaryFile(dir=home, prefix=".write-check-"):
                 pass
     except OSError as err:
-        raise SuiteError(f"{what}: cannot be written ({err.strerror or err})" if flag
-                         else f"{what}: {err.strerror or err}") from None
+        raise SuiteError(f"{what}: cannot be written ({err.strerror or err})") from None
 
 
 def write_text(path: Path, text: str) -> None:

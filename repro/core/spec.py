@@ -154,21 +154,19 @@ def _clipped(rule: Rule, x: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(x, rule.ceiling), rule.floor).astype(F32)
 
 
-def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
-    out = _apply(lam, rule.ramp, rule.ramp_op)
+def _bounded(rule: Rule, out: np.ndarray, bound: np.float32 | None, clamp) -> np.ndarray:
     if rule.bounds == "clip_by_value":
         return _clipped(rule, out)
     # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
-    out = out if rule.ceiling is None else np.fmin(rule.ceiling, out)
-    return np.asarray(out, dtype=F32)
+    return np.asarray(out if bound is None else clamp(bound, out), dtype=F32)
+
+
+def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
+    return _bounded(rule, _apply(lam, rule.ramp, rule.ramp_op), rule.ceiling, np.fmin)
 
 
 def _decayed(rule: Rule, lam: np.ndarray) -> np.ndarray:
-    out = _apply(lam, rule.decay, rule.decay_op)
-    if rule.bounds == "clip_by_value":
-        return _clipped(rule, out)
-    out = out if rule.floor is None else np.fmax(rule.floor, out)
-    return np.asarray(out, dtype=F32)
+    return _bounded(rule, _apply(lam, rule.decay, rule.decay_op), rule.floor, np.fmax)
 
 
 def ramped(rule: Rule, lam) -> np.ndarray:

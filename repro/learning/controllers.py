@@ -28,8 +28,7 @@ def ablation_names() -> list[str]:
 
 
 def constant_source(contract: Contract):
-    return contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0,
-                                                                  MIN_LAMBDA=0.0)
+    return contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0, MIN_LAMBDA=0.0)
 
 
 def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:

@@ -18,16 +18,7 @@ from repro.core.contract import Controller, Slots
 from repro.runners.evidence import GROUPS, Evidence, Fault, MissingEvidence
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
-from repro.runners.scenarios import (
-    REF_TARGET,
-    Scenario,
-    case,
-    catalogue,
-    dead_zone_probes,
-    guard_cases,
-    onset_targets,
-    vanishing,
-)
+from repro.runners.scenarios import REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases, onset_targets, vanishing
 
 __all__ = ["GROUPS", "Evidence", "Fault", "MissingEvidence", "assemble", "collect", "run_group", "scenario_groups"]
 

@@ -536,6 +536,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
         limits = Limits({g: per[g] for g in GROUPS}, budget=clock.budget if clock else None,
                         reference=dict(reference), factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
     clock = clock or Clock(None)
+    say = progress or (lambda _line: None)
     worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"))
     runner = GroupRunner(worker, controller, per, clock, seed)
     behaviour = None
@@ -549,18 +550,15 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             results |= got
             faults += bad
             skipped += skip
-            if progress is not None:
-                progress(said(group, bool(got), bad, per[group]))
+            say(said(group, bool(got), bad, per[group]))
         whole = [f.group for f in faults if f.kind == "timeout" and not f.scenario]
         if inference and whole:  # it hangs on ordinary inputs, which are what the inference feeds it
             skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
-            if progress is not None:
-                progress(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
+            say(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
         elif inference:
             behaviour, bad = runner.ask(INFERENCE)
             faults += bad
-            if progress is not None:
-                progress(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
+            say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
         worker.discard()
         raise

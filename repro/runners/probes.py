@@ -37,22 +37,20 @@ def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float, one_step
     lam0 = F32(lambda0)
     _one_step = one_step or _step_in_contract_layout
 
-    def search(pred_true_above: bool) -> np.ndarray:
-        # Invariant: pred(lo) != pred_true_above-side, pred(hi) on that side.
+    def search(up: bool) -> np.ndarray:
+        def moves(kl_bits: np.ndarray) -> np.ndarray:  # whether one step at these KL raises (up) or lowers λ
+            lam = _one_step(kernel, lam0, kl_bits.astype(np.uint32).view(F32), targets)
+            return lam > lam0 if up else lam < lam0
+
+        # Invariant: the onset lies in (lo, hi] (up: the KL that moves λ are above it) or [lo, hi) (down).
         lo = np.full(targets.shape, _POS_MIN, dtype=np.int64)
         hi = np.full(targets.shape, _POS_INF, dtype=np.int64)
         for _ in range(32):
             mid = (lo + hi) // 2
-            lam = _one_step(kernel, lam0, mid.astype(np.uint32).view(F32), targets)
-            hit = lam > lam0 if pred_true_above else lam < lam0
-            if pred_true_above:
-                hi, lo = np.where(hit, mid, hi), np.where(hit, lo, mid)
-            else:
-                lo, hi = np.where(hit, mid, lo), np.where(hit, hi, mid)
-        edge = hi if pred_true_above else lo
-        check = _one_step(kernel, lam0, edge.astype(np.uint32).view(F32), targets)
-        found = check > lam0 if pred_true_above else check < lam0
-        return np.where(found, edge.astype(np.uint32).view(F32), F32(np.nan))
+            below = moves(mid) == up  # the onset is at or below mid
+            hi, lo = np.where(below, mid, hi), np.where(below, lo, mid)
+        edge = hi if up else lo
+        return np.where(moves(edge), edge.astype(np.uint32).view(F32), F32(np.nan))
 
     return {"ramp": search(True), "decay": search(False)}
 

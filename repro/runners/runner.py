@@ -66,19 +66,9 @@ def to_frame(runs: list[Run], controller: str, backend: str) -> pd.DataFrame:
     frames = []
     for r in runs:
         sc = r.scenario
-        frame = pd.DataFrame(
-            {
-                "controller": controller,
-                "backend": backend,
-                "scenario": sc.name,
-                "family": sc.family,
-                "step": np.arange(1, sc.steps + 1),
-                "kl": sc.kl,
-                "kl_target": sc.target,
-                "lambda": r.lam,
-                "lambda0": sc.lambda0,
-            }
-        )
+        frame = pd.DataFrame({"controller": controller, "backend": backend, "scenario": sc.name, "family": sc.family,
+                              "step": np.arange(1, sc.steps + 1), "kl": sc.kl, "kl_target": sc.target, "lambda": r.lam,
+                              "lambda0": sc.lambda0})
         for key, value in sc.params.items():
             frame[f"param_{key}"] = value
         frames.append(frame)

@@ -84,16 +84,8 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
     kl = values["kl"]
     if isinstance(kl, str):
         kl = F32(REF_TARGET * REGIMES[kl]) if not np.isfinite(target) or target <= 0 else F32(target * REGIMES[kl])
-    return Scenario(
-        name=spec,
-        family="bad_values",
-        kl=_const(kl, steps),
-        target=_const(target, steps),
-        lambda0=values["lambda"],
-        description=f"unusual input {spec}",
-        params={"case": spec},
-        inputs=tuple(inputs),
-    )
+    return Scenario(spec, "bad_values", _const(kl, steps), _const(target, steps), values["lambda"],
+                    f"unusual input {spec}", {"case": spec}, tuple(inputs))
 
 
 def _parse_value(raw: str, spec: str) -> float:
@@ -200,7 +192,7 @@ def vanishing(controller: Controller) -> Scenario:
                     {"aligned_steps": n})
 
 
-def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1, name: str | None = None,
+def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1,
              allow_nonfinite: bool = False) -> Scenario:
     """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``).
 
@@ -250,7 +242,7 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
         tg = [target] * len(kl)
     with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
         kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
-    return Scenario(name or path.stem, "replay", kl32, tg32, lambda0,
+    return Scenario(path.stem, "replay", kl32, tg32, lambda0,
                     f"recorded KL trace from {path.name}", {"file": path.name})
 
 
