@@ -136,6 +136,34 @@ def test_out_of_bounds_writes_are_reported_with_their_offset(contract, host):
     assert runs[0].stray == []
 
 
+def test_a_run_reads_nothing_an_earlier_run_left_below_its_window(contract, host):
+    """Below a run's window, in the slack of its page rounding, a write is not seen (no canary there) and a read
+    finds zeros, as in a fresh mapping, whichever runs came before: a kernel reading out of bounds gets the same
+    λ before and after another kernel wrote there."""
+    import mmap
+
+    from repro.core.isv import PAD
+    from repro.runners.runner import run_scenarios
+    from repro.runners.scenarios import catalogue
+
+    window = 4 * (2 * PAD + contract.slots.isv_len)
+    if -window % mmap.PAGESIZE < 4:
+        pytest.skip("a window that fills its pages leaves no slack below it")
+    entry = contract.controller("fixed")
+    src, below = load_kernel(entry.kernel, entry.symbol), f"isv[-{PAD + 1}]"
+    set_lambda = "isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda;"
+    writer = src.with_edit(set_lambda, f"{set_lambda} {below} = 0.25f;", "writes below")
+    reader = src.with_edit(set_lambda, f"isv[RL_Q_DISTILL_LAMBDA_INDEX] = lambda + {below};", "reads below")
+    scenario = catalogue(entry)[:1]
+
+    def read():
+        return run_scenarios(host.compile(reader, contract.slots), scenario, "per_step")[0].lam
+
+    before = read()
+    assert run_scenarios(host.compile(writer, contract.slots), scenario, "per_step")[0].stray == []
+    assert np.array_equal(read().view(np.uint32), before.view(np.uint32))
+
+
 def test_static_rules_see_local_memory_and_atomics(contract):
     """PTX of the fixed kernel: no atomics, no local memory; a volatile local and an atomic show up."""
     from repro.backends import ptx

@@ -68,6 +68,12 @@ def test_cache_is_keyed_by_content_and_its_precompiled_prelude_is_speed_only(con
     assert len(list(tmp_path.glob("*.so"))) == 3
     want = spec.run(spec.Rule.of(contract.controller("fixed"), floor=0.0725), [0.3], kl, target)
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    # a prelude that fails a build (clang refuses a stale .gch outright; g++ reads this text beside the garbage):
+    # the shim's own text decides
+    for pch in pchs:
+        pch.with_suffix("").write_text("#error a stale precompiled prelude\n")
+    HostBackend().compile(src.with_defines(MIN_LAMBDA=0.075), contract.slots)
+    assert len(list(tmp_path.glob("*.so"))) == 4
 
 
 def _compile_in_a_child(answers) -> None:

@@ -65,8 +65,9 @@ class Guarded:
     up to that far out fault too instead of landing in the process's heap.
 
     A context manager: on leaving, a small mapping goes back to this process's pool and the next region of
-    the same size reuses it, its array written whole again (mapping and protecting a new one costs about
-    70 µs, as much as a short run; a large one is released, its runs dwarf that).
+    the same size reuses it, its slack zeroed and its array written whole, as a fresh mapping reads
+    (mapping and protecting a new one costs about 70 µs, as much as a short run; a large one is released,
+    its runs dwarf that).
     """
 
     _free: dict[int, list[tuple[mmap.mmap, int]]] = {}  # body bytes -> unused (mapping, base address)
@@ -75,9 +76,12 @@ class Guarded:
     def __init__(self, values: np.ndarray):
         values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         self._body = -(-max(values.nbytes, 1) // _PAGE) * _PAGE
-        free = self._free.get(self._body)
-        self._map, self._base = free.pop() if free else _guarded_mapping(self._body)
         offset = GUARD_BYTES + self._body - values.nbytes
+        try:  # list.pop is atomic: threads may share the pool
+            self._map, self._base = self._free.get(self._body, []).pop()
+            ctypes.memset(self._base + GUARD_BYTES, 0, offset - GUARD_BYTES)  # what an earlier run left there
+        except IndexError:
+            self._map, self._base = _guarded_mapping(self._body)
         self.array = np.frombuffer(self._map, dtype=np.float32, count=values.size, offset=offset)
         self.array[:] = values
         self.address = self._base + offset
@@ -104,31 +108,39 @@ def _guarded_mapping(body: int) -> tuple[mmap.mmap, int]:
     return region, base
 
 
-#: The shim and the standard headers it includes, precompiled once per compiler, flags and shim: parsing
-#: ``<cmath>`` is about half of a kernel's build. Speed only: where the precompiled header is missing or
-#: stale the compiler reads this text instead (same code, the old time).
-PRELUDE = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include <stdio.h>\n" \
-          f'#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n#include "{HOST_SHIM}"\n'
+#: The standard headers the shim includes; the prelude precompiled once per compiler, flags and shim is
+#: these and the shim's text: parsing ``<cmath>`` is about half of a kernel's build. Speed only: where the
+#: precompiled header is missing or stale the compiler reads the prelude's text instead (same code, the old time).
+STANDARD_HEADERS = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include <stdio.h>\n" \
+                   "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n"
 
 
-_NO_PRELUDE: set[tuple[Path, str]] = set()  # (cache, key) whose precompiled header failed to build: not retried
+def _prelude() -> str:
+    """The standard headers and a copy of the shim's text: a copy, not an ``#include`` of the repository's file,
+    since clang refuses a precompiled header whose included files' times changed (a checkout, an editor)."""
+    return f'{STANDARD_HEADERS}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
+
+
+#: (cache, key) whose precompiled header failed to build, or failed a build that its text passes: not used again
+_NO_PRELUDE: set[tuple[Path, str]] = set()
 
 
 def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
     """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
     failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
-    key = hashlib.sha256("\0".join([PRELUDE, HOST_SHIM.read_text(), cxx, *flags]).encode()).hexdigest()[:16]
+    prelude = _prelude()
+    key = hashlib.sha256("\0".join([prelude, cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
-    if pch.exists():
-        return header
     if (folder, key) in _NO_PRELUDE:
         return None
+    if pch.exists():
+        return header
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"prelude-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not pch.exists():
-            header.write_text(PRELUDE)
+            header.write_text(prelude)
             tmp = folder / f"prelude-{key}.{os.getpid()}.gch.tmp"
             pch_flags = [f for f in flags if f != "-shared"]
             done = subprocess.run([cxx, *pch_flags, "-x", "c++-header", str(header), "-o", str(tmp)],
@@ -144,12 +156,19 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
 def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAGS, cwd: Path | None = None) -> None:
     """Compile the translation unit at ``unit`` into the shared library ``lib`` the way every host build does
     (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error.
-    The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:data:`PRELUDE`); the
+    The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:func:`_prelude`); the
     coverage build reads them as text, so that gcov counts nothing of a precompiled header."""
     prelude = _prelude_header(cxx, flags) if flags == FLAGS else None
-    cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), "-include", str(prelude or HOST_SHIM), "-x", "c++", str(unit),
-           "-o", str(lib)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+
+    def compile_with(first: Path) -> subprocess.CompletedProcess:
+        cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), "-include", str(first), "-x", "c++", str(unit), "-o", str(lib)]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+
+    done = compile_with(prelude or HOST_SHIM)
+    if done.returncode != 0 and prelude is not None:  # the text alone decides (clang rejects a stale .gch)
+        done = compile_with(HOST_SHIM)
+        if done.returncode == 0:
+            _NO_PRELUDE.add((cache_dir(), prelude.stem.removeprefix("prelude-")))
     if done.returncode != 0:
         raise compile_error(source.origin, Path(cxx).name, done.stderr)
 
