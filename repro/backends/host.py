@@ -91,9 +91,10 @@ class Guarded:
 
     def __exit__(self, *exc) -> None:
         self.array = None  # no view of the mapping outlives its use
-        free = self._free.setdefault(self._body, [])
-        if self._body <= self._KEEP_BYTES and len(free) < self._KEEP:
-            free.append((self._map, self._base))
+        if self._body <= self._KEEP_BYTES:
+            free = self._free.setdefault(self._body, [])
+            if len(free) < self._KEEP:
+                free.append((self._map, self._base))
 
 
 def _guarded_mapping(body: int) -> tuple[mmap.mmap, int]:
@@ -121,8 +122,9 @@ def _prelude() -> str:
     return f'{STANDARD_HEADERS}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
 
 
-#: (cache, key) whose precompiled header failed to build, or failed a build that its text passes: not used again
-_NO_PRELUDE: set[tuple[Path, str]] = set()
+#: Prelude headers whose precompiled form failed to build, or failed a build that the shim's text passes: not used
+#: again in this process
+_NO_PRELUDE: set[Path] = set()
 
 
 def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
@@ -132,7 +134,7 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
     prelude = _prelude()
     key = hashlib.sha256("\0".join([prelude, cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
-    if (folder, key) in _NO_PRELUDE:
+    if header in _NO_PRELUDE:
         return None
     if pch.exists():
         return header
@@ -147,7 +149,7 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 tmp.unlink(missing_ok=True)
-                _NO_PRELUDE.add((folder, key))
+                _NO_PRELUDE.add(header)
                 return None
             os.replace(tmp, pch)
     return header
@@ -168,7 +170,7 @@ def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAG
     if done.returncode != 0 and prelude is not None:  # the text alone decides (clang rejects a stale .gch)
         done = compile_with(HOST_SHIM)
         if done.returncode == 0:
-            _NO_PRELUDE.add((cache_dir(), prelude.stem.removeprefix("prelude-")))
+            _NO_PRELUDE.add(prelude)
     if done.returncode != 0:
         raise compile_error(source.origin, Path(cxx).name, done.stderr)
 
