@@ -320,6 +320,48 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
     return subprocess.CompletedProcess(argv, proc.returncode, out, "".join(seen) + err)
 
 
+def _raised(make):
+    try:
+        make()
+    except BaseException as err:  # noqa: BLE001 - the one under test
+        return err
+
+
+def _ctrl_c():
+    raise KeyboardInterrupt
+
+
+def _while_reporting_it():  # pytest 9.2's report of a Ctrl-C can raise (a frame whose line number is None)
+    try:
+        _ctrl_c()
+    except KeyboardInterrupt:
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'") from None
+
+
+def _cutting_an_import_short():  # a C extension whose initialisation the Ctrl-C cut (matplotlib's ft2font)
+    try:
+        _ctrl_c()
+    except KeyboardInterrupt as err:
+        raise ImportError("initialization failed") from err
+
+
+@pytest.mark.parametrize("make, said", [(_ctrl_c, "interrupted"), (_while_reporting_it, "interrupted"),
+                                        (_cutting_an_import_short, "interrupted"),
+                                        (lambda: 1 - None, "internal error: TypeError")])
+def test_an_error_a_ctrl_c_caused_is_the_ctrl_c(make, said, capsys, monkeypatch):
+    """An exception raised while a Ctrl-C was handled, or caused by one, ends as the Ctrl-C, without a traceback
+    under --debug (seen in about 1 run in 100 of the bench's Ctrl-C test: pytest's TypeError, matplotlib's
+    ImportError); any other exception is an internal error."""
+    from analysis.cli import policy
+    monkeypatch.setattr(policy, "_interrupted", False)  # put back after: this process goes on
+    monkeypatch.setattr(signal, "signal", lambda *a: signal.SIG_DFL)  # _fail's own SIGINT handling, not this worker's
+    err = _raised(make)
+    assert policy._fail("probe", err, debug=True) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith(f"probe: error: {said}") and (len(lines) == 1) == (said == "interrupted"), lines
+    assert policy._interrupted == (said == "interrupted")
+
+
 @pytest.mark.parametrize("command, args, after", [
     ("gate", [], None),  # while importing; the other moments (1-3 s each, the slow job) end through other code:
     # policy.leave after a run (toy, report) and pytest-benchmark's own catch (bench)

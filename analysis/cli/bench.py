@@ -158,11 +158,6 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
             # its words when a run saved nothing (Ctrl-C before the first benchmark): this command says why itself
             warnings.filterwarnings("ignore", message="Not saving anything")
             code = int(pytest.main(cmd))
-    except Exception:
-        # pytest's own report of the Ctrl-C can fail (pytest 9.2 formats a frame whose line number is None: a
-        # TypeError, about 1 run in 100 here); after a Ctrl-C that is still the Ctrl-C, said below
-        if not report.interrupted:
-            raise
     finally:
         os.environ.update(saved)
         if watching:

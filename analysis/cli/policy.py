@@ -57,7 +57,7 @@ def describe(err: BaseException) -> str:
     """The one line that says why ``err`` stopped a command (without the ``NAME: error:`` prefix)."""
     if isinstance(err, SuiteError):
         return str(err)
-    if isinstance(err, KeyboardInterrupt):
+    if _by_ctrl_c(err):
         return "interrupted"
     if isinstance(err, OSError):
         what = err.strerror or str(err)
@@ -69,6 +69,18 @@ def describe(err: BaseException) -> str:
     if isinstance(err, MemoryError):
         return "out of memory"
     return f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)"
+
+
+def _by_ctrl_c(err: BaseException) -> bool:
+    """Whether ``err`` is a Ctrl-C or was raised by one: what pytest fails in reporting it (a TypeError, pytest
+    9.2) and a C extension's import it cut short (matplotlib's: ImportError) carry it as cause or context."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -113,14 +125,14 @@ def leave(code: int):
 
 def _fail(name: str, err: BaseException, debug: bool) -> int:
     global _interrupted
-    _interrupted = _interrupted or isinstance(err, KeyboardInterrupt)
+    _interrupted = _interrupted or _by_ctrl_c(err)
     previous = None
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
     try:
         for stream in ("stdout", "stderr"):
             _silence_if_broken(stream)
-        if debug and not isinstance(err, SuiteError | KeyboardInterrupt):
+        if debug and not isinstance(err, SuiteError) and not _by_ctrl_c(err):
             with contextlib.suppress(OSError, AttributeError):
                 traceback.print_exception(err, file=sys.stderr)
         if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line
