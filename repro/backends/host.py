@@ -28,13 +28,12 @@ import numpy as np
 
 from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
 from repro.backends.translation_unit import (
-    HARNESS,
     HOST_GRID,
     HOST_INCLUDE,
     HOST_SHIM,
-    LEARNING_LOOP,
     compile_error,
     harness_unit,
+    host_learning_unit,
 )
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable
@@ -240,10 +239,13 @@ class HostKernel(CompiledKernel):
 
 
 class HostLearner(Learner):
-    """``rlq_learn`` through ctypes, on every core: ranges of runs from threads (ctypes releases the GIL)."""
+    """``rlq_learn`` through ctypes, on every core: ranges of runs from threads (ctypes releases the GIL), each
+    thread calling ``controller`` (the loop's library is built once per slot layout: :func:`host_learning_unit`)."""
 
-    def __init__(self, lib: ctypes.CDLL):
-        self._lib = lib  # keeps the library loaded
+    def __init__(self, lib: ctypes.CDLL, controller: HostKernel):
+        self._lib, self._controller = lib, controller  # both libraries stay loaded
+        self._with = lib.rlq_learn_with
+        self._with.argtypes, self._with.restype = [_ptr], None
         self._fn = lib.rlq_learn
         self._fn.argtypes = [_ptr] * (2 + len(LEARN_INPUTS)) + [_c_long] * 2 + [_ptr] * len(LEARN_OUTPUTS) + [_c_long] * 3
         self._fn.restype = None
@@ -265,8 +267,14 @@ class HostLearner(Learner):
         pointers = [isv.ctypes.data, *(a.ctypes.data for a in args), work.ctypes.data, 1, scratch,
                     *(o.ctypes.data for o in outs.values()), n]
         cuts = np.linspace(0, n, min(n, os.cpu_count() or 1) + 1).astype(int)
+        step = ctypes.cast(self._controller.step, _ptr).value
+
+        def runs(i: int) -> None:
+            self._with(step)  # this thread's controller
+            self._fn(*pointers, int(cuts[i]), int(cuts[i + 1]))
+
         with ThreadPoolExecutor(len(cuts) - 1) as pool:
-            list(pool.map(lambda i: self._fn(*pointers, int(cuts[i]), int(cuts[i + 1])), range(len(cuts) - 1)))
+            list(pool.map(runs, range(len(cuts) - 1)))
         return lambda: outs
 
 
@@ -308,18 +316,21 @@ class HostBackend(Backend):
         return self._loaded[key]
 
     def compile_learner(self, source: KernelSource, slots: Slots) -> HostLearner:
-        key, lib = self._library(source, slots, LEARNING_LOOP)
+        controller = self.compile(source, slots)
+        key, lib = self._library(source, slots, host_learning_unit(slots))
+        key = f"{key}+{self._library(source, slots)[0]}"
         if key not in self._loaded:
-            self._loaded[key] = HostLearner(ctypes.CDLL(str(lib)))
+            self._loaded[key] = HostLearner(ctypes.CDLL(str(lib)), controller)
         return self._loaded[key]
 
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
         """Build the library (or find it cached) without loading it: no candidate code runs in this process."""
         self._library(source, slots)
 
-    def _library(self, source: KernelSource, slots: Slots, harness: Path = HARNESS) -> tuple[str, Path]:
+    def _library(self, source: KernelSource, slots: Slots, unit: str | None = None) -> tuple[str, Path]:
+        """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
         check_symbol(source)
-        unit = harness_unit(source, slots, for_device=False, harness=harness)
+        unit = unit or harness_unit(source, slots, for_device=False)
         key = hashlib.sha256(
             "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]

@@ -89,9 +89,9 @@ def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteE
     return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
-def _defines(source: KernelSource, slots: Slots) -> str:
+def _defines(source: KernelSource | None, slots: Slots) -> str:
     return (
-        f"#define RLQ_CONTROLLER {source.symbol}\n"
+        f"#define RLQ_CONTROLLER {source.symbol if source else _HOST_CONTROLLER}\n"
         f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n"
         f"#define RLQ_KL_SLOT {slots.kl}\n"
         f"#define RLQ_TARGET_SLOT {slots.target}\n"
@@ -117,6 +117,21 @@ def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: 
         f'{prelude}#line 1 "{_origin(source)}"\n{body}\n{after}'
         f'#line 1 "{harness.name}"\n{harness.read_text()}{grid}'
     )
+
+
+# The host's learning loop is built once per slot layout and calls the controller of its caller's thread through
+# this pointer (the controller's own library, the one every host run uses): building the loop with each controller
+# cost about 1.2 s a learner. The bits are the same (-ffp-contract=off: inlined or called, the same float32 steps).
+_HOST_CONTROLLER = "rlq_host_controller"
+_HOST_CONTROLLER_SLOT = f"""\
+static thread_local void (*{_HOST_CONTROLLER})(float*) = nullptr;
+extern "C" void rlq_learn_with(void (*controller)(float*)) {{ {_HOST_CONTROLLER} = controller; }}
+"""
+
+
+def host_learning_unit(slots: Slots) -> str:
+    """The learning loop for the host, without a controller: ``rlq_learn_with(f)`` names this thread's."""
+    return f'{_defines(None, slots)}{_HOST_CONTROLLER_SLOT}#line 1 "{LEARNING_LOOP.name}"\n{LEARNING_LOOP.read_text()}'
 
 
 def device_grid_unit(source: KernelSource, slots: Slots) -> str:
