@@ -1,8 +1,9 @@
 // learning_loop.cuh — the learning study's loop (repro/learning), every step of many runs in one call.
 //
-// The backend appends this file to the controller source, after defining RLQ_CONTROLLER and the slot
-// macros (as for looped_harness.cuh). The host compiles it with host_shim.h and calls rlq_learn on
-// ranges of runs from several threads; NVRTC compiles it as one thread per run. Either way each run
+// NVRTC compiles this file after the controller source, RLQ_CONTROLLER and the slot macros defined (as for
+// looped_harness.cuh), as one thread per run. The host compiles it once per slot layout with host_shim.h,
+// RLQ_CONTROLLER a per-thread pointer to the controller's own library (rlq_learn_with), and calls rlq_learn on
+// ranges of runs from several threads. Either way each run
 // executes the statement of repro/learning/reference.py (the array-module loop, which the tests hold
 // this file to) and calls the controller as an ordinary function on its own ISV row once per step.
 //

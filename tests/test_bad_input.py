@@ -345,8 +345,16 @@ def _cutting_an_import_short():  # a C extension whose initialisation the Ctrl-C
         raise ImportError("initialization failed") from err
 
 
+def _caused_by_something_else():  # an explicit cause does not hide the Ctrl-C being handled
+    try:
+        _ctrl_c()
+    except KeyboardInterrupt:
+        raise ImportError("initialization failed") from ValueError("a cause of its own")
+
+
 @pytest.mark.parametrize("make, said", [(_ctrl_c, "interrupted"), (_while_reporting_it, "interrupted"),
                                         (_cutting_an_import_short, "interrupted"),
+                                        (_caused_by_something_else, "interrupted"),
                                         (lambda: 1 - None, "internal error: TypeError")])
 def test_an_error_a_ctrl_c_caused_is_the_ctrl_c(make, said, capsys, monkeypatch):
     """An exception raised while a Ctrl-C was handled, or caused by one, ends as the Ctrl-C, without a traceback

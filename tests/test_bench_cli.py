@@ -6,8 +6,10 @@ and shared; every bad input is refused in-process, before a benchmark runs (no p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 from argparse import Namespace
 
 import numpy as np
@@ -205,3 +207,19 @@ def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys,
     monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: REFERENCE)  # this machine as the baseline's
     says = _refused([*HOST, "--baseline", str(base), "--out", str(base)], capsys)
     assert "holds this run's baseline" in says
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypatch, ctrl_c):
+    """pytest caught the Ctrl-C, then something raised as its session ended (no longer inside its handler, so the
+    error does not carry the KeyboardInterrupt): the run ends as interrupted; without a Ctrl-C the error stands."""
+    def main(cmd):
+        if ctrl_c:
+            with contextlib.suppress(KeyboardInterrupt):  # pytest catches it
+                signal.raise_signal(signal.SIGINT)
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+
+    monkeypatch.setattr(pytest, "main", main)
+    modes = tuple(m for m in bench.MODES if m.needs == "host")
+    with pytest.raises(KeyboardInterrupt if ctrl_c else TypeError):
+        bench_run.pytest_run(modes, Namespace(slow_ns=0, rounds=None), tmp_path / "run.json")

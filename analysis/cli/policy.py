@@ -74,12 +74,15 @@ def describe(err: BaseException) -> str:
 def _by_ctrl_c(err: BaseException) -> bool:
     """Whether ``err`` is a Ctrl-C or was raised by one: what pytest fails in reporting it (a TypeError, pytest
     9.2) and a C extension's import it cut short (matplotlib's: ImportError) carry it as cause or context."""
-    seen = set()
-    while err is not None and id(err) not in seen:
+    seen, pending = set(), [err]
+    while pending:
+        err = pending.pop()
+        if err is None or id(err) in seen:
+            continue
         if isinstance(err, KeyboardInterrupt):
             return True
         seen.add(id(err))
-        err = err.__cause__ or err.__context__
+        pending += [err.__cause__, err.__context__]  # an explicit cause does not hide what was being handled
     return False
 
 

@@ -31,6 +31,7 @@ from repro.backends.translation_unit import (
     HOST_GRID,
     HOST_INCLUDE,
     HOST_SHIM,
+    LEARNING_LOOP,
     compile_error,
     harness_unit,
     host_learning_unit,
@@ -317,8 +318,9 @@ class HostBackend(Backend):
 
     def compile_learner(self, source: KernelSource, slots: Slots) -> HostLearner:
         controller = self.compile(source, slots)
-        key, lib = self._library(source, slots, host_learning_unit(slots))
-        key = f"{key}+{self._library(source, slots)[0]}"
+        loop = KernelSource(LEARNING_LOOP.read_text(), "rlq_learn", LEARNING_LOOP.relative_to(ROOT).as_posix())
+        key, lib = self._library(loop, slots, host_learning_unit(slots))
+        key = f"{key}+{id(controller)}"  # one learner per loop library and loaded controller
         if key not in self._loaded:
             self._loaded[key] = HostLearner(ctypes.CDLL(str(lib)), controller)
         return self._loaded[key]

@@ -105,7 +105,8 @@ def _origin(source: KernelSource) -> str:
 
 def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: Path = HARNESS) -> str:
     """The controller source followed by ``harness`` (``looped_harness.cuh``, and on the host ``host_grid.cuh``;
-    or ``learning_loop.cuh``, the learning study's loop, a unit of its own so that the gate never compiles it)."""
+    or, for NVRTC, ``learning_loop.cuh``, the learning study's loop, a unit of its own so that the gate never
+    compiles it; the host builds that loop alone: :func:`host_learning_unit`)."""
     prelude, body, after, grid = _defines(source, slots), source.text, "", ""
     if for_device:
         body = device_body(body)
