@@ -320,13 +320,6 @@ def _interrupt(argv: list, after: str | None, timeout: float = 120) -> subproces
     return subprocess.CompletedProcess(argv, proc.returncode, out, "".join(seen) + err)
 
 
-def _raised(make):
-    try:
-        make()
-    except BaseException as err:  # noqa: BLE001 - the one under test
-        return err
-
-
 def _ctrl_c():
     raise KeyboardInterrupt
 
@@ -363,8 +356,9 @@ def test_an_error_a_ctrl_c_caused_is_the_ctrl_c(make, said, capsys, monkeypatch)
     from analysis.cli import policy
     monkeypatch.setattr(policy, "_interrupted", False)  # put back after: this process goes on
     monkeypatch.setattr(signal, "signal", lambda *a: signal.SIG_DFL)  # _fail's own SIGINT handling, not this worker's
-    err = _raised(make)
-    assert policy._fail("probe", err, debug=True) == 2
+    with pytest.raises(BaseException) as raised:
+        make()
+    assert policy._fail("probe", raised.value, debug=True) == 2
     lines = capsys.readouterr().err.splitlines()
     assert lines[-1].startswith(f"probe: error: {said}") and (len(lines) == 1) == (said == "interrupted"), lines
     assert policy._interrupted == (said == "interrupted")

@@ -158,10 +158,9 @@ def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
             # its words when a run saved nothing (Ctrl-C before the first benchmark): this command says why itself
             warnings.filterwarnings("ignore", message="Not saving anything")
             code = int(pytest.main(cmd))
-    except Exception as err:
-        if report.interrupted:  # raised after the Ctrl-C (pytest ending its session): the Ctrl-C, said below
-            raise KeyboardInterrupt from err
-        raise
+    except Exception:
+        if not report.interrupted:  # raised after the Ctrl-C (pytest ending its session): the Ctrl-C, said below
+            raise
     finally:
         os.environ.update(saved)
         if watching:

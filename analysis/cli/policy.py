@@ -128,14 +128,15 @@ def leave(code: int):
 
 def _fail(name: str, err: BaseException, debug: bool) -> int:
     global _interrupted
-    _interrupted = _interrupted or _by_ctrl_c(err)
+    by_ctrl_c = _by_ctrl_c(err)
+    _interrupted = _interrupted or by_ctrl_c
     previous = None
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
     try:
         for stream in ("stdout", "stderr"):
             _silence_if_broken(stream)
-        if debug and not isinstance(err, SuiteError) and not _by_ctrl_c(err):
+        if debug and not isinstance(err, SuiteError) and not by_ctrl_c:
             with contextlib.suppress(OSError, AttributeError):
                 traceback.print_exception(err, file=sys.stderr)
         if not isinstance(err, BrokenPipeError):  # a reader that stops reading (`| head`) chose to: no line

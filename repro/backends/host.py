@@ -318,8 +318,8 @@ class HostBackend(Backend):
 
     def compile_learner(self, source: KernelSource, slots: Slots) -> HostLearner:
         controller = self.compile(source, slots)
-        loop = KernelSource(LEARNING_LOOP.read_text(), "rlq_learn", LEARNING_LOOP.relative_to(ROOT).as_posix())
-        key, lib = self._library(loop, slots, host_learning_unit(slots))
+        unit = host_learning_unit(slots)  # its errors are the loop's, not the controller's
+        key, lib = self._library(KernelSource(unit, "rlq_learn", LEARNING_LOOP.relative_to(ROOT).as_posix()), slots, unit)
         key = f"{key}+{id(controller)}"  # one learner per loop library and loaded controller
         if key not in self._loaded:
             self._loaded[key] = HostLearner(ctypes.CDLL(str(lib)), controller)
