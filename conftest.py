@@ -38,12 +38,30 @@ def pytest_addoption(parser):
                     help="benchmarks: N timed rounds per mode instead of each mode's own")
 
 
+def missing_run_dependencies() -> list[str]:
+    """The packages of pyproject.toml's ``run`` group that do not import here (every test module needs them)."""
+    import importlib.util
+    import re
+    import tomllib
+
+    from repro.core.paths import ROOT
+
+    run = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["run"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in run]
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
 def pytest_configure(config):
     """Bounds on the benchmark's options; a --kernel that cannot be judged is a usage error (one line), not an
-    error in every test."""
+    error in every test; so is a missing package of the ``run`` group (not a collection error, then dozens of
+    failing command-line tests)."""
     from repro.bench import ROUNDS_MAX, SLOW_NS_MAX
     from repro.core.errors import SuiteError
 
+    missing = missing_run_dependencies()
+    if missing:
+        raise pytest.UsageError(f"missing {', '.join(missing)}: the tests need the dependency groups (pip install "
+                                "--group test, pip >= 25.1), or run them with tox, which installs them")
     ns, rounds = config.getoption("--bench-slow-ns"), config.getoption("--bench-rounds")
     if not 0 <= ns <= SLOW_NS_MAX:
         raise pytest.UsageError(f"--bench-slow-ns must be 0 to {SLOW_NS_MAX} ns, not {ns}")

@@ -480,3 +480,13 @@ def test_ctrl_c_on_a_hanging_candidate_ends_the_gate_at_once():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and err.strip().splitlines()[-1] == "gate: error: interrupted", err
     assert time.monotonic() - sent < 1.0
+
+
+def test_a_missing_run_dependency_stops_the_tests_in_one_line():
+    """pandas and matplotlib (the run group) are needed everywhere: without one, pytest says so once, exit 4."""
+    code = "import sys, pytest; sys.modules['pandas'] = None; sys.exit(pytest.main(['--co', '-q', 'tests/test_spec.py']))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    said = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 4 and said == ["ERROR: missing pandas: the tests need the dependency groups (pip install "
+                                             "--group test, pip >= 25.1), or run them with tox, which installs them"], \
+        done.stderr
