@@ -52,17 +52,17 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
         out.append(Difference(kind="slot", name="writes", documented=s.lambda_, measured=",".join(map(str, b.writes)),
                               unit="slot", contract_key="lambda", note="the contract lets a controller write λ's slot only"))
     for name in ("floor", "ceiling", "ramp", "decay"):
-        measured, doc = getattr(b, name), ctrl[name]
+        measured, doc, bound = getattr(b, name), ctrl[name], name in ("floor", "ceiling")
+        unit = "λ" if bound else "×/step"
         if measured is None:
             if b.kl_slot is not None and b.target_slot is not None:
-                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=_unit(name),
-                                      contract_key=name, line=doc.line,
-                                      note="never settles" if name in ("floor", "ceiling") else "not measurable"))
+                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=unit,
+                                      contract_key=name, line=doc.line, note="never settles" if bound else "not measurable"))
             continue
-        agrees = same(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
+        agrees = same(measured, doc.value) if bound else doc.accepts(measured)
         exact = getattr(b, f"{name}_exact", True)
         if not agrees:
-            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=_unit(name),
+            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=unit,
                                   contract_key=name, line=doc.line,
                                   note="" if exact else "approximate: no float32 factor reproduces every step"))
     tol = ctrl["tolerance"]
@@ -87,10 +87,6 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
         if not f.ok and RECORDS[f.key].differences is not None:
             out += RECORDS[f.key].differences(f, b)
     return out
-
-
-def _unit(name: str) -> str:
-    return "λ" if name in ("floor", "ceiling") else "×/step"
 
 
 def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
