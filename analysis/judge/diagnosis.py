@@ -20,8 +20,6 @@ from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour
 
-_ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
-
 
 def applies(ctrl: Controller) -> bool:
     """Whether the inference's vocabulary (floor, ceiling, λ·ramp, λ·decay, edges target·tol and target/tol)
@@ -37,8 +35,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     """Every measured difference from ``ctrl``'s documented rule, slots first."""
     s = contract.slots
     out = []
-    for role, slot, doc_slot in (("kl", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
-        key = _ROLE_KEYS[role]
+    for role, key, slot, doc_slot in (("kl", "kl_ema", b.kl_slot, s.kl), ("target", "kl_target", b.target_slot, s.target)):
         if slot != doc_slot:
             # A moved input is a contract edit (the slot line); an input no slot acts as is not.
             line = 0 if slot is None else contract.slot_lines.get(key, 0)

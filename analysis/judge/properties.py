@@ -361,8 +361,7 @@ def nonfinite(ev: Evidence) -> Finding:
     seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
     # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
     nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
-    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table
-                  if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan))
+    wrong = tuple((k, seen[k], pinned) for k, pinned in table.items() if seen[k] != pinned and not (pinned == "nan" and k in nan))
     where = Where(scenario=wrong[0][0], event="cases", cases=wrong) if wrong else None
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
