@@ -176,18 +176,16 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, ti
 
 def steps_to_floor(ev: Evidence) -> Finding:
     ctrl = ev.controller
-    doc = ctrl["steps_to_floor"]
+    doc, floor = ctrl["steps_to_floor"], ctrl.value("floor")
     r = ev.run("aligned")
-    step, _ = reached_and_held(r.lam, F32(ctrl.value("floor")))
+    step, _ = reached_and_held(r.lam, F32(floor))
     ok = step is not None and doc.accepts(step)
-    predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
+    predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), floor, ctrl.value("decay"))
     before = _f(r.lam[step - 2]) if step and step > 1 else None
-    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(ctrl.value("floor")),
-                                  reference="floor")
+    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(floor), reference="floor")
     return Finding(key="steps_to_floor", title="steps from seed λ to the floor (the collapse)", ok=ok, unit="steps",
                    documented=doc.value, predicted=predicted, measured=step,
-                   detail={"floor": ctrl.value("floor"), "lambda_before": before,
-                                                "tolerance": doc.tolerance},
+                   detail={"floor": floor, "lambda_before": before, "tolerance": doc.tolerance},
                    where=where, line=doc.line, doc=doc.doc)
 
 
@@ -207,8 +205,7 @@ def _edge_doc(ctrl: Controller, side: str):
 def dead_zone(ev: Evidence) -> Finding:
     ctrl = ev.controller
     (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
-    moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
-    moved = [(r, s) for r, s in moved if s is not None]
+    moved = [(r, step) for r in ev.dead_zone if (step := first_step(bits(r.lam) != bits(r.scenario.lambda0))) is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
     title = (f"dead zone [{lo}, {up}] holds λ bit for bit" if ctrl.has("upper_edge")
@@ -229,10 +226,9 @@ def _onset(ev: Evidence, which: str) -> Finding:
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
-    bad = np.flatnonzero(bits(found) != bits(expected))
     where = None
     if not ok:
-        i = bad[0]
+        i = np.flatnonzero(bits(found) != bits(expected))[0]
         where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
