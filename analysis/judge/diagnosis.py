@@ -20,8 +20,6 @@ from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour
 
-_ROLE_KEYS = {"kl": "kl_ema", "target": "kl_target"}
-
 
 def applies(ctrl: Controller) -> bool:
     """Whether the inference's vocabulary (floor, ceiling, λ·ramp, λ·decay, edges target·tol and target/tol)
@@ -37,8 +35,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     """Every measured difference from ``ctrl``'s documented rule, slots first."""
     s = contract.slots
     out = []
-    for role, slot, doc_slot in (("kl", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
-        key = _ROLE_KEYS[role]
+    for role, key, slot, doc_slot in (("kl", "kl_ema", b.kl_slot, s.kl), ("target", "kl_target", b.target_slot, s.target)):
         if slot != doc_slot:
             # A moved input is a contract edit (the slot line); an input no slot acts as is not.
             line = 0 if slot is None else contract.slot_lines.get(key, 0)
@@ -52,17 +49,17 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
         out.append(Difference(kind="slot", name="writes", documented=s.lambda_, measured=",".join(map(str, b.writes)),
                               unit="slot", contract_key="lambda", note="the contract lets a controller write λ's slot only"))
     for name in ("floor", "ceiling", "ramp", "decay"):
-        measured, doc = getattr(b, name), ctrl[name]
+        measured, doc, bound = getattr(b, name), ctrl[name], name in ("floor", "ceiling")
+        unit = "λ" if bound else "×/step"
         if measured is None:
             if b.kl_slot is not None and b.target_slot is not None:
-                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=_unit(name),
-                                      contract_key=name, line=doc.line,
-                                      note="never settles" if name in ("floor", "ceiling") else "not measurable"))
+                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=unit,
+                                      contract_key=name, line=doc.line, note="never settles" if bound else "not measurable"))
             continue
-        agrees = same(measured, doc.value) if name in ("floor", "ceiling") else doc.accepts(measured)
+        agrees = same(measured, doc.value) if bound else doc.accepts(measured)
         exact = getattr(b, f"{name}_exact", True)
         if not agrees:
-            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=_unit(name),
+            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=unit,
                                   contract_key=name, line=doc.line,
                                   note="" if exact else "approximate: no float32 factor reproduces every step"))
     tol = ctrl["tolerance"]
@@ -87,10 +84,6 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
         if not f.ok and RECORDS[f.key].differences is not None:
             out += RECORDS[f.key].differences(f, b)
     return out
-
-
-def _unit(name: str) -> str:
-    return "λ" if name in ("floor", "ceiling") else "×/step"
 
 
 def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:

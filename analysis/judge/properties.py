@@ -65,38 +65,28 @@ def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Wh
                  kl=_f(sc.kl[step - 1]), target=_f(sc.target[step - 1]))
 
 
-def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...], crosses) -> Finding:
-    ctrl = ev.controller
-    doc = ctrl[key]
+def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
+    """The floor (never crossed downward) or the ceiling (upward) over the valid runs, reached and held in ``scenarios``."""
+    doc = ev.controller[key]
     bound = F32(doc.value)
-    extreme, where = None, None
-    for r in _valid_runs(ev):
-        bad = crosses(r.lam, bound)
-        if bad.any() and where is None:
-            where = _at(r, first_step(bad), "crossed", bound, "contract")
-        value = r.lam.min() if key == "floor" else r.lam.max()
-        extreme = value if extreme is None else (min(extreme, value) if key == "floor" else max(extreme, value))
+    lowest = key == "floor"
+    runs = _valid_runs(ev)
+    crossed = ((r, first_step(r.lam < bound if lowest else r.lam > bound)) for r in runs)
+    where = next((_at(r, step, "crossed", bound, "contract") for r, step in crossed if step is not None), None)
+    extreme = (min if lowest else max)((r.lam.min() if lowest else r.lam.max() for r in runs), default=None)
     held = {}
     for name in scenarios:
-        step, stays = reached_and_held(ev.run(name).lam, bound)
+        r = ev.run(name)
+        step, stays = reached_and_held(r.lam, bound)
         held[name] = step if stays else None
         if not stays and where is None:
-            r = ev.run(name)
             where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_f(r.lam[-1]), expected=_f(bound),
                           reference="contract")
     ok = where is None and extreme == bound
     return Finding(key=key, title=f"{key} (never crossed, reached and held)", ok=ok, unit="λ", documented=doc.value,
                    predicted=bound, measured=extreme,
-                   detail={"extreme": "lowest" if key == "floor" else "highest", "held_from": held}, where=where,
+                   detail={"extreme": "lowest" if lowest else "highest", "held_from": held}, where=where,
                    line=doc.line, doc=doc.doc)
-
-
-def floor(ev: Evidence) -> Finding:
-    return _bound(ev, "floor", ("aligned", "decay_from_ceiling"), lambda lam, b: lam < b)
-
-
-def ceiling(ev: Evidence) -> Finding:
-    return _bound(ev, "ceiling", ("diverged", "ramp_from_floor"), lambda lam, b: lam > b)
 
 
 #: Relative tolerance of a per-step rate that the contract derives rather than states (the proportional rule).
@@ -150,14 +140,6 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
                    detail=detail, where=where, line=line, doc=doc)
 
 
-def ramp(ev: Evidence) -> Finding:
-    return _rate(ev, "ramp", "ramp_from_floor")
-
-
-def decay(ev: Evidence) -> Finding:
-    return _rate(ev, "decay", "decay_from_ceiling")
-
-
 def _steps_to(r: Run, factor: float) -> int | None:
     """First step at which λ reaches ``factor``·λ0 (≥ for factor > 1, ≤ for factor < 1)."""
     goal = float(r.scenario.lambda0) * factor
@@ -165,16 +147,17 @@ def _steps_to(r: Run, factor: float) -> int | None:
     return first_step(lam >= goal if factor > 1 else lam <= goal)
 
 
-def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, predicted: int, title: str) -> Finding:
-    """Judged against the documented count where the contract states one; else against the closed form
-    of the rule's rate, within one step (float32 rounding moves the crossing by at most one)."""
+def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, title: str) -> Finding:
+    """Steps to double (``factor`` 2, ramping) or to halve (0.5, decaying) λ0 in ``scenarios``. Judged against
+    the documented count where the contract states one; else against the closed form of the rule's rate,
+    within one step (float32 rounding moves the crossing by at most one)."""
     ctrl = ev.controller
+    _, per_step, _, text, line = _rate_doc(ctrl, "ramp" if factor > 1 else "decay")
+    predicted = spec.steps_to_double(per_step) if factor > 1 else spec.steps_to_halve(per_step)
     if ctrl.has(key):
         doc = ctrl[key]
         accepts, text, line, documented, tol = doc.accepts, doc.doc, doc.line, doc.value, doc.tolerance
     else:
-        rate = "ramp" if factor > 1 else "decay"
-        _, _, _, text, line = _rate_doc(ctrl, rate)
         accepts, documented, tol = (lambda c: abs(c - predicted) <= 1), None, 1.0
     counts = {name: _steps_to(ev.run(name), factor) for name in scenarios}
     bad = [n for n, c in counts.items() if c is None or not accepts(c)]
@@ -191,30 +174,18 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, pr
                    where=where, line=line, doc=text)
 
 
-def steps_to_double(ev: Evidence) -> Finding:
-    return _count(ev, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0,
-                  spec.steps_to_double(_rate_doc(ev.controller, "ramp")[1]), "steps to double (sustained high KL)")
-
-
-def steps_to_halve(ev: Evidence) -> Finding:
-    return _count(ev, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5,
-                  spec.steps_to_halve(_rate_doc(ev.controller, "decay")[1]), "steps to halve (sustained low KL)")
-
-
 def steps_to_floor(ev: Evidence) -> Finding:
     ctrl = ev.controller
-    doc = ctrl["steps_to_floor"]
+    doc, floor = ctrl["steps_to_floor"], ctrl.value("floor")
     r = ev.run("aligned")
-    step, _ = reached_and_held(r.lam, F32(ctrl.value("floor")))
+    step, _ = reached_and_held(r.lam, F32(floor))
     ok = step is not None and doc.accepts(step)
-    predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), ctrl.value("floor"), ctrl.value("decay"))
+    predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), floor, ctrl.value("decay"))
     before = _f(r.lam[step - 2]) if step and step > 1 else None
-    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(ctrl.value("floor")),
-                                  reference="floor")
+    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(floor), reference="floor")
     return Finding(key="steps_to_floor", title="steps from seed λ to the floor (the collapse)", ok=ok, unit="steps",
                    documented=doc.value, predicted=predicted, measured=step,
-                   detail={"floor": ctrl.value("floor"), "lambda_before": before,
-                                                "tolerance": doc.tolerance},
+                   detail={"floor": floor, "lambda_before": before, "tolerance": doc.tolerance},
                    where=where, line=doc.line, doc=doc.doc)
 
 
@@ -234,8 +205,7 @@ def _edge_doc(ctrl: Controller, side: str):
 def dead_zone(ev: Evidence) -> Finding:
     ctrl = ev.controller
     (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
-    moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
-    moved = [(r, s) for r, s in moved if s is not None]
+    moved = [(r, step) for r in ev.dead_zone if (step := first_step(bits(r.lam) != bits(r.scenario.lambda0))) is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
     title = (f"dead zone [{lo}, {up}] holds λ bit for bit" if ctrl.has("upper_edge")
@@ -256,10 +226,9 @@ def _onset(ev: Evidence, which: str) -> Finding:
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
     ok = same(found, expected)
-    bad = np.flatnonzero(bits(found) != bits(expected))
     where = None
     if not ok:
-        i = bad[0]
+        i = np.flatnonzero(bits(found) != bits(expected))[0]
         where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
     rel = ">" if which == "ramp" else "<"
@@ -273,35 +242,25 @@ def _onset(ev: Evidence, which: str) -> Finding:
                    where=where, line=doc.line, doc=doc.doc)
 
 
-def ramp_onset(ev: Evidence) -> Finding:
-    return _onset(ev, "ramp")
-
-
-def decay_onset(ev: Evidence) -> Finding:
-    return _onset(ev, "decay")
-
-
 def guards(ev: Evidence) -> Finding:
     """KL, target or λ ≤ 0: λ unchanged where the rule is guarded (the suite's convention); where the source
     has no guard (a peer), each case is what the spec model of the source's rule gives, bit for bit."""
     ctrl = ev.controller
     if ctrl.guarded:
-        expected = {id(r): np.full(r.lam.shape, r.scenario.lambda0, dtype=F32) for r in ev.guards}
+        expected = [np.full(r.lam.shape, r.scenario.lambda0, dtype=F32) for r in ev.guards]
         title, reference = "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "λ0"
     else:
-        rule = Rule.of(ctrl)
-        predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.guards])
-        expected = {id(r): lam for r, lam in zip(ev.guards, predicted, strict=True)}
+        expected = spec.run_each(Rule.of(ctrl), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.guards])
         title, reference = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule", "spec"
-    broken = [r for r in ev.guards if differs_beyond_nan(r.lam, expected[id(r)]).any()]
+    broken = [(r, want, step) for r, want in zip(ev.guards, expected, strict=True)
+              if (step := first_step(differs_beyond_nan(r.lam, want))) is not None]
     where = None
     if broken:
-        r = broken[0]
-        step = first_step(differs_beyond_nan(r.lam, expected[id(r)]))
-        where = _at(r, step, "moved" if ctrl.guarded else "differs", expected[id(r)][step - 1], reference)
+        r, want, step = broken[0]
+        where = _at(r, step, "moved" if ctrl.guarded else "differs", want[step - 1], reference)
     n = len(ev.guards)
-    return Finding(key="guards", title=title, ok=not broken, unit="cases", documented=n, predicted=n,
-                   measured=n - len(broken), detail={"broken": [r.scenario.name for r in broken], "guarded": ctrl.guarded},
+    return Finding(key="guards", title=title, ok=not broken, unit="cases", documented=n, predicted=n, measured=n - len(broken),
+                   detail={"broken": [r.scenario.name for r, _, _ in broken], "guarded": ctrl.guarded},
                    where=where, line=0, doc=ctrl.guards_doc)
 
 
@@ -398,8 +357,7 @@ def nonfinite(ev: Evidence) -> Finding:
     seen = {k: seen.get(k, "not measured (did not finish)") for k in table}
     # "nan" (λ becomes NaN) is met by any NaN, including a NaN λ's own bits kept.
     nan = {r.scenario.name for r in ev.nonfinite if np.isnan(r.lam[0])}
-    wrong = tuple((k, str(seen.get(k)), table[k]) for k in table
-                  if seen.get(k) != table[k] and not (table[k] == "nan" and k in nan))
+    wrong = tuple((k, seen[k], pinned) for k, pinned in table.items() if seen[k] != pinned and not (pinned == "nan" and k in nan))
     where = Where(scenario=wrong[0][0], event="cases", cases=wrong) if wrong else None
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
@@ -522,7 +480,7 @@ def resources(ev: Evidence) -> Finding:
                    where=None, line=0, doc="informational")
 
 
-def coverage(ev: Evidence, required: bool = False) -> Finding:
+def coverage(ev: Evidence, required: bool) -> Finding:
     """Lines and branches of the candidate the experiments executed (a failure only when required)."""
     cov = ev.coverage
     ok = cov.complete or not required
@@ -668,7 +626,8 @@ class Property:
     ``needs``: experiment groups (``repro.runners.evidence.GROUPS``) and other evidence (``SOURCES``) it
     reads; where one did not run, the row is "not measured" and fails (no row passes on no evidence).
     ``blames`` / ``depends``: the rule quantities (``analysis.judge.diagnosis``) a failing row is blamed
-    on first, else on these. ``applies(controller)``: whether the contract entry has the property.
+    on first, else on these (``depends`` alone where they are the same). ``applies(controller)``: whether
+    the contract entry has the property.
     ``shown(evidence, require_coverage)``: whether the row is in the table at all (a tool this machine lacks
     is a note, unless the row is required). ``differences(row, behaviour)``: what a failing row shows by itself
     beside the inferred rule's differences (its cases); ``source_causes(row, text)``: its causes in the source
@@ -691,12 +650,9 @@ class Property:
         return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
 
 
-def _plain(check: Callable[[Evidence], Finding]) -> Callable[[Evidence, bool], Finding]:
-    return lambda ev, required: check(ev)
-
-
-def _sanitizer_rows(tool: str) -> Callable[[Evidence, bool], list[Finding]]:
-    return lambda ev, required: memory_findings(ev.sanitizer, tool)
+def _plain(check: Callable[..., Finding], *args) -> Callable[[Evidence, bool], Finding]:
+    """A record's check from ``check(evidence, *args)``: the rows that do not read ``--require-coverage``."""
+    return lambda ev, required: check(ev, *args)
 
 
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
@@ -715,23 +671,24 @@ _SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "req
 
 #: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
 RECORDS: dict[str, Property] = {p.key: p for p in (
-    Property(key="floor", check=_plain(floor), needs=("catalogue",), reads=_BOUND, blames=frozenset({"floor"}),
-             depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
-    Property(key="ceiling", check=_plain(ceiling), needs=("catalogue",), reads=_BOUND, blames=frozenset({"ceiling"}),
-             depends=frozenset({"ceiling"}), applies=lambda c: c.bound("ceiling") is not None),
-    Property(key="ramp", check=_plain(ramp), needs=("catalogue",), reads=_RATE, blames=frozenset({"ramp"}),
-             depends=frozenset({"ramp", "floor", "ceiling"})),
-    Property(key="decay", check=_plain(decay), needs=("catalogue",), reads=_RATE, blames=frozenset({"decay"}),
-             depends=frozenset({"decay", "floor", "ceiling"})),
-    Property(key="steps_to_double", check=_plain(steps_to_double), needs=("catalogue",), reads=_COUNT,
+    Property(key="floor", check=_plain(_bound, "floor", ("aligned", "decay_from_ceiling")), needs=("catalogue",),
+             reads=_BOUND, depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
+    Property(key="ceiling", check=_plain(_bound, "ceiling", ("diverged", "ramp_from_floor")), needs=("catalogue",),
+             reads=_BOUND, depends=frozenset({"ceiling"}), applies=lambda c: c.bound("ceiling") is not None),
+    Property(key="ramp", check=_plain(_rate, "ramp", "ramp_from_floor"), needs=("catalogue",), reads=_RATE,
+             blames=frozenset({"ramp"}), depends=frozenset({"ramp", "floor", "ceiling"})),
+    Property(key="decay", check=_plain(_rate, "decay", "decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
+             blames=frozenset({"decay"}), depends=frozenset({"decay", "floor", "ceiling"})),
+    Property(key="steps_to_double", needs=("catalogue",), reads=_COUNT,
+             check=_plain(_count, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0, "steps to double (sustained high KL)"),
              blames=frozenset({"ramp"}), depends=frozenset({"ramp", "ceiling"})),
-    Property(key="steps_to_halve", check=_plain(steps_to_halve), needs=("catalogue",), reads=_COUNT,
+    Property(key="steps_to_halve", needs=("catalogue",), reads=_COUNT,
+             check=_plain(_count, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5, "steps to halve (sustained low KL)"),
              blames=frozenset({"decay"}), depends=frozenset({"decay", "floor"})),
     Property(key="steps_to_floor", check=_plain(steps_to_floor), needs=("catalogue",),
              reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                          measured=_floor_steps_measured),
-             blames=frozenset({"decay", "floor"}), depends=frozenset({"decay", "floor"}),
-             applies=lambda c: c.has("steps_to_floor")),
+             depends=frozenset({"decay", "floor"}), applies=lambda c: c.has("steps_to_floor")),
     Property(key="vanishing", check=_plain(vanishing), needs=("vanishing",),
              reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
                          measured=lambda f: reading.vanishing(f.detail["measured"])),
@@ -740,11 +697,11 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              reads=Reads(documented=_dead_zone_documented,
                          predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
-             blames=frozenset({"upper", "lower"}), depends=frozenset({"upper", "lower"})),
+             depends=frozenset({"upper", "lower"})),
     # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
-    Property(key="ramp_onset", check=_plain(ramp_onset), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="ramp_onset", check=_plain(_onset, "ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
-    Property(key="decay_onset", check=_plain(decay_onset), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="decay_onset", check=_plain(_onset, "decay"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
     Property(key="guards", check=_plain(guards), needs=("guards",), depends=frozenset({"guard"}),
              differences=guard_differences,
@@ -776,14 +733,14 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          else f"none (NVRTC {f.detail['nvrtc']}, {f.detail['arch']})")),
     Property(key="resources", check=_plain(resources), needs=("static",), shown=lambda ev, required: ev.static is not None,
              reads=Reads(documented=lambda f: "reported", measured=_resources_measured)),
-    Property(key="coverage", check=lambda ev, required: coverage(ev, required), needs=("coverage",),
+    Property(key="coverage", check=coverage, needs=("coverage",),
              shown=lambda ev, required: ev.coverage is not None or required,
              reads=Reads(documented=lambda f: "all" if f.detail.get("required") else "reported",
                          measured=lambda f: f.detail["summary"])),
-    Property(key="memcheck", check=_sanitizer_rows("memcheck"), needs=("sanitizer",), reads=_SANITIZER,
-             shown=lambda ev, required: ev.sanitizer is not None),
-    Property(key="initcheck", check=_sanitizer_rows("initcheck"), needs=("sanitizer",), reads=_SANITIZER,
-             shown=lambda ev, required: ev.sanitizer is not None),
+    Property(key="memcheck", check=lambda ev, required: memory_findings(ev.sanitizer, "memcheck"), needs=("sanitizer",),
+             reads=_SANITIZER, shown=lambda ev, required: ev.sanitizer is not None),
+    Property(key="initcheck", check=lambda ev, required: memory_findings(ev.sanitizer, "initcheck"), needs=("sanitizer",),
+             reads=_SANITIZER, shown=lambda ev, required: ev.sanitizer is not None),
 )}
 
 

@@ -47,13 +47,9 @@ def regimes(points: list[dict]) -> list[dict]:
 
 def _runs_of(mask: np.ndarray, k: int) -> np.ndarray:
     """``[E, N]`` → ``[E, N]``: True at e when mask holds at e and the k − 1 evaluations after it."""
-    E = mask.shape[0]
     out = np.zeros_like(mask)
-    if k <= E:
-        window = np.ones((E - k + 1, mask.shape[1]), dtype=bool)
-        for j in range(k):
-            window &= mask[j:E - k + 1 + j]
-        out[:E - k + 1] = window
+    if k <= mask.shape[0]:
+        out[:mask.shape[0] - k + 1] = np.lib.stride_tricks.sliding_window_view(mask, k, axis=0).all(axis=-1)
     return out
 
 
