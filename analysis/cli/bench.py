@@ -244,7 +244,7 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
         if not args.add:  # a new baseline replaces the machine's old runs
             for p in baseline_runs(folder):
                 p.unlink()
-        start = len(old) + 1 if args.add and old else 1
+        start = len(old) + 1 if args.add else 1  # check() refuses --add without a baseline
         written = [folder / f"run-{start + i}.json" for i in range(len(runs))]
     for run, target in zip(runs, written, strict=True):
         shutil.move(run.path, target)
@@ -253,15 +253,15 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
 
 def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None, skipped: dict,
            failed: bool) -> int:
-    df = load_run(written[0]).df
+    df = runs[0].df  # the runs as measured: written[] holds the same files, moved
     lines = ["FAILED a benchmark test failed: a mode timed wrong bits or failed one of its checks (pytest's output "
              "above)"] if failed else []
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""
     shown_runs = [shown(p) for p in written]
     drift = checks = None
     if args.record:
-        every = [*(old or []), *(load_run(p) for p in written)] if args.add else [load_run(p) for p in written]
-        repeat = load_run(written[1]).df
+        every = [*(old if args.add else []), *runs]
+        repeat = runs[1].df
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
         drift, checks = run_to_run(df, repeat), thresholds(*(r.df for r in every))

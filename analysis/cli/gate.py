@@ -107,10 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         text = printed[fmt]()
         if text:
             print(text)
-    if args.json:
-        write_text(args.json, render.to_json(data) + "\n")
-    if args.junit:
-        write_text(args.junit, render.junit(verdict.findings, contract_file, suite, verdict.seconds))
+    for path, fmt in ((args.json, "json"), (args.junit, "junit")):  # each file: its printed form and a newline
+        if path:
+            write_text(path, printed[fmt]() + "\n")
     return code
 
 
@@ -121,15 +120,15 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
         formats = _formats(args.format)
     data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
             "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
-    junit = render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error)
-    printed = {"json": render.to_json(data), "junit": junit.rstrip(),
+    printed = {"json": render.to_json(data),
+               "junit": render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error).rstrip(),
                "github": "\n".join(render.github([], kernel_file, contract_file, error=error))}
     for fmt, text in printed.items():
         if fmt in formats:
             print(text)
-    for path, text in ((args.json, printed["json"] + "\n"), (args.junit, junit)):
+    for path, fmt in ((args.json, "json"), (args.junit, "junit")):
         if path is not None:
             with contextlib.suppress(SuiteError):  # the error above already says why; an unwritable output path was that error
                 # never over an input or a file of the repository, nor over the other output
                 check_outputs([Output("--json", args.json), Output("--junit", args.junit)], inputs=[("kernel", args.kernel)])
-                write_text(path, text)
+                write_text(path, printed[fmt] + "\n")

@@ -24,6 +24,7 @@ most 10⁶ seeds below 2⁶⁴. The pre-registered study takes about 9 minutes o
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from pathlib import Path
@@ -91,16 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     say = policy.progress("study")
     # One run per environment × controller, merged (merge() equals the joint study: tests/test_study.py),
     # so that progress shows from the start and after each block.
-    parts, blocks, n = [], len(envs) * len(names), 0
+    parts, blocks = [], len(envs) * len(names)
     runs = len(seeds) * len(grid_columns(prereg.grid)["pi_view"])
-    for env in envs:
-        for name in names:
-            n += 1
-            say(f"[{n}/{blocks}] {env} × {name}: {runs} runs × {args.steps or L.steps} steps on {backend.name} …")
-            began = time.perf_counter()
-            parts.append(study_runs.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
-            say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
-                f"({time.perf_counter() - start:.0f} s so far)")
+    for n, (env, name) in enumerate(itertools.product(envs, names), start=1):
+        say(f"[{n}/{blocks}] {env} × {name}: {runs} runs × {args.steps or L.steps} steps on {backend.name} …")
+        began = time.perf_counter()
+        parts.append(study_runs.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
+        say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
+            f"({time.perf_counter() - start:.0f} s so far)")
     result = merge(parts)
     for env, block in result["envs"].items():
         for name, e in block["controllers"].items():

@@ -109,7 +109,7 @@ def _notes(df: pd.DataFrame) -> list[str]:
     return [""] + out if out else []
 
 
-def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[str, str] | None = None) -> str:
+def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[str, str]) -> str:
     """What each mode measures, which clock times it, what sets its time, and whether and how it is gated."""
     by_mode = {c.mode: c for c in checks or []}
     lines = ["| mode | what it measures | clock | set by | gated on |", "|---|---|---|---|---|"]
@@ -124,7 +124,7 @@ def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[
             what = "controller median" if c.metric == "median" else "controller/empty ratio of the same run"
             gate = f"{what}, fails beyond +{c.threshold:.1%} (baseline spread {c.spread:.1%})"
         lines.append(f"| {mode} | {r['what']} | {r['clock']} | {r['set_by']} | {gate} |")
-    for mode, why in (skipped or {}).items():
+    for mode, why in skipped.items():
         lines.append(f"| {mode} | not run here: {why} | — | — | — |")
     return "\n".join(lines)
 
@@ -151,28 +151,25 @@ def figure(df: pd.DataFrame):
     return fig
 
 
-def header(title: str, machine: dict, runs: list[str] | None = None) -> str:
-    """Title, CPU/GPU lines, and (``runs``) the repo-relative JSON files the table was made from."""
+def header(title: str, machine: dict, runs: list[str]) -> str:
+    """Title, CPU/GPU lines, and the repo-relative JSON files the table was made from (``runs``)."""
     gpu = machine.get("gpu", {})
     lines = [f"# {title}", "", f"- CPU: {machine.get('cpu', {}).get('brand_raw', '?')}, "
-             f"Python {machine.get('python_version', '?')}"]
-    if runs:
-        lines.append(f"- Data: {', '.join(f'`{r}`' for r in runs)} (pytest-benchmark JSON)")
+             f"Python {machine.get('python_version', '?')}",
+             f"- Data: {', '.join(f'`{r}`' for r in runs)} (pytest-benchmark JSON)"]
     if gpu:
         lines.append(f"- GPU: {gpu.get('name')} (CUDA driver API {gpu.get('cuda_driver_api')}, CUDA runtime "
                      f"{gpu.get('runtime')}, CuPy {gpu.get('cupy')})")
     return "\n".join(lines)
 
 
-def write(out: Path, title: str, df: pd.DataFrame, machine: dict, drift: dict[str, dict[str, float]] | None = None,
-          checks: list[ModeCheck] | None = None, skipped: dict[str, str] | None = None,
-          verdict: list[str] | None = None, runs: list[str] | None = None) -> str:
+def write(out: Path, title: str, df: pd.DataFrame, machine: dict, drift: dict[str, dict[str, float]] | None,
+          checks: list[ModeCheck] | None, skipped: dict[str, str], verdict: list[str], runs: list[str]) -> str:
     """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown (``runs``: the data's paths;
-    ``drift`` and ``checks`` as :func:`table`'s)."""
-    parts = [header(title, machine, runs), table(df, drift, checks)]
-    if verdict is not None:
-        parts.append("## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"))
-    parts.append("## Modes\n\n" + modes_table(df, checks, skipped))
+    ``drift`` and ``checks`` as :func:`table`'s; ``verdict``: its lines, none when no gated mode regressed)."""
+    parts = [header(title, machine, runs), table(df, drift, checks),
+             "## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"),
+             "## Modes\n\n" + modes_table(df, checks, skipped)]
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)

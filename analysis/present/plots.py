@@ -36,12 +36,6 @@ def _series(traj: pd.DataFrame, controller: str, scenario: str) -> tuple[np.ndar
     return steps, lam
 
 
-def _bound_line(ax, y: float, name: str, text: str, x: float) -> None:
-    ax.axhline(y, color=COLORS[name], ls="--", lw=0.9, alpha=0.8)
-    ax.annotate(text, (x, y), xytext=(0, 3), textcoords="offset points", color=COLORS[name], fontsize=8,
-                ha="right", va="bottom")
-
-
 def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int | None]):
     """Figure 1: λ under sustained aligned KL from each seed λ (log λ).
 
@@ -56,7 +50,9 @@ def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int 
         keep = x <= xmax
         ax.plot(x[keep], lam[keep], color=COLORS[name], lw=1.8, label=LABELS[name])
         floor = contracts[name].value("floor")
-        _bound_line(ax, floor, name, f"documented floor {floor:g}", xmax)
+        ax.axhline(floor, color=COLORS[name], ls="--", lw=0.9, alpha=0.8)
+        ax.annotate(f"documented floor {floor:g}", (xmax, floor), xytext=(0, 3), textcoords="offset points",
+                    color=COLORS[name], fontsize=8, ha="right", va="bottom")
         s = floor_steps[name]
         if s is None:
             ax.annotate(f"never at the documented floor (λ {lam[-1]:.4g} after {x[-1]} steps)", (x[-1], lam[-1]),

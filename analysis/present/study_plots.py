@@ -91,7 +91,7 @@ def incident(result: dict):
         for name in ("original", "fixed"):
             s = inc["series"][name]
             color = COLORS[name]
-            arr = {k: np.array([np.nan if x is None else x for x in s[k]], float)[keep] for k in s}
+            arr = {k: np.array(s[k], float)[keep] for k in s}  # JSON's null (a NaN written) reads as NaN
             axes[0, col].plot(steps[keep], arr["lam"], color=color, lw=1.4, label=name)
             axes[1, col].plot(steps[keep], arr["kl_ema"], color=color, lw=1.0, label=name)
             axes[2, col].plot(steps[keep], arr["agree_unique"], color=color, lw=1.2, label=f"{name}: visited states")

@@ -323,11 +323,9 @@ def ties_lines(result: dict) -> list[str]:
     """How many states agreement is judged on once ties are excluded (at the last evaluation)."""
     out = []
     for env, block in result["envs"].items():
-        cells = []
-        for name in ("const:0", "const:1", "original", "fixed"):
-            e = block["controllers"].get(name)
-            if e:
-                cells.append("{} {:g}–{:g}".format(name, *sm.unique_states(e)))
+        ctrl = block["controllers"]
+        cells = ["{} {:g}–{:g}".format(n, *sm.unique_states(ctrl[n])) for n in ("const:0", "const:1", "original", "fixed")
+                 if ctrl.get(n)]
         out.append(f"- Ties excluded, {env} ({block['n_states']} states): at the last evaluation the median number "
                    f"of visited states with a unique greedy action per grid point is {', '.join(cells)}; the rest "
                    "tie and are not judged.")
