@@ -65,7 +65,7 @@ class Rule:
         bounds = {k: c.bound(k) for k in ("floor", "ceiling")}
         if c.rule == "proportional":
             clip, n, h = (F32(c.value(k)) for k in ("clip", "n_steps", "horizon"))
-            values = dict(bounds, tolerance=None, ramp=_mult(clip, clip, n, h), decay=_mult(-clip, clip, n, h))
+            values = dict(bounds, tolerance=None, ramp=_mult(clip, n, h), decay=_mult(-clip, n, h))
             values.update(overrides)
             return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n,
                        horizon=h, guarded=c.guarded)
@@ -88,7 +88,7 @@ class Rule:
         return 1.0 / float(value) if op == "div" else float(value)
 
 
-def _mult(err: np.float32, clip: np.float32, n: np.float32, h: np.float32) -> np.float32:
+def _mult(err: np.float32, n: np.float32, h: np.float32) -> np.float32:
     """The proportional rule's multiplier for a (clipped) error, in the kernel's order: 1 + (err·n)/h."""
     return F32(F32(1) + F32(F32(err * n) / h))
 
