@@ -65,13 +65,11 @@ class Rule:
         bounds = {k: c.bound(k) for k in ("floor", "ceiling")}
         if c.rule == "proportional":
             clip, n, h = (F32(c.value(k)) for k in ("clip", "n_steps", "horizon"))
-            values = dict(bounds, tolerance=None, ramp=_mult(clip, n, h), decay=_mult(-clip, n, h))
-            values.update(overrides)
+            values = {**bounds, "tolerance": None, "ramp": _mult(clip, n, h), "decay": _mult(-clip, n, h), **overrides}
             return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n,
                        horizon=h, guarded=c.guarded)
-        values = dict(bounds, tolerance=c.value("tolerance") if c.has("tolerance") else None,
-                      ramp=c.value("ramp"), decay=c.value("decay"))
-        values.update(overrides)
+        values = {**bounds, "tolerance": c.value("tolerance") if c.has("tolerance") else None,
+                  "ramp": c.value("ramp"), "decay": c.value("decay"), **overrides}
         edges = {}
         for side in ("upper", "lower"):
             if c.has(f"{side}_edge"):
