@@ -180,19 +180,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
 
 
+def _void_function(lib: ctypes.CDLL, name: str, argtypes: list):
+    """The C function ``name`` of ``lib``, returning void, with its argument types set."""
+    fn = getattr(lib, name)
+    fn.argtypes, fn.restype = argtypes, None
+    return fn
+
+
 class HostKernel(CompiledKernel):
     def __init__(self, lib: ctypes.CDLL, source: KernelSource, slots: Slots):
         self.source, self.slots, self._lib = source, slots, lib
-        self.step = getattr(lib, source.symbol)
-        self.step.argtypes, self.step.restype = [_ptr], None
-        self._batched = lib.rlq_batched_step
-        self._batched.argtypes, self._batched.restype = [_ptr, _c_long], None
-        self._looped = lib.rlq_looped
-        self._looped.argtypes, self._looped.restype = [_ptr] * 4 + [_c_long] * 2, None
-        self._private = lib.rlq_looped_private
-        self._private.argtypes, self._private.restype = [_ptr] * 4 + [_c_long] * 2, None
-        self._as_threads = lib.rlq_as_threads
-        self._as_threads.argtypes, self._as_threads.restype = [_ptr, _ptr, _c_long, _ptr], None
+        self.step = _void_function(lib, source.symbol, [_ptr])
+        self._batched = _void_function(lib, "rlq_batched_step", [_ptr, _c_long])
+        self._looped = _void_function(lib, "rlq_looped", [_ptr] * 4 + [_c_long] * 2)
+        self._private = _void_function(lib, "rlq_looped_private", [_ptr] * 4 + [_c_long] * 2)
+        self._as_threads = _void_function(lib, "rlq_as_threads", [_ptr, _ptr, _c_long, _ptr])
 
     def dump_coverage(self) -> None:
         """A ``--coverage`` build (repro.runners.coverage): write the gcov counters now."""
@@ -245,13 +247,10 @@ class HostLearner(Learner):
 
     def __init__(self, lib: ctypes.CDLL, controller: HostKernel):
         self._lib, self._controller = lib, controller  # both libraries stay loaded
-        self._with = lib.rlq_learn_with
-        self._with.argtypes, self._with.restype = [_ptr], None
-        self._fn = lib.rlq_learn
-        self._fn.argtypes = [_ptr] * (2 + len(LEARN_INPUTS)) + [_c_long] * 2 + [_ptr] * len(LEARN_OUTPUTS) + [_c_long] * 3
-        self._fn.restype = None
-        self._elementary = lib.rlq_learn_elementary
-        self._elementary.argtypes, self._elementary.restype = [_ptr] * 3 + [_c_long], None
+        self._with = _void_function(lib, "rlq_learn_with", [_ptr])
+        self._fn = _void_function(lib, "rlq_learn", [_ptr] * (2 + len(LEARN_INPUTS)) + [_c_long] * 2
+                                  + [_ptr] * len(LEARN_OUTPUTS) + [_c_long] * 3)
+        self._elementary = _void_function(lib, "rlq_learn_elementary", [_ptr] * 3 + [_c_long])
 
     def elementary(self, x):
         x = np.ascontiguousarray(x, dtype=np.float64)

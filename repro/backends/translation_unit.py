@@ -99,7 +99,8 @@ def _defines(source: KernelSource | None, slots: Slots) -> str:
     )
 
 
-def _origin(source: KernelSource) -> str:
+def line_origin(source: KernelSource) -> str:
+    """The file name the ``#line`` directives give the controller's lines (gcov reports their counts under it)."""
     return source.origin.replace("\\", "/").replace('"', "'")
 
 
@@ -115,7 +116,7 @@ def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: 
     elif harness == HARNESS:
         grid = f'#line 1 "{HOST_GRID.name}"\n{HOST_GRID.read_text()}'
     return (
-        f'{prelude}#line 1 "{_origin(source)}"\n{body}\n{after}'
+        f'{prelude}#line 1 "{line_origin(source)}"\n{body}\n{after}'
         f'#line 1 "{harness.name}"\n{harness.read_text()}{grid}'
     )
 
@@ -137,5 +138,5 @@ def host_learning_unit(slots: Slots) -> str:
 
 def device_grid_unit(source: KernelSource, slots: Slots) -> str:
     """NVRTC: the controller with launch coordinates read from a table (``rlq_set_coords``, ``rlq_as_threads``)."""
-    return (f'{_defines(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{_origin(source)}"\n'
+    return (f'{_defines(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{line_origin(source)}"\n'
             f"{device_body(source.text)}\n{_DEVICE_AS_THREADS_KERNEL}")

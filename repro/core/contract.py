@@ -193,12 +193,9 @@ def _documented(path: Path, section: str, key: str, spec: dict, lines: dict[tupl
     if not none and "value" not in spec:
         raise SuiteError(f"{path}: [{section}] {key} has neither a value nor none = true")
     form, op, dtype = spec.get("form", ""), spec.get("op", ""), spec.get("dtype", "")
-    if dtype and dtype not in EDGE_DTYPES:
-        raise SuiteError(f"{path}: [{section}] {key}: dtype {dtype!r} is not one of {', '.join(EDGE_DTYPES)}")
-    if form and form not in EDGE_FORMS:
-        raise SuiteError(f"{path}: [{section}] {key}: form {form!r} is not one of {', '.join(EDGE_FORMS)}")
-    if op and op not in RATE_OPS:
-        raise SuiteError(f"{path}: [{section}] {key}: op {op!r} is not one of {', '.join(RATE_OPS)}")
+    for what, given, allowed in (("dtype", dtype, EDGE_DTYPES), ("form", form, EDGE_FORMS), ("op", op, RATE_OPS)):
+        if given and given not in allowed:
+            raise SuiteError(f"{path}: [{section}] {key}: {what} {given!r} is not one of {', '.join(allowed)}")
     return Documented(name=key, value=math.nan if none else float(spec["value"]), doc=spec.get("doc", ""),
                       line=lines.get((section, key), 0), rtol=float(spec.get("rtol", 0.0)),
                       tolerance=float(spec.get("tolerance", 0.0)), none=none, form=form, op=op, dtype=dtype)

@@ -65,13 +65,11 @@ class Rule:
         bounds = {k: c.bound(k) for k in ("floor", "ceiling")}
         if c.rule == "proportional":
             clip, n, h = (F32(c.value(k)) for k in ("clip", "n_steps", "horizon"))
-            values = dict(bounds, tolerance=None, ramp=_mult(clip, clip, n, h), decay=_mult(-clip, clip, n, h))
-            values.update(overrides)
+            values = {**bounds, "tolerance": None, "ramp": _mult(clip, n, h), "decay": _mult(-clip, n, h), **overrides}
             return cls(**{k: f32(v) for k, v in values.items()}, kind="proportional", clip=clip, n_steps=n,
                        horizon=h, guarded=c.guarded)
-        values = dict(bounds, tolerance=c.value("tolerance") if c.has("tolerance") else None,
-                      ramp=c.value("ramp"), decay=c.value("decay"))
-        values.update(overrides)
+        values = {**bounds, "tolerance": c.value("tolerance") if c.has("tolerance") else None,
+                  "ramp": c.value("ramp"), "decay": c.value("decay"), **overrides}
         edges = {}
         for side in ("upper", "lower"):
             if c.has(f"{side}_edge"):
@@ -88,7 +86,7 @@ class Rule:
         return 1.0 / float(value) if op == "div" else float(value)
 
 
-def _mult(err: np.float32, clip: np.float32, n: np.float32, h: np.float32) -> np.float32:
+def _mult(err: np.float32, n: np.float32, h: np.float32) -> np.float32:
     """The proportional rule's multiplier for a (clipped) error, in the kernel's order: 1 + (err·n)/h."""
     return F32(F32(1) + F32(F32(err * n) / h))
 
@@ -133,20 +131,17 @@ def _toward(edge64: np.ndarray, up: bool) -> np.ndarray:
     return np.where(off, np.nextafter(x, F32(-np.inf if up else np.inf)), x).astype(F32)
 
 
-def _edges(rule: Rule, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The float32 band edges: for a double comparison, the float32 KL nearest inside the double threshold
-    (so that, for float32 KL, KL > upper and KL < lower decide as the double comparisons do)."""
-    out = []
-    for (form, a, dtype), up in zip(_sides(rule), (True, False), strict=True):
-        edge = _edge(target, form, a, dtype)
-        out.append(_toward(edge, up) if dtype == "f64" else np.asarray(edge).astype(F32))
-    return out[0], out[1]
-
-
 def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
-    """The float32 band edges (upper, lower) the rule computes from ``target``."""
+    """The float32 band edges (upper, lower) the rule computes from ``target``: for a double comparison, the
+    float32 KL nearest inside the double threshold (so that, for float32 KL, KL > upper and KL < lower decide
+    as the double comparisons do)."""
+    out = []
     with np.errstate(all="ignore"):
-        return _edges(rule, np.asarray(target, dtype=F32))
+        target = np.asarray(target, dtype=F32)
+        for (form, a, dtype), up in zip(_sides(rule), (True, False), strict=True):
+            edge = _edge(target, form, a, dtype)
+            out.append(_toward(edge, up) if dtype == "f64" else np.asarray(edge).astype(F32))
+    return out[0], out[1]
 
 
 def _clipped(rule: Rule, x: np.ndarray) -> np.ndarray:
@@ -257,7 +252,9 @@ def run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]]) -> li
         inputs.update(np.int64(len(k)).tobytes() + k.tobytes() + t.tobytes())
     key = (rule, inputs.digest())
     if key not in _RUNS:
-        _RUNS[key] = _run_each(rule, lambda0, kls, targets)
+        out = run(rule, lambda0, columns(kls), columns(targets))
+        out.flags.writeable = False
+        _RUNS[key] = [out[:len(k), j] for j, k in enumerate(kls)]
         while len(_RUNS) > 16:
             _RUNS.pop(next(iter(_RUNS)))
     return list(_RUNS[key])
@@ -266,12 +263,6 @@ def run_each(rule: Rule, runs: list[tuple[float, np.ndarray, np.ndarray]]) -> li
 #: run_each's answers by (rule, digest of the inputs), read-only: the gate judges every candidate on the same
 #: catalogue, so each mutant, peer or candidate judged in a process pays the spec's run once.
 _RUNS: dict[tuple[Rule, bytes], list[np.ndarray]] = {}
-
-
-def _run_each(rule: Rule, lambda0: np.ndarray, kls: list[np.ndarray], targets: list[np.ndarray]) -> list[np.ndarray]:
-    out = run(rule, lambda0, columns(kls), columns(targets))
-    out.flags.writeable = False
-    return [out[:len(k), j] for j, k in enumerate(kls)]
 
 
 def steps_to_settle(rule: Rule, lambda0: float, kl: float, target: float, cap: int = 200_000) -> int:
@@ -291,16 +282,12 @@ def settling(rule: Rule, lambda0: np.float32, kl: np.float32, target: np.float32
             # Constant inputs: each step is λ·m with one m, the same float32 product as _step's (about 40k
             # steps for TRL's ×1.00256 down to 0): as float32 scalars, a hundredth of the time.
             m, lam = _multiplier(rule, kl, target)[()], lam[()]
-            for _ in range(cap):
-                new = lam * m
-                out.append(new)
-                if new == 0 or new.view(np.uint32) == lam.view(np.uint32):
-                    break
-                lam = new
-            return np.array(out, dtype=F32)
-        tests = None if rule.kind == "proportional" else _tests(rule, kl, target)  # constant inputs: once
+            advance = lambda x: x * m
+        else:
+            tests = None if rule.kind == "proportional" else _tests(rule, kl, target)  # constant inputs: once
+            advance = lambda x: _step(rule, x, kl, target, tests)
         for _ in range(cap):
-            new = _step(rule, lam, kl, target, tests)
+            new = advance(lam)
             out.append(new)
             if new == 0 or new.view(np.uint32) == lam.view(np.uint32):
                 break

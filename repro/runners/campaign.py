@@ -15,12 +15,10 @@ import numpy as np
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Controller, Slots
-from repro.runners.evidence import GROUPS, Evidence, Fault, MissingEvidence
+from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
 from repro.runners.scenarios import REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases, onset_targets, vanishing
-
-__all__ = ["GROUPS", "Evidence", "Fault", "MissingEvidence", "assemble", "collect", "run_group", "scenario_groups"]
 
 
 def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[list[Scenario], str]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from repro.backends import backend_unavailable, get_backend
 from repro.backends.host import FLAGS, HostBackend, HostKernel, build, cache_dir
-from repro.backends.translation_unit import HOST_SHIM, harness_unit
+from repro.backends.translation_unit import HOST_SHIM, harness_unit, line_origin
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
@@ -144,7 +144,7 @@ LIMIT_DUMP = 10.0
 
 
 def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:
-    origin = source.origin.replace("\\", "/").replace('"', "'")
+    origin = line_origin(source)
     lines, branches = {}, {}
     text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     for chunk in text.decode().splitlines():

@@ -44,11 +44,6 @@ REFERENCE_TTL = 60.0
 _REFERENCE: dict[tuple, tuple[float, object]] = {}  # key -> (when, the reference's times and results)
 
 
-def reference_source(controller: Controller) -> KernelSource:
-    """The kernel the contract entry documents: the candidate's limits are derived from its times."""
-    return load_kernel(controller.kernel, controller.symbol)
-
-
 def _reference(key: tuple, measure: Callable[[], object]):
     """``measure()`` of the reference kernel, reused for :data:`REFERENCE_TTL` s under ``key``."""
     if key not in _REFERENCE or time.monotonic() - _REFERENCE[key][0] > REFERENCE_TTL:
@@ -90,7 +85,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     elif timeout is not None:
         evidence = collect_isolated(backend, source, slots, controller, timeout, seed, inference, progress=progress)
     else:
-        ref = reference_source(controller)
+        ref = load_kernel(controller.kernel, controller.symbol)  # the contract's own: the limits come from its times
         start = time.perf_counter()
         times, results = _reference((backend.name, ref.sha256, controller.name, seed, inference, slots),
                                     lambda: time_reference(backend, ref, slots, controller, seed, inference))
@@ -119,7 +114,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
             try:
                 ref_times = None
                 if timeout is None:
-                    ref = reference_source(controller)
+                    ref = load_kernel(controller.kernel, controller.symbol)
                     ref_times = _reference(("coverage", ref.sha256, controller.name, seed, slots),
                                            lambda: cov.reference_times(host, ref, slots, controller, seed))
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,

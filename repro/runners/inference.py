@@ -10,6 +10,7 @@ band). ``analysis.judge.diagnosis`` compares this with the contract.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,12 +52,6 @@ class Behaviour:
     notes: dict = field(default_factory=dict)
 
 
-def _run(kernel: CompiledKernel, isv0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Looped run with step-major ``kl``/``target`` ``[T, S]`` (the harness writes the contract's slots)."""
-    return kernel.run_looped(np.ascontiguousarray(isv0, dtype=F32), np.ascontiguousarray(kl, dtype=F32),
-                             np.ascontiguousarray(target, dtype=F32))
-
-
 def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
                     tolerance: float) -> tuple[tuple[int, ...], int | None, int | None]:
     """Slots whose perturbation changes λ after one step, and the slots acting as KL and as target.
@@ -88,7 +83,7 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
         rows = isv[i * size : (i + 1) * size]
         rows[:] = base
         rows[np.arange(1, size), per_slot] = base[per_slot] * scale
-    lam, _ = _run(kernel, isv, isv[None, :, s.kl].copy(), isv[None, :, s.target].copy())
+    lam, _ = kernel.run_looped(isv, isv[None, :, s.kl].copy(), isv[None, :, s.target].copy())
     read = {s.lambda_}
     for i in range(len(configs)):
         block = lam[0, i * size : (i + 1) * size]
@@ -107,7 +102,7 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
     kl_slot = target_slot = None
     if role_rows:
         stacked = np.stack(role_rows)
-        lam1, _ = _run(kernel, stacked, stacked[None, :, s.kl], stacked[None, :, s.target])
+        lam1, _ = kernel.run_looped(stacked, stacked[None, :, s.kl], stacked[None, :, s.target])
         lam0 = stacked[:, s.lambda_]
         up = [slot for slot, v, v0 in zip(role_keys, lam1[0], lam0, strict=True) if v > v0]
         down = [slot for slot, v, v0 in zip(role_keys, lam1[0], lam0, strict=True) if v < v0]
@@ -121,31 +116,23 @@ def writes(kernel: CompiledKernel, lambda0: float) -> tuple[int, ...]:
     s = kernel.slots
     kl = np.array([[REF_TARGET * FAR, REF_TARGET, REF_TARGET / FAR]], dtype=F32)
     target = np.full(kl.shape, REF_TARGET, dtype=F32)
-    _, isv = _run(kernel, new_isv(s, lambda0, 3), kl, target)
+    _, isv = kernel.run_looped(new_isv(s, lambda0, 3), kl, target)
     return tuple(sorted({slot for _, slot in stray_writes(s, isv, kl[-1], target[-1])}))
 
 
-class _Layout:
-    """Runs in the inferred layout: KL and target written to the slots that act as them, every step."""
-
-    def __init__(self, kernel: CompiledKernel, kl_slot: int, target_slot: int):
-        self.kernel, self.kl_slot, self.target_slot = kernel, kl_slot, target_slot
-
-    def run(self, lambda0: np.ndarray, kl: float | np.ndarray, target: float | np.ndarray, steps: int) -> np.ndarray:
-        """λ after each step ``[T, S]`` for constant per-run KL and target."""
-        s = self.kernel.slots
-        lambda0 = np.asarray(lambda0, dtype=F32)
-        runs = lambda0.size
-        kl = np.broadcast_to(np.asarray(kl, dtype=F32), (runs,))
-        target = np.broadcast_to(np.asarray(target, dtype=F32), (runs,))
-        isv = new_isv(s, lambda0)
-        isv[:, self.kl_slot] = kl
-        isv[:, self.target_slot] = target
-        lam, _ = _run(self.kernel, isv, np.broadcast_to(kl, (steps, runs)), np.broadcast_to(target, (steps, runs)))
-        return lam
-
-    def one_step(self, kernel, lambda0, kl, target) -> np.ndarray:
-        return self.run(np.full(np.size(kl), lambda0, dtype=F32), kl, target, 1)[0]
+def _run_in_layout(kernel: CompiledKernel, kl_slot: int, target_slot: int, lambda0: np.ndarray,
+                   kl: float | np.ndarray, target: float | np.ndarray, steps: int) -> np.ndarray:
+    """λ after each step ``[T, S]`` for constant per-run KL and target, in the inferred layout: KL and target
+    written to the slots that act as them, every step."""
+    lambda0 = np.asarray(lambda0, dtype=F32)
+    runs = lambda0.size
+    kl = np.broadcast_to(np.asarray(kl, dtype=F32), (runs,))
+    target = np.broadcast_to(np.asarray(target, dtype=F32), (runs,))
+    isv = new_isv(kernel.slots, lambda0)
+    isv[:, kl_slot] = kl
+    isv[:, target_slot] = target
+    lam, _ = kernel.run_looped(isv, np.broadcast_to(kl, (steps, runs)), np.broadcast_to(target, (steps, runs)))
+    return lam
 
 
 def _factor(before: np.ndarray, after: np.ndarray) -> tuple[float | None, bool]:
@@ -163,14 +150,9 @@ def _factor(before: np.ndarray, after: np.ndarray) -> tuple[float | None, bool]:
     return float(median), False
 
 
-def _shortest(candidates: list[np.float32]) -> np.float32:
-    return min(candidates, key=lambda v: (len(np.format_float_positional(v, unique=True, trim="-")), float(v)))
-
-
 def _edge(targets: np.ndarray, onset: np.ndarray, upper: bool) -> Edge | None:
     """The factor and inclusiveness that reproduce every target's onset (upper: t·k; lower: t/k)."""
-    ok = np.isfinite(onset)
-    if not ok.all():
+    if not np.isfinite(onset).all():
         return None
     t = targets.astype(F32)
     ratio = np.median(onset.astype(np.float64) / t) if upper else np.median(t / onset.astype(np.float64))
@@ -187,7 +169,8 @@ def _edge(targets: np.ndarray, onset: np.ndarray, upper: bool) -> Edge | None:
     every = found[False] + found[True]
     if not every:
         return None
-    k = _shortest(every)  # the factor a person would write (3.0 rather than 2.9999998 with the other comparison)
+    # the shortest: the factor a person would write (3.0 rather than 2.9999998 with the other comparison)
+    k = min(every, key=lambda v: (len(np.format_float_positional(v, unique=True, trim="-")), float(v)))
     return Edge(float(k), not any(equal_bits(k, x) for x in found[False]))
 
 
@@ -200,13 +183,13 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     written = writes(kernel, seed)
     if kl_slot is None or target_slot is None:
         return Behaviour(read, written, kl_slot, target_slot)
-    lay = _Layout(kernel, kl_slot, target_slot)
+    run = functools.partial(_run_in_layout, kernel, kl_slot, target_slot)
     floor_doc, ceiling_doc = controller.value("floor"), controller.value("ceiling")
     grid = np.unique(np.concatenate([np.geomspace(1e-3, 1.0, 13), [floor_doc, ceiling_doc, seed,
                                                                    floor_doc * 1.01]]).astype(F32))
     tgt = F32(REF_TARGET)
-    low = lay.run(grid, tgt / F32(FAR), tgt, SETTLE_STEPS)
-    high = lay.run(grid, tgt * F32(FAR), tgt, SETTLE_STEPS // 10)
+    low = run(grid, tgt / F32(FAR), tgt, SETTLE_STEPS)
+    high = run(grid, tgt * F32(FAR), tgt, SETTLE_STEPS // 10)
     # a rate moves λ every step, so two equal steps mean a clamp; a λ of 0, inf or NaN bounds nothing
     floors, ceilings = (np.where(np.isfinite(x) & (x > 0), x, F32(np.nan)) for x in (settled(low, 2), settled(high, 2)))
     floor = float(np.nanmin(floors)) if np.isfinite(floors).any() else None
@@ -224,7 +207,8 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     decay, decay_exact = _factor(*free_pairs(low))
     targets = np.asarray(PROBE_TARGETS, dtype=F32)
     probe_lambda = F32(np.sqrt(float(lo if floor else floor_doc) * float(hi if ceiling else ceiling_doc)))
-    found = onsets(kernel, targets, probe_lambda, one_step=lay.one_step)
+    found = onsets(kernel, targets, probe_lambda,
+                   one_step=lambda _, lam0, kl, target: run(np.full(np.size(kl), lam0, dtype=F32), kl, target, 1)[0])
     return Behaviour(read, written, kl_slot, target_slot, floor, ceiling, ramp, ramp_exact, decay, decay_exact,
                      _edge(targets, found["ramp"], upper=True), _edge(targets, found["decay"], upper=False),
                      {"onset_targets": [float(t) for t in targets], "onsets": {k: [float(x) for x in v]

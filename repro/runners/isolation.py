@@ -36,8 +36,8 @@ from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
-from repro.runners.campaign import GROUPS, Evidence, Fault, assemble, run_group, scenario_groups
-from repro.runners.evidence import Limits
+from repro.runners.campaign import assemble, run_group, scenario_groups
+from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
 
 #: A request's limit: LIMIT_FACTOR × the reference kernel's wall time for it in the same run, at least
 #: LIMIT_FLOOR s. The floor covers a fork, a pickle and a scheduler's jitter on a loaded machine; the factor
