@@ -177,7 +177,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
             if trace:
                 for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
                     rows[key].append(float(value))
-    to_np = (lambda a: xp.asnumpy(a)) if xp is not np else (lambda a: a)
+    to_np = xp.asnumpy if xp is not np else (lambda a: a)
     out = []
     for g in range(G):
         s = slice(g * base, (g + 1) * base)
