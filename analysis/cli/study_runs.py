@@ -40,16 +40,10 @@ def _check_memory(need: int, extra: str = "") -> None:
                          "fewer steps, seeds or controllers")
 
 
-def _say(progress, env: str, names, n_runs: int, steps: int, start: float) -> None:
-    if progress:
-        progress(f"{env}: {len(names)} controllers × {n_runs} runs × {steps} steps "
-                 f"in {time.perf_counter() - start:.1f} s")
-
-
 def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
-              steps: int | None = None, sources: dict | None = None, progress=None) -> dict:
+              steps: int | None = None, sources: dict | None = None) -> dict:
     """The first study's JSON. ``sources`` puts a kernel source in a contract name's place (a candidate under
-    "fixed"); ``progress`` (a callable taking one line) hears when each environment is done, with its wall time (s)."""
+    "fixed")."""
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
     names = ctl.expand(names)
@@ -70,11 +64,9 @@ def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dic
     contract = load()
     groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     for env in envs:
-        start = time.perf_counter()
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, points)
         result["envs"][env] = first_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                     traces, len(seeds), prereg.collapse)
-        _say(progress, env, names, n_runs, prereg.learning.steps, start)
     return result
 
 
@@ -93,8 +85,9 @@ def preregistered_first(backend, sources: dict | None = None) -> dict:
 
 def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None, progress=None,
                incident_steps: int | None = None) -> dict:
-    """The second study's JSON; arguments left None are as pre-registered. ``progress`` as for :func:`run_first`;
-    ``incident_steps``: the incident figure's run length (steps; default pre-registered)."""
+    """The second study's JSON; arguments left None are as pre-registered. ``progress`` (a callable taking one
+    line) hears when each environment starts and when it is done, with its wall time (s); ``incident_steps``: the
+    incident figure's run length (steps; default pre-registered)."""
     as_prereg = all(x is None for x in (envs, names, seeds, grid, steps))
     envs = list(envs or prereg.envs)
     names = ctl.expand(names or prereg.controllers)
@@ -128,7 +121,9 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
                           measure_of(prereg))
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                      traces, len(seeds), c, signature_steps(prereg))
-        _say(progress, env, names, n_runs, prereg.learning.steps, start)
+        if progress:
+            progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps "
+                     f"in {time.perf_counter() - start:.1f} s")
     if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
         result["incident"] = incident(backend, prereg, seed, steps=incident_steps)

@@ -17,7 +17,7 @@ from repro.core.ablation import FACTORS
 from repro.core.json_values import finite_or_none
 from repro.learning.agent import Traces
 from repro.learning.env import Tables
-from repro.learning.study2 import CRITERIA, SETS, Criteria
+from repro.learning.study2 import CRITERIA, GRID_AXES_2, SETS, Criteria
 
 #: The calibration's rule as its JSON records it (the committed calibration has these line breaks).
 CALIBRATION_RULE = ("for each candidate K, how often λ = 1 and λ = 0.001 trip\n    the relative criterion at the grid "
@@ -182,7 +182,7 @@ def incident_seed(result: dict, incident: dict, seeds: np.ndarray) -> int:
     """The first seed whose original run shows the whole signature at the incident figure's grid point
     (``incident``: the pre-registration's env and point); the first seed where none does."""
     block = result["envs"][incident["env"]]
-    want = {k: incident[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")}
+    want = {k: incident[k] for k in GRID_AXES_2}
     i = next((j for j, p in enumerate(block["grid_points"]) if p == want), None)
     if i is None:
         return int(seeds[0])

@@ -27,10 +27,6 @@ def ablation_names() -> list[str]:
     return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c, strict=True) if on) for c in combos]
 
 
-def constant_source(contract: Contract):
-    return contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0, MIN_LAMBDA=0.0)
-
-
 def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:
     """The :class:`Arm` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
     does not compile on ``backend``).
@@ -47,23 +43,21 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
         if not (value == 0 or np.finfo(np.float32).tiny <= value <= 1):
             raise SuiteError(f"controller {name!r}: a constant λ must be 0 or lie in (0, 1] as a normal float32 "
                              f"(at least {np.finfo(np.float32).tiny:.3g})")
-        return _checked(backend, Arm(name, constant_source(contract), contract.slots, value))
-    if name.startswith("ablation:"):
+        source = contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0, MIN_LAMBDA=0.0)
+        arm = Arm(name, source, contract.slots, value)
+    elif name.startswith("ablation:"):
         fixes = _fixes(name.split(":", 1)[1])
         if fixes is None:
             raise SuiteError(f"controller {name!r}: fixes must be from {', '.join(FACTORS)}, each at most once, "
                              "joined by +")
         source, seed = variant(contract.source("original"), contract.controller("original"),
                                contract.controller("fixed"), fixes)
-        return _checked(backend, Arm(name, source, contract.slots, seed))
-    entry = contract.controller(name)
-    source = source or contract.source(name)
-    return _checked(backend, Arm(name, source, contract.slots, entry.value("seed_lambda")))
-
-
-def _checked(backend, group: Arm) -> Arm:
-    backend.compile_learner(group.source, group.slots)  # compile errors now, as one line, before any run starts
-    return group
+        arm = Arm(name, source, contract.slots, seed)
+    else:
+        entry = contract.controller(name)
+        arm = Arm(name, source or contract.source(name), contract.slots, entry.value("seed_lambda"))
+    backend.compile_learner(arm.source, arm.slots)  # compile errors now, as one line, before any run starts
+    return arm
 
 
 def _fixes(text: str) -> list[str] | None:

@@ -15,24 +15,23 @@ from repro.core.json_values import finite_or_none
 from repro.learning import controllers as ctl
 from repro.learning.agent import run_loop
 from repro.learning.env import make
-from repro.learning.study2 import Prereg2, loop_grid, measure_of
+from repro.learning.study2 import GRID_AXES_2, Prereg2, loop_grid, measure_of
 
 
-def incident(backend, prereg: Prereg2, seed: int, names=("original", "fixed"), every: int = 1,
-             steps: int | None = None) -> dict:
-    """One seed's run of each controller at the incident figure's grid point, evaluated every ``every`` steps:
-    λ, the KL the controller sees, agreement (ties excluded) on visited and odd states."""
+def incident(backend, prereg: Prereg2, seed: int, steps: int | None = None) -> dict:
+    """One seed's run of the original and the fixed kernel at the incident figure's grid point, evaluated every
+    step (``steps`` of them; default pre-registered): λ, the KL the controller sees, agreement (ties excluded) on
+    visited and odd states."""
     inc = prereg.incident
     _, tables = make(inc["env"], prereg.learning.default_max_episode_steps)
-    point = {k: inc[k] for k in ("kl_site", "kl_before", "policy", "aux_reward")}
-    learning = replace(prereg.learning, steps=steps or inc["steps"], eval_every=every)
+    point = {k: inc[k] for k in GRID_AXES_2}
+    learning = replace(prereg.learning, steps=steps or inc["steps"], eval_every=1)
     contract = load()
-    groups = [ctl.group(backend, n, contract) for n in names]
+    groups = [ctl.group(backend, n, contract) for n in ("original", "fixed")]
+    measure = measure_of(prereg)
     traces = run_loop(backend, tables, groups, learning, np.array([seed], np.uint64), loop_grid([point], prereg.features),
-                      measure_of(prereg))
-    series = {}
-    for g, n in enumerate(names):
-        series[n] = {key: [finite_or_none(x) for x in getattr(traces, key)[:, g].astype(np.float64)]
-                     for key in ("lam", "kl_ema", "agree_unique", "agree_odd")}
-    return {"env": inc["env"], "point": point, "seed": int(seed), "every": every, "steps": traces.steps.tolist(),
-            "quiet_kl": measure_of(prereg).quiet_kl, "kl_target": prereg.learning.kl_target, "series": series}
+                      measure)
+    series = {arm.name: {key: [finite_or_none(x) for x in getattr(traces, key)[:, g].astype(np.float64)]
+                         for key in ("lam", "kl_ema", "agree_unique", "agree_odd")} for g, arm in enumerate(groups)}
+    return {"env": inc["env"], "point": point, "seed": int(seed), "every": 1, "steps": traces.steps.tolist(),
+            "quiet_kl": measure.quiet_kl, "kl_target": prereg.learning.kl_target, "series": series}

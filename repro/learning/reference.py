@@ -16,27 +16,22 @@ from repro.learning.agent import FIRST_STUDY, KL_SITES, Arm, Learning, Measure, 
 from repro.learning.env import BatchedEnv, Tables
 
 
-def _softmax(xp, logits):
+def softmax(xp, logits):
+    """(p, log p) of a softmax over the last axis, from the max-shifted logits (the closed-loop toy's too)."""
     z = logits - logits.max(axis=-1, keepdims=True)
     log_p = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
     return xp.exp(log_p), log_p
 
 
+# a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
+@np.errstate(invalid="ignore", over="ignore", divide="ignore")
 def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
-             grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
+                  grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
 
     ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
     takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
     """
-    # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _run_reference(backend, tables, groups, learning, seeds, grid, measure)
-
-
-def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
-              grid: dict[str, np.ndarray], measure: Measure) -> Traces:
-    """The loop of :func:`run_reference`."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions
@@ -73,8 +68,8 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         return xp.where(linear[:, None], w, x)
 
     def kl_at(states):
-        p, log_p = _softmax(xp, q[ar, states] / L.q_temperature)
-        return (p * (log_p - _softmax(xp, logits(states))[1])).sum(axis=1)
+        p, log_p = softmax(xp, q[ar, states] / L.q_temperature)
+        return (p * (log_p - softmax(xp, logits(states))[1])).sum(axis=1)
 
     def replay_kl(t):
         if cap == 0:
@@ -106,7 +101,7 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         if cap:
             ring[:, t % cap] = s
         o = s // view
-        pi, log_pi = _softmax(xp, logits(s))
+        pi, log_pi = softmax(xp, logits(s))
         u = rng.uniforms(xp, run_seed, [(t, rng.ACTION), (t, rng.ENV), (t + 1, rng.RESET)])
         a = xp.minimum((xp.cumsum(pi, axis=1) <= u[:, :1]).sum(axis=1), A - 1)
         s2, r, term = env.step(s, a, u[:, 1])
@@ -120,7 +115,7 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         r_pi = rn + aux_r * ((a == aux_action[ar, s]) & (~odd_only | (s % 2 == 1)))
         delta = r_pi + cont * v[ar, o2] - v[ar, o]
         v[ar, o] += L.critic_lr * delta
-        p_q, log_p_q = _softmax(xp, q[ar, s] / L.q_temperature)
+        p_q, log_p_q = softmax(xp, q[ar, s] / L.q_temperature)
         entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
         grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
                 + L.distill_lr * lam[:, None] * (p_q - pi))
@@ -130,7 +125,7 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         for k in range(D):  # W_k += φ_k(s)·grad / d
             step = grad / xp.maximum(feat, 1)[:, None]
             theta[:, k] += xp.where((linear & (k < feat))[:, None], xp.where(phi[ar, s, k][:, None] > 0, step, -step), 0.0)
-        _, log_pi2 = _softmax(xp, logits(s))
+        _, log_pi2 = softmax(xp, logits(s))
         kl_then = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi2)).sum(axis=1))
         kl = xp.where(before, kl_first, kl_then)
         measured = (site != KL_SITES["even"]) | (s % 2 == 0)
@@ -150,7 +145,7 @@ def _run_reference(backend, tables: Tables, groups: list[Arm], learning: Learnin
         s = xp.where(done, env.reset(u[:, 2]), s2)
         if (t + 1) % L.eval_every == 0:
             e = (t + 1) // L.eval_every - 1
-            log_pi_all = xp.stack([_softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
+            log_pi_all = xp.stack([softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
             mean, log_min = agreement(xp, q, log_pi_all, visited)
             unique = unique_agreement(xp, q, log_pi_all)
             odd = (xp.arange(S) % 2 == 1)[None, :]

@@ -41,6 +41,8 @@ CRITERIA = ("relative", "minimum", "signature")
 SETS = {"visited": ("agree_unique", "log10_min_unique"), "odd": ("agree_odd", "log10_min_odd"),
         "replay": ("agree_replay", "log10_min_replay")}
 POLICIES = ("view:1", "view:4", "linear")
+#: A grid point's axes, in the grid's order (regime-major: where, then when the KL is measured).
+GRID_AXES_2 = ("kl_site", "kl_before", "policy", "aux_reward")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def load_prereg2(path: Path | str = PREREGISTERED_2) -> Prereg2:
     def build(data: dict, rel: str) -> Prereg2:
         s, m = data["study"], data["measure"]
         first = load_prereg(ROOT / s["learning_from"])
-        grid = {k: tuple(data["grid"][k]) for k in ("kl_site", "kl_before", "policy", "aux_reward")}
+        grid = {k: tuple(data["grid"][k]) for k in GRID_AXES_2}
         if not set(grid["kl_site"]) <= set(KL_SITES) or not set(grid["policy"]) <= set(POLICIES):
             raise SuiteError(f"{path}: kl_site from {list(KL_SITES)}, policy from {list(POLICIES)}")
         return Prereg2(tuple(s["envs"]), s["seeds"], tuple(s["controllers"]), first.learning, int(m["features"]),
@@ -88,8 +90,7 @@ def load_prereg2(path: Path | str = PREREGISTERED_2) -> Prereg2:
 
 def grid_points(grid: dict[str, tuple]) -> list[dict]:
     """Every combination, regime-major (kl_site, then kl_before), then policy, then aux_reward."""
-    keys = ("kl_site", "kl_before", "policy", "aux_reward")
-    return [dict(zip(keys, c, strict=True)) for c in itertools.product(*(grid[k] for k in keys))]
+    return [dict(zip(GRID_AXES_2, c, strict=True)) for c in itertools.product(*(grid[k] for k in GRID_AXES_2))]
 
 
 def loop_grid(points: list[dict], features: int) -> dict[str, np.ndarray]:

@@ -65,14 +65,14 @@ def one_run(backend: Backend, name: str, subject: Subject, toy: Toy | None = Non
 
 
 def robustness(backend: Backend, subjects: dict[str, Subject], toy: Toy | None = None, seeds: int = 20,
-               grid: dict[str, tuple] = GRID, seed: int = 0) -> pd.DataFrame:
+               grid: dict[str, tuple] = GRID) -> pd.DataFrame:
     """Per controller and grid point, every controller on the same noise: the collapse fraction (q_pi_agree
     below the toy's threshold), the diverged fraction (λ reached +inf or the toy's state turned NaN, which
     the collapse test cannot see: a rule with no ceiling can ramp without bound) and the median lowest λ."""
     toy = toy or Toy()
     points = combinations(grid)
     with np.errstate(over="ignore", invalid="ignore"):  # λ → inf drives the toy's logits to NaN: counted below
-        batches = run_toy(backend, list(subjects.values()), toy, seeds=seeds, seed=seed, grid=points)
+        batches = run_toy(backend, list(subjects.values()), toy, seeds=seeds, grid=points)
     rows = []
     for name, b in zip(subjects, batches, strict=True):
         collapsed = b.collapsed.reshape(-1, seeds)
@@ -87,7 +87,7 @@ def robustness(backend: Backend, subjects: dict[str, Subject], toy: Toy | None =
 
 
 def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Controller, after: Controller,
-             toy: Toy | None = None, seeds: int = 20, grid: dict[str, tuple] = GRID, seed: int = 0,
+             toy: Toy | None = None, seeds: int = 20, grid: dict[str, tuple] = GRID,
              extra: dict[str, Subject] | None = None) -> pd.DataFrame:
     """All 16 combinations of the fix's four changes applied to the original, each over the grid × seeds.
 
@@ -98,22 +98,18 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     median log10 q_pi_agree_min, median λ min and max.
     """
     toy = toy or Toy()
-    combos = list(itertools.product((False, True), repeat=len(FACTORS)))
     labels, subjects = [], []
-    for combo in combos:
-        on = dict(zip(FACTORS, combo, strict=True))
-        source, seed_lambda = variant(original, before, after, [f for f in FACTORS if on[f]])
+    for combo in itertools.product((False, True), repeat=len(FACTORS)):
+        fixes = [f for f, applied in zip(FACTORS, combo, strict=True) if applied]
+        source, seed_lambda = variant(original, before, after, fixes)
         subjects.append(compile_subject(backend, source, slots, seed_lambda))
-        labels.append(("fixed (all four)" if all(combo) else "+".join(f for f in FACTORS if on[f]) or "original", on))
+        labels.append(("fixed (all four)" if all(combo) else "+".join(fixes) or "original", {f: f in fixes for f in FACTORS}))
     for name, s in (extra or {}).items():
         subjects.append(s)
         labels.append((name, dict.fromkeys(FACTORS, None)))
-    batches = run_toy(backend, subjects, toy, seeds=seeds, seed=seed, grid=combinations(grid))
-    rows = []
-    for (label, on), b in zip(labels, batches, strict=True):
-        rows.append({"variant": label, **on, "runs": len(b.collapsed),
-                     "collapse_fraction": float(b.collapsed.mean()),
-                     "median_log10_q_pi_agree_min": float(np.median(b.log10_q_pi_agree_min)),
-                     "median_lambda_min": float(np.median(b.lambda_min)),
-                     "median_lambda_max": float(np.median(b.lambda_max))})
-    return pd.DataFrame(rows)
+    batches = run_toy(backend, subjects, toy, seeds=seeds, grid=combinations(grid))
+    return pd.DataFrame([{"variant": label, **on, "runs": len(b.collapsed), "collapse_fraction": float(b.collapsed.mean()),
+                          "median_log10_q_pi_agree_min": float(np.median(b.log10_q_pi_agree_min)),
+                          "median_lambda_min": float(np.median(b.lambda_min)),
+                          "median_lambda_max": float(np.median(b.lambda_max))}
+                         for (label, on), b in zip(labels, batches, strict=True)])

@@ -35,6 +35,7 @@ import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.isv import new_isv
+from repro.learning.reference import softmax
 
 COLLAPSE = 1e-6  # q_pi_agree below this at any step counts as a collapse (the incident reached 1e-22)
 
@@ -75,12 +76,6 @@ class Batch:
         return self.log10_q_pi_agree_min < np.log10(COLLAPSE)
 
 
-def _softmax_parts(xp, logits):
-    z = logits - logits.max(axis=1, keepdims=True)
-    log_norm = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
-    return xp.exp(z - log_norm), z - log_norm
-
-
 @dataclass(frozen=True)
 class Subject:
     """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ).
@@ -119,9 +114,11 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     grid = grid or {}
     n_points = len(next(iter(grid.values()))) if grid else 1
     base = n_points * seeds
-    per_run = {k: xp.asarray(np.repeat(np.asarray(grid.get(k, [getattr(toy, k)] * n_points), float), seeds))[:, None]
-               for k in ("actor_lr", "kl_ema_rate", "kl_target")}
     K, G = toy.n_actions, len(subjects)
+    # per run, the same for every subject: the grid point's value (else the toy's), repeated over its seeds
+    actor_lr, ema_rate, target = (
+        xp.asarray(np.tile(np.repeat(np.asarray(grid.get(k, [getattr(toy, k)] * n_points), float), seeds), G))
+        for k in ("actor_lr", "kl_ema_rate", "kl_target"))
     rng = np.random.default_rng(seed)
     true = rng.standard_normal((base, K))
     best = true.argmax(axis=1)
@@ -130,14 +127,12 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
     own_d = xp.asarray(np.tile(own, (G, 1)))
     true_d = xp.asarray(np.tile(true, (G, 1)))
-    tile = lambda a: xp.tile(a, (G, 1))  # noqa: E731 - same per-run parameters for every subject
-    actor_lr, ema_rate, target = (tile(per_run[k]) for k in ("actor_lr", "kl_ema_rate", "kl_target"))
     n = G * base
     slots = subjects[0].kernel.slots
     isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
     floors = xp.asarray(np.repeat(np.float32([s.floor for s in subjects]), base))
     stepper = stepper or batched_stepper(subjects, base)
-    target32 = target[:, 0].astype(xp.float32)
+    target32 = target.astype(xp.float32)
     q = xp.zeros((n, K))
     own_est = xp.zeros((n, K))  # the actor's own value estimates, learned from the same rewards
     theta = xp.zeros((n, K))
@@ -159,13 +154,13 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
             noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
             q += toy.q_lr * (true_d + toy.reward_noise * noise - q)
             own_est += toy.q_lr * (own_d + toy.reward_noise * noise - own_est)
-            p_q, log_p_q = _softmax_parts(xp, q / toy.q_temperature)
-            pi, _ = _softmax_parts(xp, theta)
+            p_q, log_p_q = softmax(xp, q / toy.q_temperature)
+            pi, _ = softmax(xp, theta)
             advantage = own_est - own_est.mean(axis=1, keepdims=True)
-            theta += actor_lr * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
-            pi, log_pi = _softmax_parts(xp, theta)
+            theta += actor_lr[:, None] * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
+            pi, log_pi = softmax(xp, theta)
             kl = (p_q * (log_p_q - log_pi)).sum(axis=1)
-            ema = (1 - ema_rate[:, 0]) * ema + ema_rate[:, 0] * kl
+            ema = (1 - ema_rate) * ema + ema_rate * kl
             isv[:, slots.kl] = ema.astype(xp.float32)
             isv[:, slots.target] = target32
             stepper(isv)
@@ -182,12 +177,12 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
             if trace:
                 for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
                     rows[key].append(float(value))
-    to_np = (lambda a: xp.asnumpy(a)) if xp is not np else (lambda a: a)
+    to_np = xp.asnumpy if xp is not np else (lambda a: a)
     out = []
     for g in range(G):
         s = slice(g * base, (g + 1) * base)
         out.append(Batch(to_np(lam_min[s]), to_np(lam_max[s]), to_np(lam[s]), to_np(agree_min[s]),
                          to_np(log_agree_min[s]) / np.log(10), to_np(agree_min_late[s]), to_np(agree[s]),
                          to_np(floor_step[s]),
-                         rows if (trace and g == 0) else None))
+                         rows if g == 0 else None))
     return out
