@@ -11,16 +11,10 @@ import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS
 from repro.core.isv import new_isv
+from repro.core.softmax import softmax
 from repro.learning import rng
 from repro.learning.agent import FIRST_STUDY, KL_SITES, Arm, Learning, Measure, Traces, per_run
 from repro.learning.env import BatchedEnv, Tables
-
-
-def softmax(xp, logits):
-    """(p, log p) of a softmax over the last axis, from the max-shifted logits (the closed-loop toy's too)."""
-    z = logits - logits.max(axis=-1, keepdims=True)
-    log_p = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
-    return xp.exp(log_p), log_p
 
 
 # a rule without a ceiling may take λ to inf and π's logits to NaN: measured ("diverged"), not warned about

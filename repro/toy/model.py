@@ -35,7 +35,7 @@ import numpy as np
 
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.isv import new_isv
-from repro.learning.reference import softmax
+from repro.core.softmax import softmax
 
 COLLAPSE = 1e-6  # q_pi_agree below this at any step counts as a collapse (the incident reached 1e-22)
 
