@@ -10,6 +10,7 @@ import contextlib
 import json
 import shutil
 import signal
+import threading
 from argparse import Namespace
 
 import numpy as np
@@ -212,14 +213,26 @@ def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys,
 @pytest.mark.parametrize("ctrl_c", [True, False])
 def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypatch, ctrl_c):
     """pytest caught the Ctrl-C, then something raised as its session ended (no longer inside its handler, so the
-    error does not carry the KeyboardInterrupt): the run ends as interrupted; without a Ctrl-C the error stands."""
+    error does not carry the KeyboardInterrupt): the run ends as interrupted; without a Ctrl-C the error stands.
+
+    The Ctrl-C reaches the handler the bench installed by a direct call, not through the OS: a SIGINT raised inside
+    an xdist worker failed to reach it once in about 40 runs of the suite (the bench then saw no Ctrl-C). A real
+    SIGINT into the command is the slow job's test_ctrl_c_at_any_moment_is_one_line_exit_2[bench]."""
     def main(cmd):
         if ctrl_c:
+            handler = signal.getsignal(signal.SIGINT)
+            assert callable(handler), f"the bench installed no SIGINT handler ({handler!r})"
             with contextlib.suppress(KeyboardInterrupt):  # pytest catches it
-                signal.raise_signal(signal.SIGINT)
+                handler(signal.SIGINT, None)
         raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
 
-    monkeypatch.setattr(pytest, "main", main)
-    modes = tuple(m for m in bench.MODES if m.needs == "host")
-    with pytest.raises(KeyboardInterrupt if ctrl_c else TypeError):
-        bench_run.pytest_run(modes, Namespace(slow_ns=0, rounds=None), tmp_path / "run.json")
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the bench watches Ctrl-C from the main thread only, and this test does not run there")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner may have ignored it
+    try:
+        monkeypatch.setattr(pytest, "main", main)
+        modes = tuple(m for m in bench.MODES if m.needs == "host")
+        with pytest.raises(KeyboardInterrupt if ctrl_c else TypeError):
+            bench_run.pytest_run(modes, Namespace(slow_ns=0, rounds=None), tmp_path / "run.json")
+    finally:
+        signal.signal(signal.SIGINT, previous)
