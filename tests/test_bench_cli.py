@@ -215,9 +215,10 @@ def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypat
     """pytest caught the Ctrl-C, then something raised as its session ended (no longer inside its handler, so the
     error does not carry the KeyboardInterrupt): the run ends as interrupted; without a Ctrl-C the error stands.
 
-    The Ctrl-C reaches the handler the bench installed by a direct call, not through the OS: a SIGINT raised inside
-    an xdist worker failed to reach it once in about 40 runs of the suite (the bench then saw no Ctrl-C). A real
-    SIGINT into the command is the slow job's test_ctrl_c_at_any_moment_is_one_line_exit_2[bench]."""
+    The Ctrl-C reaches the handler the bench installed by a direct call, not through the OS: with a SIGINT raised
+    in an xdist worker the bench saw no Ctrl-C once in about 40 runs of the suite (CI, 2 December 2026; the cause
+    was not found). A real SIGINT into the command is the slow job's
+    test_ctrl_c_at_any_moment_is_one_line_exit_2[bench]."""
     def main(cmd):
         if ctrl_c:
             handler = signal.getsignal(signal.SIGINT)
