@@ -253,7 +253,7 @@ def _save(runs: list, args, folder: Path, old: list | None) -> list[Path]:
 
 def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None, skipped: dict,
            failed: bool) -> int:
-    df = runs[0].df  # the runs as measured: written[] holds the same files, moved
+    df = runs[0].df  # the runs as measured: written[] holds the same files, moved (each run's .path is stale)
     lines = ["FAILED a benchmark test failed: a mode timed wrong bits or failed one of its checks (pytest's output "
              "above)"] if failed else []
     label = f"controller slowed by {args.slow_ns} ns on purpose" if args.slow_ns else ""

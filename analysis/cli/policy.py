@@ -177,8 +177,16 @@ def progress(name: str) -> Callable[[str], None]:
 
 def command(name: str):
     """Decorator: ``main(argv) -> int`` run under :func:`run` (so that ``main([...])`` in a test or
-    ``python -m analysis NAME`` answer alike): ``main(argv)`` is ``run(NAME, body, argv)``."""
-    return lambda body: functools.wraps(body)(functools.partial(run, name, body))
+    ``python -m analysis NAME`` answer alike)."""
+
+    def wrap(body):
+        @functools.wraps(body)
+        def main(argv: list[str] | None = None) -> int:
+            return run(name, body, argv)
+
+        return main
+
+    return wrap
 
 
 def hold_interrupt() -> None:

@@ -70,10 +70,13 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
     doc = ev.controller[key]
     bound = F32(doc.value)
     lowest = key == "floor"
-    runs = _valid_runs(ev)
-    crossed = ((r, first_step(r.lam < bound if lowest else r.lam > bound)) for r in runs)
-    where = next((_at(r, step, "crossed", bound, "contract") for r, step in crossed if step is not None), None)
-    extreme = (min if lowest else max)((r.lam.min() if lowest else r.lam.max() for r in runs), default=None)
+    extreme, where = None, None
+    for r in _valid_runs(ev):
+        step = first_step(r.lam < bound if lowest else r.lam > bound)
+        if step is not None and where is None:
+            where = _at(r, step, "crossed", bound, "contract")
+        value = r.lam.min() if lowest else r.lam.max()
+        extreme = value if extreme is None else (min if lowest else max)(extreme, value)
     held = {}
     for name in scenarios:
         r = ev.run(name)
@@ -650,9 +653,9 @@ class Property:
         return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
 
 
-def _plain(check: Callable[..., Finding], *args) -> Callable[[Evidence, bool], Finding]:
-    """A record's check from ``check(evidence, *args)``: the rows that do not read ``--require-coverage``."""
-    return lambda ev, required: check(ev, *args)
+def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
+    """A record's check from ``check(evidence, **row)``: the rows that do not read ``--require-coverage``."""
+    return lambda ev, required: check(ev, **row)
 
 
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
@@ -671,19 +674,21 @@ _SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "req
 
 #: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
 RECORDS: dict[str, Property] = {p.key: p for p in (
-    Property(key="floor", check=_plain(_bound, "floor", ("aligned", "decay_from_ceiling")), needs=("catalogue",),
+    Property(key="floor", check=_plain(_bound, key="floor", scenarios=("aligned", "decay_from_ceiling")), needs=("catalogue",),
              reads=_BOUND, depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
-    Property(key="ceiling", check=_plain(_bound, "ceiling", ("diverged", "ramp_from_floor")), needs=("catalogue",),
+    Property(key="ceiling", check=_plain(_bound, key="ceiling", scenarios=("diverged", "ramp_from_floor")), needs=("catalogue",),
              reads=_BOUND, depends=frozenset({"ceiling"}), applies=lambda c: c.bound("ceiling") is not None),
-    Property(key="ramp", check=_plain(_rate, "ramp", "ramp_from_floor"), needs=("catalogue",), reads=_RATE,
+    Property(key="ramp", check=_plain(_rate, key="ramp", scenario="ramp_from_floor"), needs=("catalogue",), reads=_RATE,
              blames=frozenset({"ramp"}), depends=frozenset({"ramp", "floor", "ceiling"})),
-    Property(key="decay", check=_plain(_rate, "decay", "decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
+    Property(key="decay", check=_plain(_rate, key="decay", scenario="decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
              blames=frozenset({"decay"}), depends=frozenset({"decay", "floor", "ceiling"})),
-    Property(key="steps_to_double", needs=("catalogue",), reads=_COUNT,
-             check=_plain(_count, "steps_to_double", ("diverged", "ramp_from_floor"), 2.0, "steps to double (sustained high KL)"),
+    Property(key="steps_to_double", check=_plain(_count, key="steps_to_double", scenarios=("diverged", "ramp_from_floor"),
+                                                 factor=2.0, title="steps to double (sustained high KL)"),
+             needs=("catalogue",), reads=_COUNT,
              blames=frozenset({"ramp"}), depends=frozenset({"ramp", "ceiling"})),
-    Property(key="steps_to_halve", needs=("catalogue",), reads=_COUNT,
-             check=_plain(_count, "steps_to_halve", ("decay_from_ceiling", "aligned"), 0.5, "steps to halve (sustained low KL)"),
+    Property(key="steps_to_halve", check=_plain(_count, key="steps_to_halve", scenarios=("decay_from_ceiling", "aligned"),
+                                                factor=0.5, title="steps to halve (sustained low KL)"),
+             needs=("catalogue",), reads=_COUNT,
              blames=frozenset({"decay"}), depends=frozenset({"decay", "floor"})),
     Property(key="steps_to_floor", check=_plain(steps_to_floor), needs=("catalogue",),
              reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
@@ -699,9 +704,9 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
              depends=frozenset({"upper", "lower"})),
     # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
-    Property(key="ramp_onset", check=_plain(_onset, "ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="ramp_onset", check=_plain(_onset, which="ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
-    Property(key="decay_onset", check=_plain(_onset, "decay"), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="decay_onset", check=_plain(_onset, which="decay"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
     Property(key="guards", check=_plain(guards), needs=("guards",), depends=frozenset({"guard"}),
              differences=guard_differences,

@@ -51,7 +51,8 @@ class CompiledKernel(ABC):
         """All steps of all runs in one harness call.
 
         ``isv0`` is ``[S, isv_len]`` (with ``pad``: a flat window around the S rows);
-        ``kl`` and ``target`` are step-major ``[T, S]``.
+        ``kl`` and ``target`` are step-major ``[T, S]``; any dtype and layout (each backend converts them to
+        C-contiguous float32: the inference passes strided views).
         Returns ``(λ [T, S], final ISVs [S, isv_len] or the final window)``.
         """
 
