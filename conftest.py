@@ -151,6 +151,20 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize("subject", names, scope="session")
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in this test (a runner may have ignored it), put back after; skipped where
+    the test does not run in the main thread, the only one Python's signal handlers run in."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only, and this test does not run there")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="session")
 def contract():
     return load()

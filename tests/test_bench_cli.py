@@ -10,7 +10,6 @@ import contextlib
 import json
 import shutil
 import signal
-import threading
 from argparse import Namespace
 
 import numpy as np
@@ -211,7 +210,7 @@ def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys,
 
 
 @pytest.mark.parametrize("ctrl_c", [True, False])
-def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypatch, ctrl_c):
+def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypatch, ctrl_c, ctrl_c_raises):
     """pytest caught the Ctrl-C, then something raised as its session ended (no longer inside its handler, so the
     error does not carry the KeyboardInterrupt): the run ends as interrupted; without a Ctrl-C the error stands.
 
@@ -227,13 +226,7 @@ def test_an_error_pytest_raises_after_a_ctrl_c_is_the_ctrl_c(tmp_path, monkeypat
                 handler(signal.SIGINT, None)
         raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
 
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("the bench watches Ctrl-C from the main thread only, and this test does not run there")
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner may have ignored it
-    try:
-        monkeypatch.setattr(pytest, "main", main)
-        modes = tuple(m for m in bench.MODES if m.needs == "host")
-        with pytest.raises(KeyboardInterrupt if ctrl_c else TypeError):
-            bench_run.pytest_run(modes, Namespace(slow_ns=0, rounds=None), tmp_path / "run.json")
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    monkeypatch.setattr(pytest, "main", main)
+    modes = tuple(m for m in bench.MODES if m.needs == "host")
+    with pytest.raises(KeyboardInterrupt if ctrl_c else TypeError):
+        bench_run.pytest_run(modes, Namespace(slow_ns=0, rounds=None), tmp_path / "run.json")

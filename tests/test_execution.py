@@ -234,41 +234,33 @@ def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host)
     assert all(np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) for a, b in zip(answer.value, here, strict=True))
 
 
-def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(contract, host):
+def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(contract, host, ctrl_c_raises):
     """Ctrl-C pressed while a worker is being started reaches the command once it has started (it was
     ignored for the start, and lost: the command ran on to its end), and that worker is killed, not orphaned;
     a worker itself ignores SIGINT."""
     import multiprocessing as mp
     import os
     import signal
-    import threading
 
     from repro.runners import isolation
-
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only, and this test does not run there")
 
     class PressedDuringStart(mp.get_context("fork").Process):
         def start(self):
             super().start()
             os.kill(os.getpid(), signal.SIGINT)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner may have ignored it
+    started = PressedDuringStart(target=time.sleep, args=(60,), daemon=True)
+    with pytest.raises(KeyboardInterrupt):
+        isolation._start_deaf_to_ctrl_c(started)
+    assert started.exitcode == -signal.SIGKILL  # not left running, forgotten by the caller the Ctrl-C ended
+    entry = contract.controller("fixed")
+    worker = isolation.Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
     try:
-        started = PressedDuringStart(target=time.sleep, args=(60,), daemon=True)
-        with pytest.raises(KeyboardInterrupt):
-            isolation._start_deaf_to_ctrl_c(started)
-        assert started.exitcode == -signal.SIGKILL  # not left running, forgotten by the caller the Ctrl-C ended
-        entry = contract.controller("fixed")
-        worker = isolation.Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
-        try:
-            assert worker.ask(("nonfinite", None), timeout=60).ok
-            os.kill(worker.proc.pid, signal.SIGINT)
-            assert worker.ask(("nonfinite", None), timeout=60).ok and worker.proc.is_alive()
-        finally:
-            worker.stop()
+        assert worker.ask(("nonfinite", None), timeout=60).ok
+        os.kill(worker.proc.pid, signal.SIGINT)
+        assert worker.ask(("nonfinite", None), timeout=60).ok and worker.proc.is_alive()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        worker.stop()
 
 
 @pytest.mark.slow  # a fresh interpreter (multiprocessing's resource tracker not yet running) and a spawn: 1 s

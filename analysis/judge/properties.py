@@ -208,7 +208,8 @@ def _edge_doc(ctrl: Controller, side: str):
 def dead_zone(ev: Evidence) -> Finding:
     ctrl = ev.controller
     (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
-    moved = [(r, step) for r in ev.dead_zone if (step := first_step(bits(r.lam) != bits(r.scenario.lambda0))) is not None]
+    moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
+    moved = [(r, step) for r, step in moved if step is not None]
     steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
     title = (f"dead zone [{lo}, {up}] holds λ bit for bit" if ctrl.has("upper_edge")

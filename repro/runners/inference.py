@@ -207,8 +207,12 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     decay, decay_exact = _factor(*free_pairs(low))
     targets = np.asarray(PROBE_TARGETS, dtype=F32)
     probe_lambda = F32(np.sqrt(float(lo if floor else floor_doc) * float(hi if ceiling else ceiling_doc)))
-    found = onsets(kernel, targets, probe_lambda,
-                   one_step=lambda _, lam0, kl, target: run(np.full(np.size(kl), lam0, dtype=F32), kl, target, 1)[0])
+
+    def one_step(_kernel, lambda0, kl, target) -> np.ndarray:
+        """λ after one step from ``lambda0`` for each KL, in the inferred layout (the probes' stepper)."""
+        return run(np.full(np.size(kl), lambda0, dtype=F32), kl, target, 1)[0]
+
+    found = onsets(kernel, targets, probe_lambda, one_step=one_step)
     return Behaviour(read, written, kl_slot, target_slot, floor, ceiling, ramp, ramp_exact, decay, decay_exact,
                      _edge(targets, found["ramp"], upper=True), _edge(targets, found["decay"], upper=False),
                      {"onset_targets": [float(t) for t in targets], "onsets": {k: [float(x) for x in v]

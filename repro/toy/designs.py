@@ -108,8 +108,10 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
         subjects.append(s)
         labels.append((name, dict.fromkeys(FACTORS, None)))
     batches = run_toy(backend, subjects, toy, seeds=seeds, grid=combinations(grid))
-    return pd.DataFrame([{"variant": label, **on, "runs": len(b.collapsed), "collapse_fraction": float(b.collapsed.mean()),
-                          "median_log10_q_pi_agree_min": float(np.median(b.log10_q_pi_agree_min)),
-                          "median_lambda_min": float(np.median(b.lambda_min)),
-                          "median_lambda_max": float(np.median(b.lambda_max))}
-                         for (label, on), b in zip(labels, batches, strict=True)])
+    rows = []
+    for (label, on), b in zip(labels, batches, strict=True):
+        rows.append({"variant": label, **on, "runs": len(b.collapsed), "collapse_fraction": float(b.collapsed.mean()),
+                     "median_log10_q_pi_agree_min": float(np.median(b.log10_q_pi_agree_min)),
+                     "median_lambda_min": float(np.median(b.lambda_min)),
+                     "median_lambda_max": float(np.median(b.lambda_max))})
+    return pd.DataFrame(rows)
