@@ -1,8 +1,5 @@
 """Run the launch-overhead benchmark (pytest-benchmark), gate it on the machine's baseline, write its table and figure.
 
-    python -m analysis bench [--out DIR] [--record [--add]] [--baseline DIR] [--slow-ns NS] [--mode TEXT ...]
-                             [--rounds N]
-
 The benchmarks are ``tests/test_bench.py``'s, run by pytest-benchmark in a
 child process (``python -m pytest … --benchmark-only --benchmark-json``; its
 progress and table go to stderr as it runs). A machine's baseline is a folder
@@ -64,21 +61,6 @@ def _rounds(text: str) -> int:
         if 1 <= (n := int(text)) <= bench.ROUNDS_MAX:
             return n
     raise argparse.ArgumentTypeError(f"must be a whole number of rounds from 1 to {bench.ROUNDS_MAX}, not {text!r}")
-
-
-def parser() -> policy.Parser:
-    p = policy.Parser("bench", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=policy.path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
-                   "which git ignores; with --record on the reference machine the committed reports/bench)")
-    p.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as the baseline")
-    p.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
-    p.add_argument("--baseline", type=policy.path, help="baseline folder (default: reports/bench/baselines/<machine>)")
-    p.add_argument("--slow-ns", type=int, default=0,
-                   help=f"slow the controller by a busy wait of about NS ns (0 to {bench.SLOW_NS_MAX})")
-    p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
-    p.add_argument("--rounds", type=_rounds, metavar="N",
-                   help=f"timed rounds per mode (1 to {bench.ROUNDS_MAX}; default: each mode's own)")
-    return p
 
 
 def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
@@ -207,7 +189,18 @@ class _UntilInterrupted:
 
 @policy.command("bench")
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = policy.Parser("bench", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=policy.path, help="folder for the run's JSON, table and PNG (default: reports/bench/last-run, "
+                   "which git ignores; with --record on the reference machine the committed reports/bench)")
+    p.add_argument("--record", action="store_true", help="measure two back-to-back runs and save them as the baseline")
+    p.add_argument("--add", action="store_true", help="with --record: add the pair to the baseline's runs")
+    p.add_argument("--baseline", type=policy.path, help="baseline folder (default: reports/bench/baselines/<machine>)")
+    p.add_argument("--slow-ns", type=int, default=0,
+                   help=f"slow the controller by a busy wait of about NS ns (0 to {bench.SLOW_NS_MAX})")
+    p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
+    p.add_argument("--rounds", type=_rounds, metavar="N",
+                   help=f"timed rounds per mode (1 to {bench.ROUNDS_MAX}; default: each mode's own)")
+    args = p.parse_args(argv)
     modes, tag, folder, old = check(args)
     rig = bench.make_rig(load())
     skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}

@@ -1,9 +1,5 @@
 """The gate: measure a candidate kernel and compare every documented property with the contract.
 
-    python -m analysis gate [KERNEL.cu] [--contract NAME] [--backend auto|host|cupy]
-                            [--format text,json,junit,github] [--json PATH] [--junit PATH] [--sanitize]
-                            [--timeout S] [--require-coverage] [--debug]
-
 Exit 0 when every property holds, 1 when any is violated, 2 for anything that
 prevents a verdict (a usage error, a missing file, a kernel that does not
 compile or lacks the symbol, an output path that cannot be written, an
@@ -16,7 +12,6 @@ the scenario (exit 1), never a dead gate.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import time
@@ -37,7 +32,18 @@ FORMATS = ("text", "json", "junit", "github")
 MAX_TIMEOUT = 3600.0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _formats(values: list[str] | None) -> list[str]:
+    chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
+    if not chosen:
+        raise SuiteError(f"--format needs one of {', '.join(FORMATS)}")
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown:
+        raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(chosen))
+
+
+@policy.command("gate")
+def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("gate", description=__doc__.splitlines()[0])
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
@@ -54,22 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                              f"at most {MAX_TIMEOUT:g})")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
-    return parser
-
-
-def _formats(values: list[str] | None) -> list[str]:
-    chosen = [f.strip() for v in (values or ["text"]) for f in v.split(",") if f.strip()]
-    if not chosen:
-        raise SuiteError(f"--format needs one of {', '.join(FORMATS)}")
-    unknown = sorted(set(chosen) - set(FORMATS))
-    if unknown:
-        raise SuiteError(f"unknown --format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
-    return list(dict.fromkeys(chosen))
-
-
-@policy.command("gate")
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     start = time.perf_counter()
     contract_file = shown(CONTRACTS)
     kernel_file = shown(args.kernel) if args.kernel else "kernels"

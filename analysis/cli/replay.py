@@ -1,9 +1,5 @@
 """Replay a recorded KL trace through the controllers: what λ would have done.
 
-    python -m analysis replay TRACE.csv [--target KL] [--controller fixed|original|both]
-                           [--kernel PATH [--contract NAME]] [--allow-nonfinite]
-                           [--backend auto|host|cupy] [--csv OUT.csv] [--plot OUT.png] [--debug]
-
 The trace format (a sample: ``tests/data/sample_trace.csv``): UTF-8 CSV (a byte-order mark and CRLF line
 ends are accepted), a header line, one row per training step.
 

@@ -1,7 +1,5 @@
 """The report: figures and a summary that explain the collapse and the fix.
 
-    python -m analysis report [--out DIR] [--backend auto|host|cupy] [--kernel FIXED.cu]
-
 Writes ``DIR/summary.md``, PNG figures beside it, and ``DIR/data/`` (tidy
 trajectories as CSV, measured properties as JSON, the tables behind the
 figures). Every number in the summary comes from this run's measurements.

@@ -1,9 +1,5 @@
 """The learning-loop study: Q-learning and an actor on gymnasium toy-text tasks, the controller kernel driving λ.
 
-    python -m analysis study [--env NAME[,NAME…]] [--controllers fixed,original[,…]] [--seeds A:B]
-                          [--backend auto|host|cupy] [--json PATH] [--plot PATH] [--grid-plot PATH]
-                          [--markdown PATH] [--steps N]
-
 Defaults come from the pre-registered file (studies/preregistered.toml): its environments, seeds, controllers
 (``contract`` = every contract entry, ``const:X`` = λ held at X, ``ablation`` = the 14 ablation variants,
 ``ablation:floor+seed`` = one of them) and grid. ``--steps`` shortens the runs (the JSON then says it is not

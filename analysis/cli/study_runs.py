@@ -83,8 +83,8 @@ def preregistered_first(backend, sources: dict | None = None) -> dict:
     return run_first(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
 
 
-def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None, progress=None,
-               incident_steps: int | None = None) -> dict:
+def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None,
+               progress=lambda line: None, incident_steps: int | None = None) -> dict:
     """The second study's JSON; arguments left None are as pre-registered. ``progress`` (a callable taking one
     line) hears when each environment starts and when it is done, with its wall time (s); ``incident_steps``: the
     incident figure's run length (steps; default pre-registered)."""
@@ -115,15 +115,13 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         groups = list(pool.map(lambda n: ctl.group(backend, n, contract), names))
     for env in envs:
         start = time.perf_counter()
-        if progress:  # the first line a user sees, before the minutes of the first task
-            progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps …")
+        what = f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps"
+        progress(f"{what} …")  # the first line a user sees, before the minutes of the first task
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                      traces, len(seeds), c, signature_steps(prereg))
-        if progress:
-            progress(f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps "
-                     f"in {time.perf_counter() - start:.1f} s")
+        progress(f"{what} in {time.perf_counter() - start:.1f} s")
     if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
         result["incident"] = incident(backend, prereg, seed, steps=incident_steps)
@@ -138,7 +136,7 @@ def reduced_second(backend, prereg: Prereg2 | None = None) -> dict:
 
 
 def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13), false_alarm: float = 0.05,
-              progress=None) -> dict:
+              progress=lambda line: None) -> dict:
     """The calibration's JSON (constant λ only, its own seeds): :data:`analysis.judge.second_study.CALIBRATION_RULE`;
     the K chosen is the smallest with λ = 1's rate there at most ``false_alarm``, pooled over both tasks. Also: how
     many states keep a unique greedy action, λ = 0's level."""
@@ -156,7 +154,6 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
         out["envs"][env], env_trips = second_study.calibration_block(tables, names, points, traces, len(seeds),
                                                                      prereg.criteria, signature_steps(prereg), candidates)
         trips.append(env_trips)
-        if progress:
-            progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
+        progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
     out["pooled_effective_points"], out["chosen_consecutive"] = second_study.calibration_pooled(trips, false_alarm)
     return out

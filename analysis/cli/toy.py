@@ -1,8 +1,5 @@
 """Run the closed-loop toy with one controller kernel driving λ.
 
-    python -m analysis toy --controller NAME [--kernel PATH] [--backend auto|host|cupy] [--steps N]
-                                [--seed S] [--json PATH] [--plot PATH.png] [--debug]
-
 ``--kernel`` runs a candidate .cu in place of the contract's kernel (seeded
 with ``--controller``'s documented seed λ). ``--steps`` is at most 10⁶ (about
 50 s on 2 cores; from 10⁵ steps, progress on stderr every tenth), ``--seed`` below 2⁶³.
@@ -46,9 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SuiteError(f"--seed must be an integer from 0 to {MAX_SEED}, not {args.seed}")
     contract = load()
     entry = contract.controller(args.controller)
-    kernel = args.kernel or entry.kernel
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png")],
-                  inputs=[("kernel", kernel), ("contract", contract.path)])
+                  inputs=[("kernel", args.kernel or entry.kernel), ("contract", contract.path)])
     source = contract.source(args.controller, args.kernel)
     backend = get_backend(args.backend)
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None

@@ -147,8 +147,7 @@ def figure(df: pd.DataFrame):
     ax.set(xscale="log", xlabel="µs per step (median; whiskers: interquartile range; log)",
            title="What the controller costs per training step, beside an empty kernel")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
+    return plots.tight(fig)
 
 
 def header(title: str, machine: dict, runs: list[str]) -> str:

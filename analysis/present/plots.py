@@ -28,6 +28,12 @@ plt.rcParams.update({"figure.dpi": DPI, "axes.grid": True, "grid.alpha": 0.3, "f
                      "axes.titlesize": 10, "legend.fontsize": 8})
 
 
+def tight(fig):
+    """``fig`` after ``tight_layout`` (a figure's last step before it is returned)."""
+    fig.tight_layout()
+    return fig
+
+
 def _series(traj: pd.DataFrame, controller: str, scenario: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps from 0, λ with λ0 at step 0) of one run."""
     rows = traj[(traj.controller == controller) & (traj.scenario == scenario)].sort_values("step")
@@ -102,8 +108,7 @@ def ramp_decay(traj, counts: dict[str, dict[str, int]]):
               title="Decay: halving from the ceiling", ylim=(5e-4, 1.5))
     left.legend(loc="upper left")
     right.legend(loc="lower left")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def dead_zone(traj, contracts: dict[str, Controller]):
@@ -123,8 +128,7 @@ def dead_zone(traj, contracts: dict[str, Controller]):
     top.legend(loc="upper left", ncol=3)
     bottom.set(yscale="log", xlabel="training step", ylabel="λ (log)")
     bottom.legend(loc="upper left")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def noise_tolerance(noise: dict[str, pd.DataFrame], contracts: dict[str, Controller],
@@ -170,8 +174,7 @@ def oscillation_recovery(traj, recovery: dict[str, pd.DataFrame]):
     right.set(xscale="log", xlabel="length of the aligned stretch (steps, log)",
               ylabel="steps of high KL to regain the seed λ", title="Recovery after an aligned stretch")
     right.legend(loc="upper left")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def scenario_grid(traj, scenarios: list[str]):
@@ -196,8 +199,7 @@ def scenario_grid(traj, scenarios: list[str]):
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0))
     fig.suptitle("Every catalogue scenario, both controllers", y=1.03)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def bad_input(outcomes: pd.DataFrame):
@@ -220,8 +222,7 @@ def bad_input(outcomes: pd.DataFrame):
         ax.set_title(LABELS[name], color=COLORS[name])
     axes[0].set_ylabel("the unusual value")
     fig.suptitle("Bad input: what one step does to λ (other inputs valid: seed λ, target, KL in the named regime)")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def save(fig, path) -> None:
@@ -252,8 +253,7 @@ def closed_loop(results: dict[str, dict]):
                     ha="right", fontsize=8)
     bottom.set(yscale="log", xscale="log", xlabel="training step (log)", ylabel="q_pi_agree = π(argmax Q) (log)")
     bottom.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def ablation(table: pd.DataFrame):
@@ -272,8 +272,7 @@ def ablation(table: pd.DataFrame):
     ax.set(xlim=(0, 1.25), xlabel=f"fraction of runs that collapse (q_pi_agree < {COLLAPSE:g}), {int(table.runs.iloc[0])} runs "
                                    "each (grid × seeds)",
            title="Which fix prevents the collapse: the original with each combination of the four changes")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def replay(frame: pd.DataFrame):
@@ -286,5 +285,4 @@ def replay(frame: pd.DataFrame):
         bottom.plot(part.step, part["lambda"], color=COLORS.get(name, "k"), lw=1.3, label=LABELS.get(name, name))
     bottom.set(yscale="log", xlabel="step", ylabel="λ (log)")
     bottom.legend(loc="best")
-    fig.tight_layout()
-    return fig
+    return tight(fig)

@@ -122,8 +122,7 @@ def message(f: Finding, contract_file: str) -> str:
 
 def behaves_as(items: list[tuple[str, str, str | None]]) -> str:
     """ "behaves as: floor 0.1 (contract 0.05), ramp ×1.2, …" """
-    parts = [f"{q} {m}" + (f" (contract {d})" if d is not None else "") for q, m, d in items]
-    return "behaves as: " + ", ".join(parts)
+    return "behaves as: " + ", ".join(f"{q} {m}" + (f" (contract {d})" if d is not None else "") for q, m, d in items)
 
 
 def table(findings: list[Finding], contract_file: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.present.plots import COLORS, plt  # pyplot with the Agg backend and the report's style
+from analysis.present.plots import COLORS, plt, tight  # pyplot with the Agg backend and the report's style
 
 CONST_COLORS = {"const:0.001": "#bdbdbd", "const:0.05": "#969696", "const:0.1": "#636363", "const:1": "#252525"}
 
@@ -53,8 +53,7 @@ def overview(result: dict):
             if ylim:
                 ax.set_ylim(*ylim)
         row[1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def grid_heatmap(result: dict):
@@ -76,8 +75,7 @@ def grid_heatmap(result: dict):
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         for (i, j), v in np.ndenumerate(data):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v > 0.6 else "black")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def incident(result: dict):
@@ -107,8 +105,7 @@ def incident(result: dict):
     axes[0, 0].legend(fontsize=8)
     axes[1, 0].legend(fontsize=7)
     axes[2, 1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def second_overview(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")):
@@ -131,5 +128,4 @@ def second_overview(result: dict, names=("original", "fixed", "const:0", "const:
             ax.set(xticks=range(len(regs)), ylim=(0, 1), title=f"{env}: {crit}", ylabel="fraction of runs")
             ax.set_xticklabels(regs, fontsize=7)
         row[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)

@@ -188,7 +188,7 @@ def regime_answers(result: dict) -> list[str]:
         for j, r in enumerate(block["regimes"]):
             parts = []
             for crit in ("relative", "minimum"):
-                o, f = (ctrl[n][crit] for n in ("original", "fixed"))
+                o, f, one = (ctrl[n][crit]["per_regime"][j]["fraction"] for n in ("original", "fixed", "const:1"))
                 m = pair[crit]["per_regime"][j]
                 against_one = sm.regime_test(block, crit, "original", "const:1", j)
                 if not sm.a_more(against_one):  # what "collapse" means here: more often than λ held at 1
@@ -199,9 +199,7 @@ def regime_answers(result: dict) -> list[str]:
                     answer = f"the original collapses and the fixed kernel more often still (p = {_p(m['p'])})"
                 else:
                     answer = f"the original collapses and the fix does not prevent it (p = {_p(m['p'])})"
-                parts.append(f"{crit}: original {_pct(o['per_regime'][j]['fraction'])}, fixed "
-                             f"{_pct(f['per_regime'][j]['fraction'])}, λ = 1 "
-                             f"{_pct(ctrl['const:1'][crit]['per_regime'][j]['fraction'])} — {answer}")
+                parts.append(f"{crit}: original {_pct(o)}, fixed {_pct(f)}, λ = 1 {_pct(one)} — {answer}")
             out.append(f"- {env}, KL on the {_regime_name(r)}: " + "; ".join(parts) + ".")
     return out
 

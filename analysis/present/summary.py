@@ -181,12 +181,11 @@ def _figure_notes(report: Report, numbers: Numbers, name: str) -> list[str]:
     if name == "fig4_noise_tolerance.png":
         rows = ["| σ | " + " | ".join(f"{n}: measured / predicted" for n in CONTROLLERS) + " |",
                 "|---|" + "---|" * len(CONTROLLERS)]
-        for i, sigma in enumerate(report.noise[CONTROLLERS[0]].sigma):
-            if i % 5:
-                continue
+        sigmas = report.noise[CONTROLLERS[0]].sigma
+        for i in range(0, len(sigmas), 5):
             cells = [f"{report.noise[n].changed_fraction.iloc[i]:.3f} / {numbers.noise_predicted[n][i]:.3f}"
                      for n in CONTROLLERS]
-            rows.append(f"| {sigma:g} | " + " | ".join(cells) + " |")
+            rows.append(f"| {sigmas.iloc[i]:g} | " + " | ".join(cells) + " |")
         return rows + [""]
     if name == "fig5_oscillation_recovery.png":
         rows = ["| aligned stretch (steps) | " + " | ".join(f"{n}: λ after → steps to regain seed λ"
@@ -225,10 +224,9 @@ def _figure_notes(report: Report, numbers: Numbers, name: str) -> list[str]:
 def _bench_section(bench: tuple, drift: dict[str, dict[str, float]] | None, bench_dir: Path) -> list[str]:
     """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``."""
     df, _, machine, paths, checks = bench
-    table = bench_report.table(df, drift, checks)
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
     runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
     return ["## Launch overhead (benchmark)", "",
             f"From the benchmark runs {runs} ({where}; pytest-benchmark JSON; a separate job, `tox -e bench`).", "",
-            table, "", "![launch overhead](bench/bench.png)", ""]
+            bench_report.table(df, drift, checks), "", "![launch overhead](bench/bench.png)", ""]
