@@ -87,11 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     data = {**verdict.as_dict(), "kernel": shown(verdict.source.origin), "exit_code": code}
     for row, f in zip(data["properties"], verdict.findings, strict=True):
         row["message"] = render.message(f, contract_file)  # the row as the table and JUnit say it
-    suite = f"gate.{args.contract}"
     printed = {
         "text": lambda: render.verdict(verdict, contract_file),
         "json": lambda: render.to_json(data),
-        "junit": lambda: render.junit(verdict.findings, contract_file, suite, verdict.seconds).rstrip(),
+        "junit": lambda: render.junit(verdict.findings, contract_file, f"gate.{args.contract}", verdict.seconds).rstrip(),
         "github": lambda: "\n".join(render.github(verdict.findings, kernel_file, contract_file)),
     }
     for fmt in formats:

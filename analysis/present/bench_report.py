@@ -33,8 +33,7 @@ def _gate_cell(check: ModeCheck | None) -> str:
     what = "median" if check.metric == "median" else "ratio"
     if check.now is None:
         return f"{what} ≤ +{check.threshold:.1%}"
-    verdict = "**REGRESSED**" if check.regressed else "ok"
-    return f"{what} {check.change:+.1%} (≤ +{check.threshold:.1%}) {verdict}"
+    return f"{what} {check.change:+.1%} (≤ +{check.threshold:.1%}) {'**REGRESSED**' if check.regressed else 'ok'}"
 
 
 def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
@@ -124,8 +123,7 @@ def modes_table(df: pd.DataFrame, checks: list[ModeCheck] | None, skipped: dict[
             what = "controller median" if c.metric == "median" else "controller/empty ratio of the same run"
             gate = f"{what}, fails beyond +{c.threshold:.1%} (baseline spread {c.spread:.1%})"
         lines.append(f"| {mode} | {r['what']} | {r['clock']} | {r['set_by']} | {gate} |")
-    for mode, why in skipped.items():
-        lines.append(f"| {mode} | not run here: {why} | — | — | — |")
+    lines += [f"| {mode} | not run here: {why} | — | — | — |" for mode, why in skipped.items()]
     return "\n".join(lines)
 
 

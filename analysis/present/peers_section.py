@@ -106,8 +106,7 @@ def markdown(measures: dict[str, PeerMeasures], tab: pd.DataFrame) -> list[str]:
              + (", ".join(n for n in _peers(measures) if measures[n].controller.guarded) or "none does")
              + "). The ISV slot is float32, so a coefficient that the source keeps in double is rounded to float32 "
              "after each update. Each row is this release:", ""]
-    for name in _peers(measures):
-        lines.append(f"- **{name}**: {measures[name].controller.release_text()}")
+    lines += [f"- **{name}**: {measures[name].controller.release_text()}" for name in _peers(measures)]
     cols = list(tab.columns)
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in tab.itertuples(index=False):

@@ -37,9 +37,8 @@ def tight(fig):
 def _series(traj: pd.DataFrame, controller: str, scenario: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps from 0, λ with λ0 at step 0) of one run."""
     rows = traj[(traj.controller == controller) & (traj.scenario == scenario)].sort_values("step")
-    steps = np.concatenate([[0], rows.step.to_numpy()])
-    lam = np.concatenate([[rows.lambda0.iloc[0]], rows["lambda"].to_numpy()])
-    return steps, lam
+    return (np.concatenate([[0], rows.step.to_numpy()]),
+            np.concatenate([[rows.lambda0.iloc[0]], rows["lambda"].to_numpy()]))
 
 
 def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int | None]):
@@ -196,8 +195,7 @@ def scenario_grid(traj, scenarios: list[str]):
         ax.set_ylabel("λ (log)")
     for ax in axes[-1, :]:
         ax.set_xlabel("step")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0))
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0))
     fig.suptitle("Every catalogue scenario, both controllers", y=1.03)
     return tight(fig)
 
@@ -243,8 +241,7 @@ def closed_loop(results: dict[str, dict]):
         steps = np.arange(1, len(tr["lambda"]) + 1)
         color = COLORS.get(name, "k")
         top.plot(steps, tr["lambda"], color=color, lw=1.4, label=LABELS.get(name, name))
-        agree = np.maximum(np.asarray(tr["q_pi_agree"]), 1e-300)
-        bottom.plot(steps, agree, color=color, lw=1.4,
+        bottom.plot(steps, np.maximum(np.asarray(tr["q_pi_agree"]), 1e-300), color=color, lw=1.4,
                     label=f"{name}: min 10^{r['log10_q_pi_agree_min']:.1f}")
     top.set(yscale="log", ylabel="λ (log)", title="Closed loop: the controller kernel drives a Q→π distillation toy")
     top.legend(loc="lower right")

@@ -113,11 +113,9 @@ def hints(f: Finding, contract_file: str) -> list[str]:
 def message(f: Finding, contract_file: str) -> str:
     """The row as one paragraph (pytest assertion, JUnit failure message)."""
     text = f"{f.key}: {'PASS' if f.ok else 'FAIL'} — documented {documented(f)}, measured {measured(f)}"
-    if not f.ok:
-        text += f"; first shows: {where(f.where)}" if f.where else ""
-        for h in hints(f, contract_file):
-            text += f"; {h}"
-    return text
+    if f.where and not f.ok:
+        text += f"; first shows: {where(f.where)}"
+    return text + "".join(f"; {h}" for h in hints(f, contract_file))  # no hints for a passing row
 
 
 def behaves_as(items: list[tuple[str, str, str | None]]) -> str:
@@ -137,10 +135,9 @@ def table(findings: list[Finding], contract_file: str) -> str:
     out = [line(head), line(["-" * w for w in widths])]
     for f, row in zip(findings, rows, strict=True):
         out.append(line(row))
-        if not f.ok:
-            if f.where:
-                out.append(f"    first shows: {where(f.where)}")
-            out += [f"    {h}" for h in hints(f, contract_file)]
+        if f.where and not f.ok:
+            out.append(f"    first shows: {where(f.where)}")
+        out += [f"    {h}" for h in hints(f, contract_file)]  # none for a passing row
     return "\n".join(out)
 
 

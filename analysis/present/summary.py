@@ -80,11 +80,8 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
         f"- suite commit: `{h['suite_commit']}`",
         f"- backend: `{h['backend']}` on {h['device']}",
     ]
-    for n in CONTROLLERS:
-        k = h["kernels"][n]
-        lines.append(f"- {n} kernel: `{k['path']}` sha256 `{k['sha256']}`")
-    for k, studied in h.get("studies", {}).items():
-        lines.append(f"- {k} learning-loop study: {studied}")
+    lines += [f"- {n} kernel: `{h['kernels'][n]['path']}` sha256 `{h['kernels'][n]['sha256']}`" for n in CONTROLLERS]
+    lines += [f"- {k} learning-loop study: {studied}" for k, studied in h.get("studies", {}).items()]
     lines += ["", *_in_brief(report, numbers)]
     lines += ["", "## Verdicts", ""]
     for n in CONTROLLERS:
@@ -98,8 +95,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
               "⌈ln(λ0/floor) / −ln decay⌉, and the float32 band edges fl(target·tol), fl(target/tol).", "",
               "| property | fixed: documented | predicted | measured | | original: documented | predicted "
               "| measured | |", "|---|---|---|---|---|---|---|---|---|"]
-    keys = list(dict.fromkeys([f.key for f in v["fixed"].findings] + [f.key for f in v["original"].findings]))
-    for key in keys:
+    for key in dict.fromkeys([f.key for f in v["fixed"].findings] + [f.key for f in v["original"].findings]):
         cells = [key]
         for n in CONTROLLERS:
             f = v[n].finding(key)
@@ -113,8 +109,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", *study_section.second_section(report.study2)]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
-        lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", ""]
-        lines += _figure_notes(report, numbers, name)
+        lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", "", *_figure_notes(report, numbers, name)]
     lines += _bench_section(bench, drift, bench_dir) if bench else []
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
               "backend, scenario, step, kl, kl_target, lambda, …), `properties.json` (every measured property), "
