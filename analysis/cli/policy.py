@@ -197,18 +197,6 @@ def hold_interrupt() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
-@contextlib.contextmanager
-def _interrupt_after():
-    """SIGINT blocked inside; unblocked after, where a pending Ctrl-C arrives as KeyboardInterrupt at a clean
-    point (under :func:`run`: one line, exit 2)."""
-    hold_interrupt()
-    try:
-        yield
-    finally:
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def dispatch(argv: list[str]) -> int:
     """``python -m analysis COMMAND ARGS``: import the command's module (lazily: ``--help`` costs no numpy)
     and run its ``main`` under :func:`run`; an interrupt or a missing package during the import is one line."""
@@ -228,12 +216,15 @@ def dispatch(argv: list[str]) -> int:
             return 0
         if not known:
             raise SuiteError(f"unknown command {argv[0]!r} (one of: {', '.join(COMMANDS)})")
+        hold_interrupt()
         try:
-            with _interrupt_after():
-                module = importlib.import_module(COMMANDS[argv[0]][0])
+            module = importlib.import_module(COMMANDS[argv[0]][0])
         except ModuleNotFoundError as err:
             raise SuiteError(f"missing dependency {err.name!r} (install the dependency groups: pip install --group "
                              "run, and --group study for the study; pip ≥ 25.1, see the README)") from None
+        finally:  # a pending Ctrl-C arrives here as KeyboardInterrupt, at a clean point (under run: one line, exit 2)
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         return module.main(rest)
 
     return run(argv[0] if known else "analysis", body, argv[1:])

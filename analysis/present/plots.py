@@ -185,16 +185,12 @@ def scenario_grid(traj, scenarios: list[str]):
         for name in ("original", "fixed"):
             x, lam = _series(traj, name, scenario)
             ax.plot(x, lam, color=COLORS[name], lw=1.1, label=LABELS[name])
-        ax.set_yscale("log")
-        ax.set_ylim(5e-4, 1.5)
+        ax.set(yscale="log", ylim=(5e-4, 1.5))
         ax.set_title(scenario, fontsize=9)
         ax.tick_params(labelsize=7)
-    for ax in axes.flat[len(scenarios):]:
-        ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("λ (log)")
-    for ax in axes[-1, :]:
-        ax.set_xlabel("step")
+    plt.setp(axes.flat[len(scenarios):], visible=False)
+    plt.setp(axes[:, 0], ylabel="λ (log)")
+    plt.setp(axes[-1, :], xlabel="step")
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0))
     fig.suptitle("Every catalogue scenario, both controllers", y=1.03)
     return tight(fig)
@@ -207,8 +203,7 @@ def bad_input(outcomes: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     for ax, name in zip(axes, ("original", "fixed"), strict=True):
         d = outcomes[outcomes.controller == name]
-        ax.set_xlim(0, len(columns))
-        ax.set_ylim(len(values), 0)
+        ax.set(xlim=(0, len(columns)), ylim=(len(values), 0))
         for _, r in d.iterrows():
             i, j = values.index(r.value), columns.index(r.column)
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=OUTCOME_COLORS.get(r.outcome, "#fb6a4a"), ec="white"))
