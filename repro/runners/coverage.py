@@ -35,6 +35,8 @@ __all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "gcov_una
 
 _DUMP = '\nextern "C" void __gcov_dump(void);\nextern "C" void rlq_gcov_dump(void) { __gcov_dump(); }\n'
 COVERAGE_FLAGS = tuple(f for f in FLAGS if f != "-O2") + ("-O0", "--coverage")
+#: s for the worker to write its counters.
+LIMIT_DUMP = 10.0
 
 
 def _gcov() -> str:
@@ -111,12 +113,11 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
     folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-"))
     try:
         lib = _build(backend, source, slots, folder)
-        worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
-                        load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
-        runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
-        runner.known.update(hung or {})
         faults = []
-        try:
+        with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
+                    load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots)) as worker:
+            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
+            runner.known.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
                     skipped.append((group, f"the coverage build hung in {faults[0].group}"))
@@ -128,19 +129,11 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                     progress("coverage " + said(group, bool(got), bad, per[group]))
             if clock.limit(LIMIT_DUMP) > 0:
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
-        except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-            worker.discard()
-            raise
-        worker.stop()
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
         return _parse(data.stdout, source, tuple(faults), tuple(skipped))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-#: s for the worker to write its counters.
-LIMIT_DUMP = 10.0
 
 
 def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:

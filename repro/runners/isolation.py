@@ -188,6 +188,15 @@ class Worker:
         self.spare = None
         self.lost = False
 
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None:
+            self.stop()
+        else:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
+            self.discard()
+
     def _launch(self):
         """A new worker process and its pipe, not yet waited for."""
         forkable = self.method == "fork"
@@ -308,9 +317,16 @@ class SuiteFailure(SuiteError):
     """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
 
-def derive_limits(reference: dict[str, float], factor: float = LIMIT_FACTOR, floor: float = LIMIT_FLOOR) -> dict[str, float]:
-    """Each request's limit (s): ``factor`` × the reference kernel's wall time for it, at least ``floor``."""
-    return {name: max(floor, factor * seconds) for name, seconds in reference.items()}
+def derive_limits(reference: dict[str, float]) -> dict[str, float]:
+    """Each request's limit (s): :data:`LIMIT_FACTOR` × the reference kernel's wall time for it, at least :data:`LIMIT_FLOOR`."""
+    return {name: max(LIMIT_FLOOR, LIMIT_FACTOR * seconds) for name, seconds in reference.items()}
+
+
+def derived(reference: dict[str, float], budget: float | None) -> tuple[dict[str, float], Limits]:
+    """:func:`derive_limits` of ``reference``, and the groups' limits as evidence (``budget``: the gathering's)."""
+    per = derive_limits(reference)
+    return per, Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(reference), factor=LIMIT_FACTOR,
+                       floor=LIMIT_FLOOR)
 
 
 def derive_budget(reference: dict[str, float]) -> float:
@@ -340,15 +356,14 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                    inference: bool = False, load: Callable[[], CompiledKernel] | None = None) -> tuple[dict[str, float], dict]:
     """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
     it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
-    worker = Worker(backend, source, slots, controller, seed, load=load)
     seconds, results = {}, {}
-    try:
+    with Worker(backend, source, slots, controller, seed, load=load) as worker:
         start = time.monotonic()
         started = worker._start()
         if started is not None:
             raise SuiteFailure(f"the reference kernel {source.origin} did not load: {started.fault or started.value}")
         seconds["startup"] = time.monotonic() - start
-        for request in (*GROUPS, *((INFERENCE,) if inference else ())):
+        for request in (*GROUPS, INFERENCE) if inference else GROUPS:
             start = time.monotonic()
             answer = worker.ask((request, None), DEFAULT_TIMEOUT)
             seconds[request] = time.monotonic() - start
@@ -356,10 +371,6 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                 raise SuiteFailure(f"the reference kernel {source.origin} failed in {request}: "
                                    f"{answer.fault or answer.value}")
             results[request] = answer.value
-    except BaseException:
-        worker.discard()
-        raise
-    worker.stop()
     return seconds, results
 
 
@@ -430,8 +441,9 @@ class GroupRunner:
 
     def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
             ) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
-        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``sent``: its first request
-        and answer, where :meth:`ask_together` sent it."""
+        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group, or of a request outside the
+        groups (the inference: run as one); ``sent``: its first request and answer, where :meth:`ask_together`
+        sent it."""
         clock, worker = self.clock, self.worker
         first = self._first(group)
         # A request sent side by side counts only where it is still the group's own (a search since may have
@@ -493,19 +505,6 @@ class GroupRunner:
             faults.insert(0, Fault(group, "", *answer.fault))
         return {group: partial}, faults, skipped
 
-    def ask(self, request: str) -> tuple[object, list[Fault]]:
-        """One request outside the groups (the inference): its value (None when it failed) and faults."""
-        limit = self.clock.limit(self.limits.get(request, DEFAULT_TIMEOUT))
-        if limit <= 0:
-            return None, [self.clock.over(request)]
-        answer = self.worker.ask((request, None), limit)
-        if answer.ok:
-            return answer.value, []
-        if answer.fault is None:
-            raise SuiteFailure(f"{request}: {answer.value}")
-        self.hung |= answer.fault[0] == "timeout"
-        return None, [Fault(request, "", *answer.fault)]
-
 
 def said(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
     """One progress line: the group, how it ended, its limit."""
@@ -526,22 +525,17 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     error is the caller's to report. ``inference`` also measures the rule the kernel behaves as
     (``Evidence.behaviour``) in the worker; a crash or hang there is one more fault.
     """
-    requests = (*GROUPS, INFERENCE)
     if timeout is not None:
-        per, limits = dict.fromkeys(requests, timeout), Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+        per, limits = dict.fromkeys((*GROUPS, INFERENCE), timeout), Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+    elif reference is None:
+        raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
     else:
-        if reference is None:
-            raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
-        per = derive_limits(reference)
-        limits = Limits({g: per[g] for g in GROUPS}, budget=clock.budget if clock else None,
-                        reference=dict(reference), factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
+        per, limits = derived(reference, clock.budget if clock else None)
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
-    worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"))
-    runner = GroupRunner(worker, controller, per, clock, seed)
-    behaviour = None
     results, faults, skipped = {}, [], []
-    try:
+    with Worker(backend, source, slots, controller, seed, startup=per.get("startup")) as worker:
+        runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
             if runner.hung and not together and i < len(GROUPS) - 1:
@@ -556,12 +550,9 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
             say(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
         elif inference:
-            behaviour, bad = runner.ask(INFERENCE)
+            got, bad, _ = runner.run(INFERENCE)
+            results |= got
             faults += bad
-            say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
-    except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-        worker.discard()
-        raise
-    worker.stop()
-    return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
+            say(said(INFERENCE, bool(got), bad, per[INFERENCE]))
+    return assemble(controller, slots, results, faults, seed, behaviour=results.get(INFERENCE), limits=limits,
                     skipped=tuple(skipped))
