@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from repro.backends import Backend, backend_unavailable, get_backend, ptx
+from repro.backends import Backend, get_backend, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -93,7 +93,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                                         reference=times, clock=clock, progress=progress)
     coverage_report = None
     if coverage:
-        reason = cov.gcov_unavailable() or backend_unavailable("host")
+        reason = cov.gcov_unavailable()  # the host backend's reason included
         if reason:
             notes.append(f"coverage not measured: {reason}")
             unavailable.add("coverage")

@@ -180,8 +180,7 @@ class Worker:
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
         self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
-        self.proc = None
-        self.conn = None
+        self.proc, self.conn = None, None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
         # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
@@ -212,14 +211,14 @@ class Worker:
     def _start(self) -> _Answer | None:
         self.proc, self.conn = self.spare or self._launch()
         self.spare = None
-        answer = self._receive(self.startup)
+        answer = self._receive(time.monotonic() + self.startup, self.startup)
         if answer is None and self.lost and self.method == "spawn":
             self.spare = self._launch()
         return answer
 
     def ask(self, request, timeout: float) -> _Answer:
         """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
-        return self.send(request) or self._receive(timeout) or _Answer(True)
+        return self.send(request) or self.answer(time.monotonic() + timeout, timeout)
 
     def send(self, request) -> _Answer | None:
         """Start the worker if need be and send ``request`` (None); or the fault that ended it first."""
@@ -237,12 +236,10 @@ class Worker:
         return None
 
     def answer(self, deadline: float, limit: float) -> _Answer:
-        """The answer to the request sent, waited for until ``deadline`` (monotonic s); ``limit`` is what a
-        time-out says it was."""
-        return self._receive(max(0.0, deadline - time.monotonic()), limit) or _Answer(True)
+        """The answer to the request sent, waited for until ``deadline`` (monotonic s; a time-out says ``limit`` s)."""
+        return self._receive(deadline, limit) or _Answer(True)
 
-    def _receive(self, timeout: float, limit: float | None = None) -> _Answer | None:
-        deadline = time.monotonic() + timeout
+    def _receive(self, deadline: float, limit: float) -> _Answer | None:
         while True:
             left = deadline - time.monotonic()
             try:
@@ -260,7 +257,7 @@ class Worker:
                 return self._died()
             if left <= 0:
                 self.stop(kill=True)
-                return _Answer(False, None, ("timeout", f"no answer within {timeout if limit is None else limit:g} s"))
+                return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
 
     def _died(self) -> _Answer:
         self.lost = True
@@ -341,12 +338,10 @@ class Clock:
         self.budget = budget
         self.deadline = None if budget is None else time.monotonic() + budget
 
-    def left(self) -> float:
-        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
-
     def limit(self, wanted: float) -> float:
         """``wanted``, cut to what the budget has left."""
-        return max(0.0, min(wanted, self.left()))
+        left = float("inf") if self.deadline is None else self.deadline - time.monotonic()
+        return max(0.0, min(wanted, left))
 
     def over(self, group: str) -> Fault:
         return Fault(group, "", "budget", f"not run: the budget of {self.budget:.3g} s was spent")
@@ -424,16 +419,11 @@ class GroupRunner:
                 else:
                     pending[group] = (time.monotonic() + limit, limit)
             while pending:  # each answer as it comes; a group past its deadline is a time-out
-                now = time.monotonic()
-                for group in [g for g, (deadline, _) in pending.items() if deadline <= now]:
-                    answers[group] = workers[group].answer(now, pending.pop(group)[1])
-                if not pending:
-                    break
                 ready = mp_connection.wait([workers[g].conn for g in pending],
-                                           timeout=max(0.0, min(d for d, _ in pending.values()) - now))
-                for group in [g for g in pending if workers[g].conn in ready]:
-                    deadline, limit = pending.pop(group)
-                    answers[group] = workers[group].answer(deadline, limit)
+                                           timeout=max(0.0, min(d for d, _ in pending.values()) - time.monotonic()))
+                now = time.monotonic()
+                for group in [g for g, (deadline, _) in pending.items() if deadline <= now or workers[g].conn in ready]:
+                    answers[group] = workers[group].answer(*pending.pop(group))
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
@@ -453,10 +443,9 @@ class GroupRunner:
         if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
         request, names, todo, skipped = first
-        whole = request[1] is None
         answer = answer or worker.ask(request, limit)
         if answer.ok:
-            return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
+            return {group: answer.value if request[1] is None else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
         timed_out = answer.fault[0] == "timeout"

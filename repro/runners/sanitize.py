@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,13 +58,9 @@ class SanitizerReport:
 
 def executable() -> str | None:
     """The compute-sanitizer program, from PATH or the CUDA install."""
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "compute-sanitizer").is_file():
-            return str(Path(home) / "bin" / "compute-sanitizer")
-    return None
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    installed = (Path(home) / "bin" / "compute-sanitizer" for home in homes if home)
+    return shutil.which("compute-sanitizer") or next((str(path) for path in installed if path.is_file()), None)
 
 
 def sanitizer_unavailable() -> str | None:
@@ -123,8 +119,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
     with tempfile.TemporaryDirectory(prefix="rlq-sanitize-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"text": source.text, "symbol": source.symbol, "origin": source.origin,
-                                    "slots": {k: getattr(slots, k) for k in ("lambda_", "kl", "target", "isv_len",
-                                                                              "sentinel")}}))
+                                    "slots": asdict(slots)}))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(
             os.pathsep)}
         def start(tool: str, path: str, pad: bool) -> subprocess.Popen:
