@@ -70,14 +70,11 @@ def _cached_build(backend: HostBackend, source: KernelSource, slots: Slots) -> P
                                     backend.compiler_version]).encode()).hexdigest()[:24]
     lib = cache_dir() / f"{key}.coverage.so"
     if not lib.exists():
-        folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-ref-"))
-        try:
+        with tempfile.TemporaryDirectory(prefix="rlq-coverage-ref-", ignore_cleanup_errors=True) as folder:
             cache_dir().mkdir(parents=True, exist_ok=True)
             tmp = cache_dir() / f"{key}.{os.getpid()}.coverage.tmp"
-            shutil.copyfile(_build(backend, source, slots, folder), tmp)
+            shutil.copyfile(_build(backend, source, slots, Path(folder)), tmp)
             os.replace(tmp, lib)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
     return lib
 
 
@@ -110,8 +107,8 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
     sized = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
     if all(g in skip or sized.get(g) == 0 for g in GROUPS):  # nothing left to run: no build to make
         return Coverage(source.origin, {}, {}, (), tuple(skipped))
-    folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="rlq-coverage-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
         lib = _build(backend, source, slots, folder)
         faults = []
         with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
@@ -132,8 +129,6 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
         return _parse(data.stdout, source, tuple(faults), tuple(skipped))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:

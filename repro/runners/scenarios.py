@@ -233,12 +233,9 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
     kl, tg = [], []
     for line, row in rows[1:]:
         kl.append(_cell(row, kl_col, path, line, allow_nonfinite))
-        if tgt_col is not None:
-            tg.append(_cell(row, tgt_col, path, line, allow_nonfinite))
+        tg.append(target if tgt_col is None else _cell(row, tgt_col, path, line, allow_nonfinite))
     if not kl:
         raise SuiteError(f"{path}: no KL values")
-    if tgt_col is None:
-        tg = [target] * len(kl)
     with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
         kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
     return Scenario(path.stem, "replay", kl32, tg32, lambda0,
