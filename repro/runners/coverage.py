@@ -82,9 +82,8 @@ def reference_times(backend: HostBackend, source: KernelSource, slots: Slots, co
                     seed: int = 0) -> dict[str, float]:
     """The reference kernel's wall time (s) per experiment group in its coverage build (``startup`` included)."""
     lib = _cached_build(backend, source, slots)
-    seconds, _ = time_reference(backend, source, slots, controller, seed,
-                                load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
-    return seconds
+    return time_reference(backend, source, slots, controller, seed,
+                          load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))[0]
 
 
 def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller: Controller,

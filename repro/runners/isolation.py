@@ -32,12 +32,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
+from repro.runners.inference import infer
 
 #: A request's limit: LIMIT_FACTOR × the reference kernel's wall time for it in the same run, at least
 #: LIMIT_FLOOR s. The floor covers a fork, a pickle and a scheduler's jitter on a loaded machine; the factor
@@ -127,12 +129,8 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
     with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
     try:
-        if load is not None:  # forked: the parent's loader (a cached build, loaded here)
-            kernel = load()
-        else:  # spawned: compile here
-            from repro.backends import get_backend
-
-            kernel = get_backend(backend_name).compile(source, slots)
+        # forked: the parent's loader (a cached build, loaded here); spawned: compile here
+        kernel = load() if load is not None else get_backend(backend_name).compile(source, slots)
         conn.send(("ready", None))
         while True:
             request = conn.recv()
@@ -144,12 +142,8 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
                 continue
             group, only = request
             try:
-                if group == INFERENCE:  # the rule the kernel behaves as (repro.runners.inference), measured here too
-                    from repro.runners.inference import infer
-
-                    result = infer(kernel, controller)
-                else:
-                    result = run_group(kernel, controller, group, only, seed)
+                # the inference: the rule the kernel behaves as (repro.runners.inference), measured here too
+                result = infer(kernel, controller) if group == INFERENCE else run_group(kernel, controller, group, only, seed)
             except Exception as err:
                 if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
                     conn.send(("fault", f"{type(err).__name__}: {err}"))
@@ -264,13 +258,11 @@ class Worker:
         self.proc.join(1.0)
         code = self.proc.exitcode
         self._reset()
+        detail = f"exit status {code}"
         if code is not None and code < 0:
-            try:
+            detail = f"signal {-code}"
+            with contextlib.suppress(ValueError):  # a signal Python has no name for
                 detail = signal.Signals(-code).name
-            except ValueError:
-                detail = f"signal {-code}"
-        else:
-            detail = f"exit status {code}"
         return _Answer(False, None, ("crash", detail))
 
     def _reset(self) -> None:
@@ -445,7 +437,8 @@ class GroupRunner:
         request, names, todo, skipped = first
         answer = answer or worker.ask(request, limit)
         if answer.ok:
-            return {group: answer.value if request[1] is None else dict(zip(todo, answer.value, strict=True))}, [], skipped
+            whole = request[1] is None
+            return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
         timed_out = answer.fault[0] == "timeout"

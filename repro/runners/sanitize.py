@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.backends import backend_unavailable, get_backend
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
 from repro.core.isv import new_isv
@@ -67,21 +68,12 @@ def sanitizer_unavailable() -> str | None:
     """None when the sanitizer can run here, else why not."""
     if executable() is None:
         return "compute-sanitizer not found (install the CUDA toolkit or put it on PATH)"
-    from repro.backends import backend_unavailable
-
     return backend_unavailable("cupy")
 
 
 def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
     """The error reports in compute-sanitizer's output (lines prefixed ``=========``)."""
-    reports: list[SanitizerReport] = []
-    current: dict | None = None
-
-    def close():
-        if current is not None:
-            reports.append(SanitizerReport(tool, path, current["kind"], current["kernel"], current["file"],
-                                           current["line"], "; ".join(current["detail"])))
-
+    found: list[dict] = []  # each report's fields as read so far
     for raw in text.splitlines():
         if not raw.startswith("========="):
             continue
@@ -90,17 +82,18 @@ def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
         if not stripped:
             continue
         if not body.startswith("     ") and not stripped.startswith(_SKIP):  # a new report's first line
-            close()
-            current = {"kind": stripped, "kernel": "", "file": "", "line": 0, "detail": []}
+            found.append({"kind": stripped, "kernel": "", "file": "", "line": 0, "detail": []})
             continue
-        if current is None or stripped.startswith(_SKIP) or stripped.startswith(("Host Frame", "Device Frame")):
+        if not found or stripped.startswith((*_SKIP, "Host Frame", "Device Frame")):
             continue
+        current = found[-1]
         at = _AT.match(stripped)
         if at and not current["kernel"]:
             current.update(kernel=at["func"], file=at["file"] or "", line=int(at["line"] or 0))
         elif stripped.startswith(("by thread", "Access", "Address", "and is", "is ")):
             current["detail"].append(stripped)
-    close()
+    reports = [SanitizerReport(tool, path, r["kind"], r["kernel"], r["file"], r["line"], "; ".join(r["detail"]))
+               for r in found]
     if any(r.kernel for r in reports):  # a faulting kernel makes later CUDA calls fail: consequences, not reports
         reports = [r for r in reports if r.kernel or not r.kind.startswith("Program hit")]
     return reports
@@ -152,7 +145,6 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
 
 def child(spec_path: str, path: str) -> None:
     """Run one launch path of the spec'd kernel on the GPU, pool off, line information on."""
-    from repro.backends import get_backend
     from repro.backends.cupy_backend import LINE_INFO
     from repro.backends.translation_unit import NVRTC_OPTIONS
 
