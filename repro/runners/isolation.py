@@ -94,13 +94,6 @@ def _start_deaf_to_ctrl_c(proc) -> None:
         signal.raise_signal(signal.SIGINT)  # to the handler restored above, as the Ctrl-C would have come
 
 
-def _deaf_to_ctrl_c() -> None:
-    """In a worker: ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded)."""
-    with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -121,7 +114,10 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
     death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`)."""
-    _deaf_to_ctrl_c()
+    # Ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded).
+    with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with(parent)
     if parents_end is not None:
         parents_end.close()
