@@ -205,5 +205,4 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     found = onsets(kernel, targets, probe_lambda, one_step=one_step)
     return Behaviour(read, written, kl_slot, target_slot, floor, ceiling, ramp, ramp_exact, decay, decay_exact,
                      _edge(targets, found["ramp"], upper=True), _edge(targets, found["decay"], upper=False),
-                     {"onset_targets": [float(t) for t in targets], "onsets": {k: [float(x) for x in v]
-                                                                               for k, v in found.items()}})
+                     {"onset_targets": targets.tolist(), "onsets": {k: v.tolist() for k, v in found.items()}})
