@@ -169,8 +169,8 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     """Measure the rule ``kernel`` behaves as (about 0.2 s on the host backend)."""
     seed = controller.value("seed_lambda")
     floor_doc, ceiling_doc = controller.value("floor"), controller.value("ceiling")
-    read, kl_slot, target_slot = reads_and_roles(kernel, (seed, float(np.sqrt(floor_doc * ceiling_doc)), 0.5 * ceiling_doc),
-                                                 controller.value("tolerance"))
+    lambdas = (seed, float(np.sqrt(floor_doc * ceiling_doc)), 0.5 * ceiling_doc)
+    read, kl_slot, target_slot = reads_and_roles(kernel, lambdas, controller.value("tolerance"))
     written = writes(kernel, seed)
     if kl_slot is None or target_slot is None:
         return Behaviour(read, written, kl_slot, target_slot)

@@ -139,7 +139,8 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
             group, only = request
             try:
                 # the inference: the rule the kernel behaves as (repro.runners.inference), measured here too
-                result = infer(kernel, controller) if group == INFERENCE else run_group(kernel, controller, group, only, seed)
+                result = (infer(kernel, controller) if group == INFERENCE
+                          else run_group(kernel, controller, group, only, seed))
             except Exception as err:
                 if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
                     conn.send(("fault", f"{type(err).__name__}: {err}"))
@@ -303,7 +304,7 @@ class SuiteFailure(SuiteError):
 
 
 def derive_limits(reference: dict[str, float]) -> dict[str, float]:
-    """Each request's limit (s): :data:`LIMIT_FACTOR` × the reference kernel's wall time for it, at least :data:`LIMIT_FLOOR`."""
+    """Each request's limit (s): LIMIT_FACTOR × the reference kernel's wall time for it, at least LIMIT_FLOOR."""
     return {name: max(LIMIT_FLOOR, LIMIT_FACTOR * seconds) for name, seconds in reference.items()}
 
 
@@ -410,7 +411,8 @@ class GroupRunner:
                 ready = mp_connection.wait([workers[g].conn for g in pending],
                                            timeout=max(0.0, min(d for d, _ in pending.values()) - time.monotonic()))
                 now = time.monotonic()
-                for group in [g for g, (deadline, _) in pending.items() if deadline <= now or workers[g].conn in ready]:
+                done = [g for g, (deadline, _) in pending.items() if deadline <= now or workers[g].conn in ready]
+                for group in done:
                     answers[group] = workers[group].answer(*pending.pop(group))
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
@@ -504,7 +506,8 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     (``Evidence.behaviour``) in the worker; a crash or hang there is one more fault.
     """
     if timeout is not None:
-        per, limits = dict.fromkeys((*GROUPS, INFERENCE), timeout), Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+        per = dict.fromkeys((*GROUPS, INFERENCE), timeout)
+        limits = Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
     elif reference is None:
         raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
     else:
