@@ -35,6 +35,8 @@ __all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "gcov_una
 
 _DUMP = '\nextern "C" void __gcov_dump(void);\nextern "C" void rlq_gcov_dump(void) { __gcov_dump(); }\n'
 COVERAGE_FLAGS = tuple(f for f in FLAGS if f != "-O2") + ("-O0", "--coverage")
+#: s for the worker to write its counters.
+LIMIT_DUMP = 10.0
 
 
 def _gcov() -> str:
@@ -68,14 +70,11 @@ def _cached_build(backend: HostBackend, source: KernelSource, slots: Slots) -> P
                                     backend.compiler_version]).encode()).hexdigest()[:24]
     lib = cache_dir() / f"{key}.coverage.so"
     if not lib.exists():
-        folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-ref-"))
-        try:
+        with tempfile.TemporaryDirectory(prefix="rlq-coverage-ref-", ignore_cleanup_errors=True) as folder:
             cache_dir().mkdir(parents=True, exist_ok=True)
             tmp = cache_dir() / f"{key}.{os.getpid()}.coverage.tmp"
-            shutil.copyfile(_build(backend, source, slots, folder), tmp)
+            shutil.copyfile(_build(backend, source, slots, Path(folder)), tmp)
             os.replace(tmp, lib)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
     return lib
 
 
@@ -83,9 +82,8 @@ def reference_times(backend: HostBackend, source: KernelSource, slots: Slots, co
                     seed: int = 0) -> dict[str, float]:
     """The reference kernel's wall time (s) per experiment group in its coverage build (``startup`` included)."""
     lib = _cached_build(backend, source, slots)
-    seconds, _ = time_reference(backend, source, slots, controller, seed,
-                                load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
-    return seconds
+    return time_reference(backend, source, slots, controller, seed,
+                          load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))[0]
 
 
 def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller: Controller,
@@ -108,15 +106,14 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
     sized = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
     if all(g in skip or sized.get(g) == 0 for g in GROUPS):  # nothing left to run: no build to make
         return Coverage(source.origin, {}, {}, (), tuple(skipped))
-    folder = Path(tempfile.mkdtemp(prefix="rlq-coverage-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="rlq-coverage-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
         lib = _build(backend, source, slots, folder)
-        worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
-                        load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots))
-        runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
-        runner.known.update(hung or {})
         faults = []
-        try:
+        with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
+                    load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots)) as worker:
+            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
+            runner.known.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
                     skipped.append((group, f"the coverage build hung in {faults[0].group}"))
@@ -128,19 +125,9 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                     progress("coverage " + said(group, bool(got), bad, per[group]))
             if clock.limit(LIMIT_DUMP) > 0:
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
-        except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-            worker.discard()
-            raise
-        worker.stop()
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
         return _parse(data.stdout, source, tuple(faults), tuple(skipped))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-#: s for the worker to write its counters.
-LIMIT_DUMP = 10.0
 
 
 def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:

@@ -15,25 +15,16 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from repro.backends import Backend, backend_unavailable, get_backend, ptx
+from repro.backends import Backend, get_backend, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
 from repro.runners import coverage as cov
 from repro.runners import sanitize as san
 from repro.runners.campaign import assemble, collect
-from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
+from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.inference import infer
-from repro.runners.isolation import (
-    INFERENCE,
-    LIMIT_FACTOR,
-    LIMIT_FLOOR,
-    Clock,
-    collect_isolated,
-    derive_budget,
-    derive_limits,
-    time_reference,
-)
+from repro.runners.isolation import INFERENCE, Clock, collect_isolated, derive_budget, derived, time_reference
 
 #: s per launch path under compute-sanitizer (asked for explicitly; slow by nature, outside the budget).
 SANITIZER_TIMEOUT = 600.0
@@ -93,11 +84,8 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         budget = derive_budget(times)
         clock = Clock(budget)
         if ref.sha256 == source.sha256:  # the reference itself: its results are the candidate's
-            per = derive_limits(times)
-            limits = Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(times),
-                            factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
             evidence = assemble(controller, slots, {g: results[g] for g in GROUPS}, seed=seed,
-                                behaviour=results.get(INFERENCE), limits=limits)
+                                behaviour=results.get(INFERENCE), limits=derived(times, budget)[1])
             for group in GROUPS:
                 say(f"{group}: ran (the reference kernel itself)")
         else:
@@ -105,7 +93,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                                         reference=times, clock=clock, progress=progress)
     coverage_report = None
     if coverage:
-        reason = cov.gcov_unavailable() or backend_unavailable("host")
+        reason = cov.gcov_unavailable()  # the host backend's reason included
         if reason:
             notes.append(f"coverage not measured: {reason}")
             unavailable.add("coverage")

@@ -73,39 +73,30 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
     per_slot = np.repeat(others, len(factors))  # the slot each perturbed row changes
     scale = np.tile(np.asarray(factors, dtype=F32), others.size)
     configs = [(r, lam) for r in regimes for lam in lambdas]
-    size = 1 + per_slot.size  # row 0 of a block: the baseline; then one perturbation each
-    # One allocation for every block (large enough for huge pages; a block alone is not).
-    isv = np.empty((len(configs) * size, n), dtype=F32)
-    for i, (regime, lambda0) in enumerate(configs):
-        base = np.full(n, tgt, dtype=F32)
-        base[s.lambda_] = F32(lambda0)
-        base[s.kl] = F32(tgt * regime)
-        rows = isv[i * size : (i + 1) * size]
-        rows[:] = base
-        rows[np.arange(1, size), per_slot] = base[per_slot] * scale
+    base = np.full((len(configs), n), tgt, dtype=F32)  # one per config
+    base[:, s.lambda_] = [lam for _, lam in configs]
+    base[:, s.kl] = [F32(tgt * regime) for regime, _ in configs]
+    # A block per config: row 0 the baseline, then one perturbation each. One allocation for every block
+    # (large enough for huge pages; a block alone is not).
+    blocks = np.repeat(base[:, None, :], 1 + per_slot.size, axis=1)
+    blocks[:, np.arange(1, 1 + per_slot.size), per_slot] = base[:, per_slot] * scale
+    isv = blocks.reshape(-1, n)
     lam, _ = kernel.run_looped(isv, isv[None, :, s.kl].copy(), isv[None, :, s.target].copy())
-    read = {s.lambda_}
-    for i in range(len(configs)):
-        block = lam[0, i * size : (i + 1) * size]
-        changed = ~equal_bits(block[1:], block[0])
-        read.update(int(x) for x in per_slot[changed])
+    lam = lam[0].reshape(len(configs), -1)
+    changed = ~equal_bits(lam[:, 1:], lam[:, :1])
+    read = {s.lambda_, *(int(x) for x in per_slot[changed.any(axis=0)])}
     # Roles: from the in-band state (all inputs T), raise one slot ×100: a KL ramps λ, a target decays it.
     candidates = sorted(read - {s.lambda_})
-    role_rows, role_keys = [], []
-    for slot in candidates:
-        for lambda0 in lambdas:
-            row = np.full(n, tgt, dtype=F32)
-            row[s.lambda_] = F32(lambda0)
-            row[slot] = F32(tgt * FAR)
-            role_rows.append(row)
-            role_keys.append(slot)
     kl_slot = target_slot = None
-    if role_rows:
-        stacked = np.stack(role_rows)
+    if candidates:
+        role_keys = np.repeat(candidates, len(lambdas))  # the slot each row raises
+        stacked = np.full((role_keys.size, n), tgt, dtype=F32)
+        stacked[:, s.lambda_] = np.tile(lambdas, len(candidates))
+        stacked[np.arange(role_keys.size), role_keys] = F32(tgt * FAR)
         lam1, _ = kernel.run_looped(stacked, stacked[None, :, s.kl], stacked[None, :, s.target])
         lam0 = stacked[:, s.lambda_]
-        up = [slot for slot, v, v0 in zip(role_keys, lam1[0], lam0, strict=True) if v > v0]
-        down = [slot for slot, v, v0 in zip(role_keys, lam1[0], lam0, strict=True) if v < v0]
+        up = [int(slot) for slot in role_keys[lam1[0] > lam0]]
+        down = [int(slot) for slot in role_keys[lam1[0] < lam0]]
         kl_slot = s.kl if s.kl in up else (up[0] if up else None)
         target_slot = s.target if s.target in down else (down[0] if down else None)
     return tuple(sorted(read)), kl_slot, target_slot
@@ -157,14 +148,14 @@ def _edge(targets: np.ndarray, onset: np.ndarray, upper: bool) -> Edge | None:
     t = targets.astype(F32)
     ratio = np.median(onset.astype(np.float64) / t) if upper else np.median(t / onset.astype(np.float64))
     guess = F32(ratio).view(np.uint32).astype(np.int64)
+    outward = F32(np.inf) if upper else F32(-np.inf)
     found: dict[bool, list] = {True: [], False: []}
     for offset in range(-64, 65):
         k = np.array(guess + offset, dtype=np.uint32).view(F32)
         edge = F32(t * k) if upper else F32(t / k)
-        inf = F32(np.inf) if upper else F32(-np.inf)
         if equal_bits(onset, edge).all():
             found[True].append(k)
-        if equal_bits(onset, np.nextafter(edge, inf)).all():
+        if equal_bits(onset, np.nextafter(edge, outward)).all():
             found[False].append(k)
     every = found[False] + found[True]
     if not every:
@@ -177,14 +168,13 @@ def _edge(targets: np.ndarray, onset: np.ndarray, upper: bool) -> Edge | None:
 def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     """Measure the rule ``kernel`` behaves as (about 0.2 s on the host backend)."""
     seed = controller.value("seed_lambda")
-    mid = float(np.sqrt(controller.value("floor") * controller.value("ceiling")))
-    read, kl_slot, target_slot = reads_and_roles(kernel, (seed, mid, 0.5 * controller.value("ceiling")),
-                                                 controller.value("tolerance"))
+    floor_doc, ceiling_doc = controller.value("floor"), controller.value("ceiling")
+    lambdas = (seed, float(np.sqrt(floor_doc * ceiling_doc)), 0.5 * ceiling_doc)
+    read, kl_slot, target_slot = reads_and_roles(kernel, lambdas, controller.value("tolerance"))
     written = writes(kernel, seed)
     if kl_slot is None or target_slot is None:
         return Behaviour(read, written, kl_slot, target_slot)
     run = functools.partial(_run_in_layout, kernel, kl_slot, target_slot)
-    floor_doc, ceiling_doc = controller.value("floor"), controller.value("ceiling")
     grid = np.unique(np.concatenate([np.geomspace(1e-3, 1.0, 13), [floor_doc, ceiling_doc, seed,
                                                                    floor_doc * 1.01]]).astype(F32))
     tgt = F32(REF_TARGET)
@@ -215,5 +205,4 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     found = onsets(kernel, targets, probe_lambda, one_step=one_step)
     return Behaviour(read, written, kl_slot, target_slot, floor, ceiling, ramp, ramp_exact, decay, decay_exact,
                      _edge(targets, found["ramp"], upper=True), _edge(targets, found["decay"], upper=False),
-                     {"onset_targets": [float(t) for t in targets], "onsets": {k: [float(x) for x in v]
-                                                                               for k, v in found.items()}})
+                     {"onset_targets": targets.tolist(), "onsets": {k: v.tolist() for k, v in found.items()}})

@@ -32,12 +32,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
+from repro.runners.inference import infer
 
 #: A request's limit: LIMIT_FACTOR × the reference kernel's wall time for it in the same run, at least
 #: LIMIT_FLOOR s. The floor covers a fork, a pickle and a scheduler's jitter on a loaded machine; the factor
@@ -92,13 +94,6 @@ def _start_deaf_to_ctrl_c(proc) -> None:
         signal.raise_signal(signal.SIGINT)  # to the handler restored above, as the Ctrl-C would have come
 
 
-def _deaf_to_ctrl_c() -> None:
-    """In a worker: ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded)."""
-    with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -119,7 +114,10 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
     death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`)."""
-    _deaf_to_ctrl_c()
+    # Ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded).
+    with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with(parent)
     if parents_end is not None:
         parents_end.close()
@@ -127,12 +125,8 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
     with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
     try:
-        if load is not None:  # forked: the parent's loader (a cached build, loaded here)
-            kernel = load()
-        else:  # spawned: compile here
-            from repro.backends import get_backend
-
-            kernel = get_backend(backend_name).compile(source, slots)
+        # forked: the parent's loader (a cached build, loaded here); spawned: compile here
+        kernel = load() if load is not None else get_backend(backend_name).compile(source, slots)
         conn.send(("ready", None))
         while True:
             request = conn.recv()
@@ -144,12 +138,9 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
                 continue
             group, only = request
             try:
-                if group == INFERENCE:  # the rule the kernel behaves as (repro.runners.inference), measured here too
-                    from repro.runners.inference import infer
-
-                    result = infer(kernel, controller)
-                else:
-                    result = run_group(kernel, controller, group, only, seed)
+                # the inference: the rule the kernel behaves as (repro.runners.inference), measured here too
+                result = (infer(kernel, controller) if group == INFERENCE
+                          else run_group(kernel, controller, group, only, seed))
             except Exception as err:
                 if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
                     conn.send(("fault", f"{type(err).__name__}: {err}"))
@@ -180,13 +171,21 @@ class Worker:
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
         self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
-        self.proc = None
-        self.conn = None
+        self.proc, self.conn = None, None
         self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
         # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
         self.spare = None
         self.lost = False
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None:
+            self.stop()
+        else:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
+            self.discard()
 
     def _launch(self):
         """A new worker process and its pipe, not yet waited for."""
@@ -203,14 +202,14 @@ class Worker:
     def _start(self) -> _Answer | None:
         self.proc, self.conn = self.spare or self._launch()
         self.spare = None
-        answer = self._receive(self.startup)
+        answer = self._receive(time.monotonic() + self.startup, self.startup)
         if answer is None and self.lost and self.method == "spawn":
             self.spare = self._launch()
         return answer
 
     def ask(self, request, timeout: float) -> _Answer:
         """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
-        return self.send(request) or self._receive(timeout) or _Answer(True)
+        return self.send(request) or self.answer(time.monotonic() + timeout, timeout)
 
     def send(self, request) -> _Answer | None:
         """Start the worker if need be and send ``request`` (None); or the fault that ended it first."""
@@ -228,12 +227,10 @@ class Worker:
         return None
 
     def answer(self, deadline: float, limit: float) -> _Answer:
-        """The answer to the request sent, waited for until ``deadline`` (monotonic s); ``limit`` is what a
-        time-out says it was."""
-        return self._receive(max(0.0, deadline - time.monotonic()), limit) or _Answer(True)
+        """The answer to the request sent, waited for until ``deadline`` (monotonic s; a time-out says ``limit`` s)."""
+        return self._receive(deadline, limit) or _Answer(True)
 
-    def _receive(self, timeout: float, limit: float | None = None) -> _Answer | None:
-        deadline = time.monotonic() + timeout
+    def _receive(self, deadline: float, limit: float) -> _Answer | None:
         while True:
             left = deadline - time.monotonic()
             try:
@@ -251,20 +248,18 @@ class Worker:
                 return self._died()
             if left <= 0:
                 self.stop(kill=True)
-                return _Answer(False, None, ("timeout", f"no answer within {timeout if limit is None else limit:g} s"))
+                return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
 
     def _died(self) -> _Answer:
         self.lost = True
         self.proc.join(1.0)
         code = self.proc.exitcode
         self._reset()
+        detail = f"exit status {code}"
         if code is not None and code < 0:
-            try:
+            detail = f"signal {-code}"
+            with contextlib.suppress(ValueError):  # a signal Python has no name for
                 detail = signal.Signals(-code).name
-            except ValueError:
-                detail = f"signal {-code}"
-        else:
-            detail = f"exit status {code}"
         return _Answer(False, None, ("crash", detail))
 
     def _reset(self) -> None:
@@ -308,9 +303,16 @@ class SuiteFailure(SuiteError):
     """The suite itself failed inside a worker (not the candidate): a bug to report, in one line."""
 
 
-def derive_limits(reference: dict[str, float], factor: float = LIMIT_FACTOR, floor: float = LIMIT_FLOOR) -> dict[str, float]:
-    """Each request's limit (s): ``factor`` × the reference kernel's wall time for it, at least ``floor``."""
-    return {name: max(floor, factor * seconds) for name, seconds in reference.items()}
+def derive_limits(reference: dict[str, float]) -> dict[str, float]:
+    """Each request's limit (s): LIMIT_FACTOR × the reference kernel's wall time for it, at least LIMIT_FLOOR."""
+    return {name: max(LIMIT_FLOOR, LIMIT_FACTOR * seconds) for name, seconds in reference.items()}
+
+
+def derived(reference: dict[str, float], budget: float | None) -> tuple[dict[str, float], Limits]:
+    """:func:`derive_limits` of ``reference``, and the groups' limits as evidence (``budget``: the gathering's)."""
+    per = derive_limits(reference)
+    return per, Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(reference), factor=LIMIT_FACTOR,
+                       floor=LIMIT_FLOOR)
 
 
 def derive_budget(reference: dict[str, float]) -> float:
@@ -325,12 +327,10 @@ class Clock:
         self.budget = budget
         self.deadline = None if budget is None else time.monotonic() + budget
 
-    def left(self) -> float:
-        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
-
     def limit(self, wanted: float) -> float:
         """``wanted``, cut to what the budget has left."""
-        return max(0.0, min(wanted, self.left()))
+        left = float("inf") if self.deadline is None else self.deadline - time.monotonic()
+        return max(0.0, min(wanted, left))
 
     def over(self, group: str) -> Fault:
         return Fault(group, "", "budget", f"not run: the budget of {self.budget:.3g} s was spent")
@@ -340,15 +340,14 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                    inference: bool = False, load: Callable[[], CompiledKernel] | None = None) -> tuple[dict[str, float], dict]:
     """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
     it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
-    worker = Worker(backend, source, slots, controller, seed, load=load)
     seconds, results = {}, {}
-    try:
+    with Worker(backend, source, slots, controller, seed, load=load) as worker:
         start = time.monotonic()
         started = worker._start()
         if started is not None:
             raise SuiteFailure(f"the reference kernel {source.origin} did not load: {started.fault or started.value}")
         seconds["startup"] = time.monotonic() - start
-        for request in (*GROUPS, *((INFERENCE,) if inference else ())):
+        for request in (*GROUPS, INFERENCE) if inference else GROUPS:
             start = time.monotonic()
             answer = worker.ask((request, None), DEFAULT_TIMEOUT)
             seconds[request] = time.monotonic() - start
@@ -356,10 +355,6 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                 raise SuiteFailure(f"the reference kernel {source.origin} failed in {request}: "
                                    f"{answer.fault or answer.value}")
             results[request] = answer.value
-    except BaseException:
-        worker.discard()
-        raise
-    worker.stop()
     return seconds, results
 
 
@@ -413,16 +408,12 @@ class GroupRunner:
                 else:
                     pending[group] = (time.monotonic() + limit, limit)
             while pending:  # each answer as it comes; a group past its deadline is a time-out
-                now = time.monotonic()
-                for group in [g for g, (deadline, _) in pending.items() if deadline <= now]:
-                    answers[group] = workers[group].answer(now, pending.pop(group)[1])
-                if not pending:
-                    break
                 ready = mp_connection.wait([workers[g].conn for g in pending],
-                                           timeout=max(0.0, min(d for d, _ in pending.values()) - now))
-                for group in [g for g in pending if workers[g].conn in ready]:
-                    deadline, limit = pending.pop(group)
-                    answers[group] = workers[group].answer(deadline, limit)
+                                           timeout=max(0.0, min(d for d, _ in pending.values()) - time.monotonic()))
+                now = time.monotonic()
+                done = [g for g, (deadline, _) in pending.items() if deadline <= now or workers[g].conn in ready]
+                for group in done:
+                    answers[group] = workers[group].answer(*pending.pop(group))
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
@@ -430,8 +421,9 @@ class GroupRunner:
 
     def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
             ) -> tuple[dict, list[Fault], list[tuple[str, str, str]]]:
-        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group; ``sent``: its first request
-        and answer, where :meth:`ask_together` sent it."""
+        """(``{group: result}`` or ``{}``, faults, skipped scenarios) of one group, or of a request outside the
+        groups (the inference: run as one); ``sent``: its first request and answer, where :meth:`ask_together`
+        sent it."""
         clock, worker = self.clock, self.worker
         first = self._first(group)
         # A request sent side by side counts only where it is still the group's own (a search since may have
@@ -441,9 +433,9 @@ class GroupRunner:
         if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
         request, names, todo, skipped = first
-        whole = request[1] is None
         answer = answer or worker.ask(request, limit)
         if answer.ok:
+            whole = request[1] is None
             return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
@@ -493,19 +485,6 @@ class GroupRunner:
             faults.insert(0, Fault(group, "", *answer.fault))
         return {group: partial}, faults, skipped
 
-    def ask(self, request: str) -> tuple[object, list[Fault]]:
-        """One request outside the groups (the inference): its value (None when it failed) and faults."""
-        limit = self.clock.limit(self.limits.get(request, DEFAULT_TIMEOUT))
-        if limit <= 0:
-            return None, [self.clock.over(request)]
-        answer = self.worker.ask((request, None), limit)
-        if answer.ok:
-            return answer.value, []
-        if answer.fault is None:
-            raise SuiteFailure(f"{request}: {answer.value}")
-        self.hung |= answer.fault[0] == "timeout"
-        return None, [Fault(request, "", *answer.fault)]
-
 
 def said(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
     """One progress line: the group, how it ended, its limit."""
@@ -526,22 +505,18 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     error is the caller's to report. ``inference`` also measures the rule the kernel behaves as
     (``Evidence.behaviour``) in the worker; a crash or hang there is one more fault.
     """
-    requests = (*GROUPS, INFERENCE)
     if timeout is not None:
-        per, limits = dict.fromkeys(requests, timeout), Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+        per = dict.fromkeys((*GROUPS, INFERENCE), timeout)
+        limits = Limits(dict.fromkeys(GROUPS, timeout), fixed=timeout)
+    elif reference is None:
+        raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
     else:
-        if reference is None:
-            raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
-        per = derive_limits(reference)
-        limits = Limits({g: per[g] for g in GROUPS}, budget=clock.budget if clock else None,
-                        reference=dict(reference), factor=LIMIT_FACTOR, floor=LIMIT_FLOOR)
+        per, limits = derived(reference, clock.budget if clock else None)
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
-    worker = Worker(backend, source, slots, controller, seed, startup=per.get("startup"))
-    runner = GroupRunner(worker, controller, per, clock, seed)
-    behaviour = None
     results, faults, skipped = {}, [], []
-    try:
+    with Worker(backend, source, slots, controller, seed, startup=per.get("startup")) as worker:
+        runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
             if runner.hung and not together and i < len(GROUPS) - 1:
@@ -556,12 +531,9 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
             say(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
         elif inference:
-            behaviour, bad = runner.ask(INFERENCE)
+            got, bad, _ = runner.run(INFERENCE)
+            results |= got
             faults += bad
-            say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
-    except BaseException:  # Ctrl-C or an error: no polite stop of a worker that may be in a hung kernel
-        worker.discard()
-        raise
-    worker.stop()
-    return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
+            say(said(INFERENCE, bool(got), bad, per[INFERENCE]))
+    return assemble(controller, slots, results, faults, seed, behaviour=results.get(INFERENCE), limits=limits,
                     skipped=tuple(skipped))

@@ -26,7 +26,8 @@ def _step_in_contract_layout(kernel: CompiledKernel, lambda0: float, kl: np.ndar
     return lam[0]
 
 
-def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float, one_step=None) -> dict[str, np.ndarray]:
+def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float,
+           one_step=_step_in_contract_layout) -> dict[str, np.ndarray]:
     """Per target: ``ramp`` = least KL whose step raises λ, ``decay`` = greatest KL whose step lowers it.
 
     Both float32; NaN where no positive KL does it. Assumes the response is
@@ -35,11 +36,10 @@ def onsets(kernel: CompiledKernel, targets: np.ndarray, lambda0: float, one_step
     """
     targets = np.asarray(targets, dtype=F32)
     lam0 = F32(lambda0)
-    _one_step = one_step or _step_in_contract_layout
 
     def search(up: bool) -> np.ndarray:
         def moves(kl_bits: np.ndarray) -> np.ndarray:  # whether one step at these KL raises (up) or lowers λ
-            lam = _one_step(kernel, lam0, kl_bits.astype(np.uint32).view(F32), targets)
+            lam = one_step(kernel, lam0, kl_bits.astype(np.uint32).view(F32), targets)
             return lam > lam0 if up else lam < lam0
 
         # Invariant: the onset lies in (lo, hi] (up: the KL that moves λ are above it) or [lo, hi) (down).
@@ -76,20 +76,17 @@ def single_thread(kernel: CompiledKernel, lambda0: float, target: float) -> Thre
     """Run one step as each of :data:`GRID_COORDS` in a :data:`GRID_DIMS` launch, on fresh ISVs."""
     s = kernel.slots
     coords = np.zeros((len(GRID_COORDS), 6), dtype=np.uint32)
-    coords[:, 0] = [t for t, _ in GRID_COORDS]
-    coords[:, 3] = [b for _, b in GRID_COORDS]
-    changed = {}
+    coords[:, [0, 3]] = GRID_COORDS  # threadIdx.x, blockIdx.x
+    changed = {regime: [] for regime in GRID_REGIMES}
     for regime, factor in zip(GRID_REGIMES, (100.0, 0.01), strict=True):
         # One coordinate per call, each on its own window: a write outside the ISV is not another row's change.
-        rows = []
         for i in range(len(GRID_COORDS)):
             window = new_window(s, lambda0)
             isv = window[PAD : PAD + s.isv_len]
             isv[s.kl] = F32(target * factor)
             isv[s.target] = F32(target)
             after = kernel.run_as_threads(window, coords[i : i + 1], GRID_DIMS, pad=PAD)
-            rows.append(not same(after[PAD : PAD + s.isv_len], isv))
-        changed[regime] = rows
+            changed[regime].append(not same(after[PAD : PAD + s.isv_len], isv))
     return ThreadProbe(GRID_COORDS, GRID_DIMS, changed)
 
 

@@ -20,11 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from repro.backends import backend_unavailable, get_backend
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
 from repro.core.isv import new_isv
@@ -58,34 +59,21 @@ class SanitizerReport:
 
 def executable() -> str | None:
     """The compute-sanitizer program, from PATH or the CUDA install."""
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "compute-sanitizer").is_file():
-            return str(Path(home) / "bin" / "compute-sanitizer")
-    return None
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    installed = (Path(home) / "bin" / "compute-sanitizer" for home in homes if home)
+    return shutil.which("compute-sanitizer") or next((str(path) for path in installed if path.is_file()), None)
 
 
 def sanitizer_unavailable() -> str | None:
     """None when the sanitizer can run here, else why not."""
     if executable() is None:
         return "compute-sanitizer not found (install the CUDA toolkit or put it on PATH)"
-    from repro.backends import backend_unavailable
-
     return backend_unavailable("cupy")
 
 
 def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
     """The error reports in compute-sanitizer's output (lines prefixed ``=========``)."""
-    reports: list[SanitizerReport] = []
-    current: dict | None = None
-
-    def close():
-        if current is not None:
-            reports.append(SanitizerReport(tool, path, current["kind"], current["kernel"], current["file"],
-                                           current["line"], "; ".join(current["detail"])))
-
+    found: list[dict] = []  # each report's fields as read so far
     for raw in text.splitlines():
         if not raw.startswith("========="):
             continue
@@ -94,17 +82,18 @@ def parse(text: str, tool: str, path: str) -> list[SanitizerReport]:
         if not stripped:
             continue
         if not body.startswith("     ") and not stripped.startswith(_SKIP):  # a new report's first line
-            close()
-            current = {"kind": stripped, "kernel": "", "file": "", "line": 0, "detail": []}
+            found.append({"kind": stripped, "kernel": "", "file": "", "line": 0, "detail": []})
             continue
-        if current is None or stripped.startswith(_SKIP) or stripped.startswith(("Host Frame", "Device Frame")):
+        if not found or stripped.startswith((*_SKIP, "Host Frame", "Device Frame")):
             continue
+        current = found[-1]
         at = _AT.match(stripped)
         if at and not current["kernel"]:
             current.update(kernel=at["func"], file=at["file"] or "", line=int(at["line"] or 0))
         elif stripped.startswith(("by thread", "Access", "Address", "and is", "is ")):
             current["detail"].append(stripped)
-    close()
+    reports = [SanitizerReport(tool, path, r["kind"], r["kernel"], r["file"], r["line"], "; ".join(r["detail"]))
+               for r in found]
     if any(r.kernel for r in reports):  # a faulting kernel makes later CUDA calls fail: consequences, not reports
         reports = [r for r in reports if r.kernel or not r.kind.startswith("Program hit")]
     return reports
@@ -123,8 +112,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
     with tempfile.TemporaryDirectory(prefix="rlq-sanitize-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"text": source.text, "symbol": source.symbol, "origin": source.origin,
-                                    "slots": {k: getattr(slots, k) for k in ("lambda_", "kl", "target", "isv_len",
-                                                                              "sentinel")}}))
+                                    "slots": asdict(slots)}))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(
             os.pathsep)}
         def start(tool: str, path: str, pad: bool) -> subprocess.Popen:
@@ -157,7 +145,6 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
 
 def child(spec_path: str, path: str) -> None:
     """Run one launch path of the spec'd kernel on the GPU, pool off, line information on."""
-    from repro.backends import get_backend
     from repro.backends.cupy_backend import LINE_INFO
     from repro.backends.translation_unit import NVRTC_OPTIONS
 

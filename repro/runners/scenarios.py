@@ -80,10 +80,9 @@ def case(controller: Controller, spec: str, steps: int = 4) -> Scenario:
             raise SuiteError(f"malformed case {spec!r}: expected slot=value with slot in lambda, kl, target")
         values[key] = raw if key == "kl" and raw in REGIMES else _parse_value(raw, spec)
         inputs.append((key, raw))
-    target = values["target"]
-    kl = values["kl"]
-    if isinstance(kl, str):
-        kl = F32(REF_TARGET * REGIMES[kl]) if not np.isfinite(target) or target <= 0 else F32(target * REGIMES[kl])
+    target, kl = values["target"], values["kl"]
+    if isinstance(kl, str):  # a regime: relative to the target, or to REF_TARGET where the target is unusual
+        kl = F32((target if np.isfinite(target) and target > 0 else REF_TARGET) * REGIMES[kl])
     return Scenario(spec, "bad_values", _const(kl, steps), _const(target, steps), values["lambda"],
                     f"unusual input {spec}", {"case": spec}, tuple(inputs))
 
@@ -234,12 +233,9 @@ def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1
     kl, tg = [], []
     for line, row in rows[1:]:
         kl.append(_cell(row, kl_col, path, line, allow_nonfinite))
-        if tgt_col is not None:
-            tg.append(_cell(row, tgt_col, path, line, allow_nonfinite))
+        tg.append(target if tgt_col is None else _cell(row, tgt_col, path, line, allow_nonfinite))
     if not kl:
         raise SuiteError(f"{path}: no KL values")
-    if tgt_col is None:
-        tg = [target] * len(kl)
     with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
         kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
     return Scenario(path.stem, "replay", kl32, tg32, lambda0,
@@ -254,19 +250,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool = False) -> float:
+def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool) -> float:
+    """``row[col]``, refused (one line) when it is no number or when float32, as the kernel will read it, changes
+    its kind: finite to ±inf (above 3.4e38), or non-zero to 0 (below 1.4e-45). NaN/inf as written pass only with
+    ``allow_nonfinite``, and so does a finite value that overflows (it is fed as the inf it becomes)."""
     try:
         value = float(row[col])
     except (IndexError, ValueError):
         shown = row[col] if col < len(row) else "(missing)"
         raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
-    return _float32(value, f"{path}:{line}: {row[col].strip()!r}", allow_nonfinite)
-
-
-def _float32(value: float, what: str, allow_nonfinite: bool) -> float:
-    """``value`` as the float32 the kernel will read; refused (one line) when the conversion changes its kind:
-    finite to ±inf (above 3.4e38), or non-zero to 0 (below 1.4e-45). NaN/inf as written pass only with
-    ``allow_nonfinite``, and so does a finite value that overflows (it is fed as the inf it becomes)."""
+    what = f"{path}:{line}: {row[col].strip()!r}"
     with np.errstate(over="ignore"):
         as32 = float(F32(value))
     if not math.isfinite(value) and not allow_nonfinite:
@@ -349,9 +342,7 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
         e = band_edges(target, rule)
         interior = np.geomspace(float(e["lower"]), float(e["upper"]), 8)[1:-1]
         kls = [e["lower"], e["inside_lower"], F32(target), e["inside_upper"], e["upper"], *interior.astype(F32)]
-        for kl in kls:
-            for lam in lambdas:
-                out.append(Scenario(f"dead_zone t={target:g} kl={float(kl):.9g} λ0={lam:.4g}", "dead_zone",
-                                    _const(kl, steps), target, lam, "constant KL inside the band",
-                                    {"target": target, "kl": float(kl)}))
+        out += [Scenario(f"dead_zone t={target:g} kl={float(kl):.9g} λ0={lam:.4g}", "dead_zone", _const(kl, steps),
+                         target, lam, "constant KL inside the band", {"target": target, "kl": float(kl)})
+                for kl in kls for lam in lambdas]
     return out
