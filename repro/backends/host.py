@@ -278,11 +278,6 @@ class HostLearner(Learner):
         return lambda: outs
 
 
-def _include_texts() -> list[str]:
-    """What the include path contributes to a build (part of the cache key)."""
-    return [HOST_GRID.read_text()] + [p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h"))]
-
-
 def cpu_model(default: str = "CPU") -> str:
     """The processor's model name (``/proc/cpuinfo``), or ``default`` where it cannot be read."""
     try:
@@ -332,8 +327,9 @@ class HostBackend(Backend):
         """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
         check_symbol(source)
         unit = unit or harness_unit(source, slots, for_device=False)
+        included = [HOST_SHIM, HOST_GRID, *sorted(HOST_INCLUDE.glob("*.h"))]  # the shim, and what the include path adds
         key = hashlib.sha256(
-            "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
+            "\0".join([unit, *(p.read_text() for p in included), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]
         return key, self._build(unit, key, source)
 
