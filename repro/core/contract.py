@@ -164,8 +164,7 @@ class Contract:
         try:
             return self.controllers[name]
         except KeyError:
-            known = ", ".join(sorted(self.controllers))
-            raise SuiteError(f"unknown contract {name!r} (known: {known})") from None
+            raise SuiteError(f"unknown contract {name!r} (known: {', '.join(sorted(self.controllers))})") from None
 
 
 def _key_lines(text_lines: list[str]) -> dict[tuple[str, str], int]:
