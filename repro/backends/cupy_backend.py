@@ -234,8 +234,10 @@ class CupyBackend(Backend):
         return name.decode() if isinstance(name, bytes) else name
 
     def describe(self) -> str:
-        driver = self.cp.cuda.runtime.driverGetVersion()
-        return f"{self.device_name()} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {self.cp.__version__})"
+        cp = self.cp
+        name = self.device_name()
+        driver = cp.cuda.runtime.driverGetVersion()
+        return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 
     def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = NVRTC_OPTIONS,
                 cupy_defaults: bool = False) -> CupyKernel:

@@ -323,7 +323,8 @@ class HostBackend(Backend):
         """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
         check_symbol(source)
         unit = unit or harness_unit(source, slots, for_device=False)
-        included = [HOST_SHIM, HOST_GRID, *sorted(HOST_INCLUDE.glob("*.h"))]  # the shim, and what the include path adds
+        # the shim, and what the include path adds to a build
+        included = [HOST_SHIM, HOST_GRID, *sorted(HOST_INCLUDE.glob("*.h"))]
         key = hashlib.sha256(
             "\0".join([unit, *(p.read_text() for p in included), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]

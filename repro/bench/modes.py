@@ -77,9 +77,8 @@ class Rig:
 
     def helper(self, name: str, code: str):
         if name not in self.cache:
-            be, _ = self.gpu()
             defs = f"#define RLQ_KL_SLOT {self.contract.slots.kl}\n"
-            self.cache[name] = be.helper_module(defs + code, f"{name} kernel").get_function(name)
+            self.cache[name] = self.gpu()[0].helper_module(defs + code, f"{name} kernel").get_function(name)
         return self.cache[name]
 
 
@@ -264,7 +263,8 @@ def c_loop(mode: Mode, rig: Rig, which: str, rounds: int, timed: str) -> Timed:
 
     key = ("native", which, rounds)
     if key not in rig.cache:
-        rig.cache[key] = native.run(rig.kernel(rig.cupy, which).image, rig.sources[which].symbol, live_isv(rig.contract),
+        kernel = rig.kernel(rig.cupy, which)
+        rig.cache[key] = native.run(kernel.image, rig.sources[which].symbol, live_isv(rig.contract),
                                     rounds=rounds, async_launches=ASYNC_LAUNCHES, sync_launches=SYNC_LAUNCHES,
                                     verify_steps=VERIFY_STEPS)
     done = rig.cache[key]
@@ -363,7 +363,8 @@ def isv_pool(rig: Rig):
 def _pool_graphs(cp, pool: list, launches: Callable[[object, object], None], want: np.ndarray):
     """One graph per pooled ISV of what ``launches(isv, stream)`` enqueues, a stream to replay them on, and the
     correctness check: whether one replay of each from its live ISV leaves ``want`` (the spec model's ISV)."""
-    graphs, stream = [capture_graph(cp, partial(launches, isv)) for isv in pool], cp.cuda.Stream(non_blocking=True)
+    graphs = [capture_graph(cp, partial(launches, isv)) for isv in pool]
+    stream = cp.cuda.Stream(non_blocking=True)
     for g in graphs:
         g.launch(stream)
     stream.synchronize()
@@ -413,7 +414,7 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
         work = cp.ones(256, dtype=cp.float32)
         cp.cuda.Device().synchronize()  # filled on the current stream; the graphs replay on non-blocking ones
         rig.cache["step_bare"] = work, capture_graph(cp, lambda stream: [small((1,), (256,), (work,), stream=stream)
-                                                                      for _ in range(STEP_NODES)])
+                                                                          for _ in range(STEP_NODES)])
     work, bare = rig.cache["step_bare"]
     isv0, buf, pool = isv_pool(rig)
 
@@ -454,7 +455,8 @@ def looped_one(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     kl = cp.asarray(chunked(trace))
     out = cp.empty_like(kl)
     kernel.run_private(lam0, kl, target, out)  # every round recomputes the same trace: check the first
-    ok = same(unchunked(cp.asnumpy(out))[:2000], _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
+    got = unchunked(cp.asnumpy(out))[:2000]
+    ok = same(got, _expected_trace(rig, which, np.array([0.1], F32), trace[:2000]))
     return Timed(lambda: event_time_us(cp, lambda: kernel.run_private(lam0, kl, target, out)) / ONE_SCENARIO_STEPS,
                  ONE_SCENARIO_STEPS, ok)
 
