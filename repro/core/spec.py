@@ -104,11 +104,19 @@ def _edge(target: np.ndarray, form: str, a, dtype: str = "f32") -> np.ndarray:
     return t * a
 
 
+def _sides(rule: Rule) -> tuple[tuple, tuple]:
+    return (rule.upper or ("mul", rule.tolerance, "f32")), (rule.lower or ("div", rule.tolerance, "f32"))
+
+
 def _tests(rule: Rule, kl: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(KL above the upper edge, KL below the lower edge) for float32 KL: against :func:`edges`, which decide as
-    the comparisons in each edge's own arithmetic do."""
-    upper, lower = edges(rule, target)
-    return kl > upper, kl < lower
+    """(KL above the upper edge, KL below the lower edge), each compared in the edge's arithmetic."""
+    out = []
+    for (form, a, dtype), above in zip(_sides(rule), (True, False), strict=True):
+        edge = _edge(target, form, a, dtype)
+        k = kl.astype(np.float64) if dtype == "f64" else kl
+        edge = edge.astype(F32) if dtype == "f64_f32" else edge
+        out.append(k > edge if above else k < edge)
+    return out[0], out[1]
 
 
 def _toward(edge64: np.ndarray, up: bool) -> np.ndarray:
@@ -124,10 +132,9 @@ def edges(rule: Rule, target) -> tuple[np.ndarray, np.ndarray]:
     float32 KL nearest inside the double threshold (so that, for float32 KL, KL > upper and KL < lower decide
     as the double comparisons do)."""
     out = []
-    sides = (rule.upper or ("mul", rule.tolerance, "f32"), rule.lower or ("div", rule.tolerance, "f32"))
     with np.errstate(all="ignore"):
         target = np.asarray(target, dtype=F32)
-        for (form, a, dtype), up in zip(sides, (True, False), strict=True):
+        for (form, a, dtype), up in zip(_sides(rule), (True, False), strict=True):
             edge = _edge(target, form, a, dtype)
             out.append(_toward(edge, up) if dtype == "f64" else np.asarray(edge).astype(F32))
     return out[0], out[1]
