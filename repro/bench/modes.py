@@ -225,7 +225,8 @@ def _cupy_setup(rig: Rig, which: str):
     return cp, fn, launches, _device_check(rig, which, launches), cp.asarray(live_isv(rig.contract))
 
 
-def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+def cupy_wall(mode: Mode, rig: Rig, which: str, rounds: int, timed: str) -> Timed:
+    """CuPy's ``async`` launches (one synchronise at the end) or ``sync`` launch + synchronise pairs, wall-clocked."""
     cp, fn, _, ok, isv = _cupy_setup(rig, which)
     stream = cp.cuda.get_current_stream()
 
@@ -234,19 +235,13 @@ def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
             fn((1,), (1,), (isv,))
         stream.synchronize()
 
-    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=isv)
-
-
-def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    cp, fn, _, ok, isv = _cupy_setup(rig, which)
-    stream = cp.cuda.get_current_stream()
-
     def pairs():
         for _ in range(SYNC_LAUNCHES):
             fn((1,), (1,), (isv,))
             stream.synchronize()
 
-    return Timed(lambda: wall_time_us(pairs) / SYNC_LAUNCHES, SYNC_LAUNCHES, ok)
+    work, steps = (enqueue, ASYNC_LAUNCHES) if timed == "async" else (pairs, SYNC_LAUNCHES)
+    return Timed(lambda: wall_time_us(work) / steps, steps, ok, hold=isv)
 
 
 def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -526,9 +521,9 @@ MODES = (
          "host", 100, host_call),
     Mode("cupy async launch", WALL_PY, "host",
          f"Python enqueueing one (1,),(1,) launch through CuPy: {ASYNC_LAUNCHES} launches, one synchronise", "cupy",
-         30, cupy_async, python_launch="cupy"),
+         30, partial(cupy_wall, timed="async"), python_launch="cupy"),
     Mode("cupy launch + sync", WALL_PY, "host", "one CuPy launch and a stream synchronise: a loop that waits for λ",
-         "cupy", 40, cupy_sync),
+         "cupy", 40, partial(cupy_wall, timed="sync")),
     Mode("C driver API async launch", WALL_C, "host",
          f"cuLaunchKernel of the same CUBIN from a C loop: {ASYNC_LAUNCHES} launches, one synchronise", "native", 30,
          partial(c_loop, timed="async"), c_launch=True),
