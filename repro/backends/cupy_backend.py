@@ -17,6 +17,8 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
@@ -60,11 +62,7 @@ def _import_cupy():
 class CupyKernel(CompiledKernel):
     def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...], cupy_defaults: bool):
         self.cp, self.source, self.slots = cp, source, slots
-        build = _rawmodule if cupy_defaults else _nvrtc_module
-
-        def _module(code, origin, options):
-            return build(cp, code, origin, options)
-
+        _module = partial(_rawmodule if cupy_defaults else _nvrtc_module, cp)
         slot_defs = (
             f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
             f"#define RLQ_TARGET_SLOT {slots.target}\n"

@@ -116,12 +116,6 @@ STANDARD_HEADERS = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\
                    "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n"
 
 
-def _prelude() -> str:
-    """The standard headers and a copy of the shim's text: a copy, not an ``#include`` of the repository's file,
-    since clang refuses a precompiled header whose included files' times changed (a checkout, an editor)."""
-    return f'{STANDARD_HEADERS}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
-
-
 #: Prelude headers whose precompiled form failed to build, or failed a build that the shim's text passes: not used
 #: again in this process
 _NO_PRELUDE: set[Path] = set()
@@ -131,7 +125,9 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
     """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
     failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
-    prelude = _prelude()
+    # a copy of the shim's text, not an #include of the repository's file: clang refuses a precompiled header
+    # whose included files' times changed (a checkout, an editor)
+    prelude = f'{STANDARD_HEADERS}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
     key = hashlib.sha256("\0".join([prelude, cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
     if header in _NO_PRELUDE:
@@ -158,7 +154,7 @@ def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
 def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAGS, cwd: Path | None = None) -> None:
     """Compile the translation unit at ``unit`` into the shared library ``lib`` the way every host build does
     (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error.
-    The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:func:`_prelude`); the
+    The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:func:`_prelude_header`); the
     coverage build reads them as text, so that gcov counts nothing of a precompiled header."""
     prelude = _prelude_header(cxx, flags) if flags == FLAGS else None
 
@@ -278,11 +274,6 @@ class HostLearner(Learner):
         return lambda: outs
 
 
-def _include_texts() -> list[str]:
-    """What the include path contributes to a build (part of the cache key)."""
-    return [HOST_GRID.read_text()] + [p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h"))]
-
-
 def cpu_model(default: str = "CPU") -> str:
     """The processor's model name (``/proc/cpuinfo``), or ``default`` where it cannot be read."""
     try:
@@ -332,8 +323,10 @@ class HostBackend(Backend):
         """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
         check_symbol(source)
         unit = unit or harness_unit(source, slots, for_device=False)
+        # the shim, and what the include path adds to a build
+        included = [HOST_SHIM, HOST_GRID, *sorted(HOST_INCLUDE.glob("*.h"))]
         key = hashlib.sha256(
-            "\0".join([unit, HOST_SHIM.read_text(), *_include_texts(), " ".join(FLAGS), self.compiler_version]).encode()
+            "\0".join([unit, *(p.read_text() for p in included), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]
         return key, self._build(unit, key, source)
 

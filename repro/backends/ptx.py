@@ -82,14 +82,12 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
         no_cache = ("--no-cache",) if tuple(version) >= (12, 9) else ()
         opts = [o.encode() for o in (*options, *no_cache, f"--gpu-architecture={arch}", "--ptxas-options=--verbose")]
         status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        size = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        log = b" " * _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
         _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, log))
         log_text = log.decode(errors="replace").rstrip("\x00 \n")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise compile_error(origin, "NVRTC", log_text)
-        size = _check(nvrtc, nvrtc.nvrtcGetPTXSize(prog))
-        ptx = b" " * size
+        ptx = b" " * _check(nvrtc, nvrtc.nvrtcGetPTXSize(prog))
         _check(nvrtc, nvrtc.nvrtcGetPTX(prog, ptx))
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

@@ -41,7 +41,8 @@ struct rlq_dim3 { unsigned int x, y, z; };
 // one kernel, does not (measured on the H200: stale KL, λ one step behind). A plain load keeps the value.
 #define __ldg(p) (*(p))
 """
-_DEVICE_RESTORE = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n#undef __ldg\n"
+_UNDEF_DIMS = "#undef threadIdx\n#undef blockIdx\n#undef blockDim\n#undef gridDim\n"
+_DEVICE_RESTORE = _UNDEF_DIMS + "#undef __ldg\n"
 
 # The device twin of host_grid.cuh: inside the controller, thread i of the real
 # launch plays the coordinates of row i of a table (set by rlq_set_coords).
@@ -61,11 +62,7 @@ extern "C" __global__ void rlq_set_coords(const unsigned int* coords, const unsi
 #define blockDim (rlq_dim3{rlq_dims[0], rlq_dims[1], rlq_dims[2]})
 #define gridDim (rlq_dim3{rlq_dims[3], rlq_dims[4], rlq_dims[5]})
 """
-_DEVICE_AS_THREADS_KERNEL = """
-#undef threadIdx
-#undef blockIdx
-#undef blockDim
-#undef gridDim
+_DEVICE_AS_THREADS_KERNEL = "\n" + _UNDEF_DIMS + """\
 extern "C" __global__ void rlq_as_threads(float* isv, long long n) {
     const long long i = rlq_real_thread();
     if (i < n) RLQ_CONTROLLER(isv + i * RLQ_ISV_LEN);

@@ -77,9 +77,8 @@ class Rig:
 
     def helper(self, name: str, code: str):
         if name not in self.cache:
-            be, _ = self.gpu()
             defs = f"#define RLQ_KL_SLOT {self.contract.slots.kl}\n"
-            self.cache[name] = be.helper_module(defs + code, f"{name} kernel").get_function(name)
+            self.cache[name] = self.gpu()[0].helper_module(defs + code, f"{name} kernel").get_function(name)
         return self.cache[name]
 
 
@@ -183,12 +182,6 @@ def _verified(rig: Rig, which: str, isv: np.ndarray) -> bool:
     return same(isv, expected_isv(rig.contract, which, live_isv(rig.contract), np.full(VERIFY_STEPS, KL_HIGH)))
 
 
-def _precomputed(values: list[float]) -> Callable[[], float]:
-    """Rounds a separate program already timed, handed out one by one."""
-    it = iter(values)
-    return lambda: next(it)
-
-
 # ------------------------------------------------------------------ host
 
 
@@ -232,7 +225,8 @@ def _cupy_setup(rig: Rig, which: str):
     return cp, fn, launches, _device_check(rig, which, launches), cp.asarray(live_isv(rig.contract))
 
 
-def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
+def cupy_wall(mode: Mode, rig: Rig, which: str, rounds: int, timed: str) -> Timed:
+    """CuPy's ``async`` launches (one synchronise at the end) or ``sync`` launch + synchronise pairs, wall-clocked."""
     cp, fn, _, ok, isv = _cupy_setup(rig, which)
     stream = cp.cuda.get_current_stream()
 
@@ -241,19 +235,13 @@ def cupy_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
             fn((1,), (1,), (isv,))
         stream.synchronize()
 
-    return Timed(lambda: wall_time_us(enqueue) / ASYNC_LAUNCHES, ASYNC_LAUNCHES, ok, hold=isv)
-
-
-def cupy_sync(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
-    cp, fn, _, ok, isv = _cupy_setup(rig, which)
-    stream = cp.cuda.get_current_stream()
-
     def pairs():
         for _ in range(SYNC_LAUNCHES):
             fn((1,), (1,), (isv,))
             stream.synchronize()
 
-    return Timed(lambda: wall_time_us(pairs) / SYNC_LAUNCHES, SYNC_LAUNCHES, ok)
+    work, steps = (enqueue, ASYNC_LAUNCHES) if timed == "async" else (pairs, SYNC_LAUNCHES)
+    return Timed(lambda: wall_time_us(work) / steps, steps, ok, hold=isv)
 
 
 def cupy_events(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
@@ -276,7 +264,8 @@ def c_loop(mode: Mode, rig: Rig, which: str, rounds: int, timed: str) -> Timed:
                                     verify_steps=VERIFY_STEPS)
     done = rig.cache[key]
     steps = ASYNC_LAUNCHES if timed == "async" else SYNC_LAUNCHES
-    return Timed(_precomputed(done[f"{timed}_us"]), steps, _verified(rig, which, done["isv"]), warmup=0)
+    # the rounds the C program already timed, handed out one by one
+    return Timed(iter(done[f"{timed}_us"]).__next__, steps, _verified(rig, which, done["isv"]), warmup=0)
 
 
 def _bindings():
@@ -337,12 +326,6 @@ def bindings_async(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
 # ------------------------------------------------------------------ CUDA graphs
 
 
-def _graph_of(cp, launches: Callable[[object], None]):
-    """A CUDA graph of what ``launches(stream)`` enqueues (captured on a stream of its own, not run)."""
-    stream = cp.cuda.Stream(non_blocking=True)
-    return capture_graph(cp, lambda: launches(stream), stream)
-
-
 def _replay_us(cp, graphs: list, stream, replays: int) -> float:
     """Device time (µs) of ``replays`` replays of each graph in ``graphs``, back to back on ``stream``."""
     def work():
@@ -372,6 +355,17 @@ def isv_pool(rig: Rig):
     return isv0, buf, views
 
 
+def _pool_graphs(cp, pool: list, launches: Callable[[object, object], None], want: np.ndarray):
+    """One graph per pooled ISV of what ``launches(isv, stream)`` enqueues, a stream to replay them on, and the
+    correctness check: whether one replay of each from its live ISV leaves ``want`` (the spec model's ISV)."""
+    graphs = [capture_graph(cp, partial(launches, isv)) for isv in pool]
+    stream = cp.cuda.Stream(non_blocking=True)
+    for g in graphs:
+        g.launch(stream)
+    stream.synchronize()
+    return graphs, stream, all(same(cp.asnumpy(isv), want) for isv in pool)
+
+
 def graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool) -> Timed:
     _, cp = rig.gpu()
     fn = rig.kernel(rig.cupy, which).step
@@ -380,27 +374,19 @@ def graph_replay(mode: Mode, rig: Rig, which: str, rounds: int, with_feed: bool)
     kl_new = cp.asarray(np.array([KL_HIGH], dtype=F32))
     cp.cuda.Device().synchronize()
 
-    def graph_for(isv):
-        def launches(stream):
-            for _ in range(GRAPH_STEPS):
-                if feed is not None:
-                    feed((1,), (1,), (isv, kl_new, FEED_ALPHA), stream=stream)
-                fn((1,), (1,), (isv,), stream=stream)
+    def launches(isv, stream):
+        for _ in range(GRAPH_STEPS):
+            if feed is not None:
+                feed((1,), (1,), (isv, kl_new, FEED_ALPHA), stream=stream)
+            fn((1,), (1,), (isv,), stream=stream)
 
-        return _graph_of(cp, launches)
-
-    graphs, stream = [graph_for(isv) for isv in pool], cp.cuda.Stream(non_blocking=True)
-    for g in graphs:  # the correctness check: one replay of each graph from its live ISV
-        g.launch(stream)
-    stream.synchronize()
     kl = np.full(GRAPH_STEPS, KL_HIGH)
     if feed is not None:  # the feed's EMA in float32, as the kernel computes it (no FMA contraction)
         ema = isv0[rig.contract.slots.kl]
         for t in range(GRAPH_STEPS):
             ema = F32(F32(F32(1) - FEED_ALPHA) * ema) + F32(FEED_ALPHA * KL_HIGH)
             kl[t] = ema
-    want = expected_isv(rig.contract, which, isv0, kl)
-    ok = all(same(cp.asnumpy(isv), want) for isv in pool)
+    graphs, stream, ok = _pool_graphs(cp, pool, launches, expected_isv(rig.contract, which, isv0, kl))
     nodes = len(graphs) * GRAPH_STEPS
     return Timed(lambda: _replay_us(cp, graphs, stream, 1) / nodes, nodes, ok,
                  lambda us: {"isv_addresses": len(pool)}, hold=(buf, kl_new))  # the graphs hold addresses only
@@ -422,26 +408,19 @@ def graph_step(mode: Mode, rig: Rig, which: str, rounds: int) -> Timed:
     if "step_bare" not in rig.cache:
         work = cp.ones(256, dtype=cp.float32)
         cp.cuda.Device().synchronize()  # filled on the current stream; the graphs replay on non-blocking ones
-        rig.cache["step_bare"] = work, _graph_of(cp, lambda stream: [small((1,), (256,), (work,), stream=stream)
-                                                                      for _ in range(STEP_NODES)])
+        rig.cache["step_bare"] = work, capture_graph(cp, lambda stream: [small((1,), (256,), (work,), stream=stream)
+                                                                          for _ in range(STEP_NODES)])
     work, bare = rig.cache["step_bare"]
     isv0, buf, pool = isv_pool(rig)
 
-    def step(isv):
-        def launches(stream):
-            for _ in range(STEP_NODES):
-                small((1,), (256,), (work,), stream=stream)
-            for _ in range(STEP_EXTRA):
-                fn((1,), (1,), (isv,), stream=stream)
+    def launches(isv, stream):
+        for _ in range(STEP_NODES):
+            small((1,), (256,), (work,), stream=stream)
+        for _ in range(STEP_EXTRA):
+            fn((1,), (1,), (isv,), stream=stream)
 
-        return _graph_of(cp, launches)
-
-    with_node, stream = [step(isv) for isv in pool], cp.cuda.Stream(non_blocking=True)
-    for g in with_node:  # the correctness check: one step from each live ISV
-        g.launch(stream)
-    stream.synchronize()
     want = expected_isv(rig.contract, which, isv0, np.full(STEP_EXTRA, KL_HIGH))
-    ok = all(same(cp.asnumpy(isv), want) for isv in pool)
+    with_node, stream, ok = _pool_graphs(cp, pool, launches, want)
     per = STEP_REPLAYS // len(with_node)  # replays of each with-node graph in a window
     bare_us = []
 
@@ -542,9 +521,9 @@ MODES = (
          "host", 100, host_call),
     Mode("cupy async launch", WALL_PY, "host",
          f"Python enqueueing one (1,),(1,) launch through CuPy: {ASYNC_LAUNCHES} launches, one synchronise", "cupy",
-         30, cupy_async, python_launch="cupy"),
+         30, partial(cupy_wall, timed="async"), python_launch="cupy"),
     Mode("cupy launch + sync", WALL_PY, "host", "one CuPy launch and a stream synchronise: a loop that waits for λ",
-         "cupy", 40, cupy_sync),
+         "cupy", 40, partial(cupy_wall, timed="sync")),
     Mode("C driver API async launch", WALL_C, "host",
          f"cuLaunchKernel of the same CUBIN from a C loop: {ASYNC_LAUNCHES} launches, one synchronise", "native", 30,
          partial(c_loop, timed="async"), c_launch=True),

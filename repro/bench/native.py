@@ -46,8 +46,7 @@ def build() -> Path:
     cc = _cc()
     if cc is None:
         raise BackendUnavailable("native launcher: no C compiler (install gcc or set CC)")
-    text = SOURCE.read_text()
-    key = hashlib.sha256("\0".join([text, *FLAGS, cc]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, cc]).encode()).hexdigest()[:16]
     exe = cache_dir() / f"launch_loop-{key}"
     if not exe.exists():
         exe.parent.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,12 @@ def event_time_us(cp, work: Callable[[], None], stream=None) -> float:
     return cp.cuda.get_elapsed_time(start, end) * 1e3
 
 
-def capture_graph(cp, launches: Callable[[], None], stream):
-    """A CUDA graph of everything ``launches`` enqueues on ``stream`` (captured, not run)."""
+def capture_graph(cp, launches: Callable[[object], None]):
+    """A CUDA graph of what ``launches(stream)`` enqueues (captured on a stream of its own, not run)."""
+    stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
-        launches()
+        launches(stream)
         return stream.end_capture()
 
 

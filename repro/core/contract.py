@@ -164,8 +164,7 @@ class Contract:
         try:
             return self.controllers[name]
         except KeyError:
-            known = ", ".join(sorted(self.controllers))
-            raise SuiteError(f"unknown contract {name!r} (known: {known})") from None
+            raise SuiteError(f"unknown contract {name!r} (known: {', '.join(sorted(self.controllers))})") from None
 
 
 def _key_lines(text_lines: list[str]) -> dict[tuple[str, str], int]:
@@ -242,8 +241,8 @@ def _parse(path: Path, raw_text: str) -> Contract:
             for key in required:
                 if key not in props:
                     raise SuiteError(f"{path}: [{name}] lacks {key!r}")
-            for key, allowed, default in (("overlap", OVERLAPS, "ramp"), ("bounds", BOUNDS, "clamp")):
-                if entry.get(key, default) not in allowed:
+            for key, allowed in (("overlap", OVERLAPS), ("bounds", BOUNDS)):
+                if key in entry and entry[key] not in allowed:
                     raise SuiteError(f"{path}: [{name}] {key} {entry[key]!r} is not one of {', '.join(allowed)}")
             release = entry.get("release", {})
             if "source" in entry and not {"project", "version", "path", "function"} <= set(release):
@@ -255,13 +254,11 @@ def _parse(path: Path, raw_text: str) -> Contract:
                 props=props,
                 nonfinite={**shared_nonfinite, **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
                 guards_doc=entry.get("guards_doc", guards_doc),
-                source=entry.get("source", ""),
                 rule=rule,
                 nonfinite_line=_section_line(lines, f"{name}.nonfinite") or _section_line(lines, "nonfinite"),
                 release=dict(release),
                 guarded=bool(entry.get("guarded", True)),
-                overlap=entry.get("overlap", "ramp"),
-                bounds=entry.get("bounds", "clamp"),
+                **{k: entry[k] for k in ("source", "overlap", "bounds") if k in entry},  # else the field's default
             )
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None

@@ -56,16 +56,13 @@ class KernelSource:
         cut = max(before.rfind(";"), before.rfind("}"), before.rfind("{"))
         if _EXTERN_C.search(before[cut + 1 :]):
             return True
-        depth = 0  # an enclosing ``extern "C" {`` block: an unclosed brace opened right after extern "C"
-        for pos in range(len(before) - 1, -1, -1):
-            ch = before[pos]
-            if ch == "}":
-                depth += 1
-            elif ch == "{":
-                if depth == 0:
-                    return bool(re.search(r'extern\s+"C"\s*$', before[:pos]))
-                depth -= 1
-        return False
+        opened = []  # an enclosing ``extern "C" {`` block: the innermost brace still open, right after extern "C"
+        for brace in re.finditer(r"[{}]", before):
+            if brace.group() == "{":
+                opened.append(brace.start())
+            elif opened:
+                opened.pop()
+        return bool(opened) and bool(re.search(r'extern\s+"C"\s*$', before[: opened[-1]]))
 
     def approximate_intrinsics(self) -> list[tuple[str, int]]:
         """``(intrinsic, line)`` for each approximate CUDA intrinsic the source calls (comments ignored)."""

@@ -91,10 +91,6 @@ def _mult(err: np.float32, n: np.float32, h: np.float32) -> np.float32:
     return F32(F32(1) + F32(F32(err * n) / h))
 
 
-def _apply(lam: np.ndarray, value: np.float32, op: str) -> np.ndarray:
-    return lam / value if op == "div" else lam * value
-
-
 def _edge(target: np.ndarray, form: str, a, dtype: str = "f32") -> np.ndarray:
     """The threshold in the edge's arithmetic: float32, or double (f64 and f64_f32, rounded later)."""
     wide = np.float64 if dtype != "f32" else F32
@@ -149,7 +145,9 @@ def _clipped(rule: Rule, x: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(x, rule.ceiling), rule.floor).astype(F32)
 
 
-def _bounded(rule: Rule, out: np.ndarray, bound: np.float32 | None, clamp) -> np.ndarray:
+def _moved(rule: Rule, lam: np.ndarray, value: np.float32, op: str, bound: np.float32 | None, clamp) -> np.ndarray:
+    """λ·value (or λ/value), then bounded."""
+    out = lam / value if op == "div" else lam * value
     if rule.bounds == "clip_by_value":
         return _clipped(rule, out)
     # np.fmin/np.fmax return the non-NaN operand, as C's fminf/fmaxf do.
@@ -157,11 +155,11 @@ def _bounded(rule: Rule, out: np.ndarray, bound: np.float32 | None, clamp) -> np
 
 
 def _ramped(rule: Rule, lam: np.ndarray) -> np.ndarray:
-    return _bounded(rule, _apply(lam, rule.ramp, rule.ramp_op), rule.ceiling, np.fmin)
+    return _moved(rule, lam, rule.ramp, rule.ramp_op, rule.ceiling, np.fmin)
 
 
 def _decayed(rule: Rule, lam: np.ndarray) -> np.ndarray:
-    return _bounded(rule, _apply(lam, rule.decay, rule.decay_op), rule.floor, np.fmax)
+    return _moved(rule, lam, rule.decay, rule.decay_op, rule.floor, np.fmax)
 
 
 def ramped(rule: Rule, lam) -> np.ndarray:
@@ -304,8 +302,7 @@ def band_edges(target: float, tolerance: float | Rule) -> dict[str, np.float32]:
     """
     t = F32(target)
     if isinstance(tolerance, Rule):
-        up, lo = edges(tolerance, t)
-        upper, lower = F32(up), F32(lo)
+        upper, lower = (F32(e) for e in edges(tolerance, t))
     else:
         tol = F32(tolerance)
         upper, lower = F32(t * tol), F32(t / tol)
