@@ -21,12 +21,6 @@ from repro.core.errors import SuiteError
 from repro.learning.agent import Arm
 
 
-def ablation_names() -> list[str]:
-    """The 14 variants strictly between the original (no fix) and the fixed kernel (all four)."""
-    combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
-    return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c, strict=True) if on) for c in combos]
-
-
 def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:
     """The :class:`Arm` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
     does not compile on ``backend``).
@@ -82,10 +76,12 @@ def canonical(name: str) -> str:
 
 def _group_names(name: str) -> list[str]:
     """A name that stands for several controllers, as the studies' pre-registrations write them (else itself):
-    ``ablation`` every variant, ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract``
-    every contract entry, ``peers`` the entries other than fixed and original."""
+    ``ablation`` the 14 variants strictly between the original (no fix) and the fixed kernel (all four),
+    ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract`` every contract entry,
+    ``peers`` the entries other than fixed and original."""
     if name == "ablation":
-        return ablation_names()
+        combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
+        return ["ablation:" + "+".join(itertools.compress(FACTORS, c)) for c in combos]
     if name == "single_fixes":
         return [f"ablation:{f}" for f in FACTORS]
     if name == "fixes_removed":

@@ -74,10 +74,8 @@ def tables_of(name: str, raw, max_steps: int) -> Tables:
             outcomes = raw.P[s][a]
             c = np.cumsum(np.asarray([o[0] for o in outcomes]))  # as categorical_sample computes it
             k = len(outcomes)
-            cum[s, a, :k], cum[s, a, k:] = c, c[-1]
-            for j in range(M):
-                _, ns, r, t = outcomes[min(j, k - 1)]
-                nxt[s, a, j], rew[s, a, j], term[s, a, j] = ns, r, t
+            cum[s, a, :k], cum[s, a, k:] = c, c[-1]  # the padding repeats the last outcome
+            nxt[s, a], rew[s, a], term[s, a] = zip(*(outcomes[min(j, k - 1)][1:] for j in range(M)), strict=True)
     return Tables(name, cum, nxt, rew, term, np.cumsum(np.asarray(raw.initial_state_distrib)), int(max_steps))
 
 

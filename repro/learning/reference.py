@@ -21,19 +21,15 @@ from repro.learning.env import BatchedEnv, Tables
 @np.errstate(invalid="ignore", over="ignore", divide="ignore")
 def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
                   grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
-    """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
-
-    ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
-    takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
-    """
+    """:func:`repro.learning.agent.run_loop`'s runs and :class:`Traces`, one array operation at a time."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions
     runs = {k: xp.asarray(v) for k, v in per_run(grid, seeds, len(groups)).items()}
     beta, aux_r, run_seed = runs["beta"], runs["aux_reward"], runs["seed"]
     feat, site, before, odd_only = runs["features"], runs["kl_site"], runs["kl_before"] != 0, runs["aux_odd"] != 0
-    view = xp.where(feat > 0, 1, runs["view"])  # the linear policy's critic is tabular over states
     linear = feat > 0
+    view = xp.where(linear, 1, runs["view"])  # the linear policy's critic is tabular over states
     D = int(feat.max()) if len(feat) else 0
     cap, n_sample = measure.replay_capacity, measure.replay_sample
     quiet32, floor32 = xp.float32(measure.quiet_kl), xp.float32(measure.floor_lambda)
@@ -68,12 +64,9 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
     def replay_kl(t):
         if cap == 0:
             return xp.zeros(N)
-        filled = min(t + 1, cap)
-        total = xp.zeros(N)
-        for j in range(n_sample):
-            z = ring[ar, (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
-            total = total + kl_at(z)
-        return total / n_sample
+        filled = np.uint64(min(t + 1, cap))
+        draws = (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % filled for j in range(n_sample))
+        return sum((kl_at(ring[ar, z.astype(xp.int64)]) for z in draws), xp.zeros(N)) / n_sample
     slots = groups[0].slots
     isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
     target32 = xp.float32(L.kl_target)
@@ -143,10 +136,7 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
             mean, log_min = agreement(xp, q, log_pi_all, visited)
             unique = unique_agreement(xp, q, log_pi_all)
             odd = (xp.arange(S) % 2 == 1)[None, :]
-            filled = min(t + 1, cap)
-            in_ring = xp.zeros((N, S))  # how many ring entries hold each state
-            for i in range(filled):
-                in_ring[ar, ring[:, i]] += 1
+            in_ring = (ring[:, :min(t + 1, cap), None] == xp.arange(S)).sum(axis=1)  # how many ring entries hold each state
             sets = {"unique": visited.astype(float), "odd": (visited & odd).astype(float), "replay": in_ring}
             values = {"lam": isv[:, slots.lambda_], "agree_mean": mean, "log10_agree_min": log_min, "kl_ema": ema,
                       "episode_return": win_ret / xp.where(win_done > 0, win_done, xp.nan),
