@@ -23,10 +23,8 @@ the controller is measured (``kl_site``: 0 the visited state, 1 the mean over a 
 states drawn each step from a ring of the last ``replay_capacity`` visited states, 2 the even-numbered states
 only: the EMA holds on odd ones), ``kl_before`` (1: π before this step's update), ``aux_odd`` (1: the auxiliary
 reward is paid on odd-numbered states only) and ``features`` (d > 0: π is a linear softmax over d ±1 features
-of the state fixed by seed, its critic tabular over states; 0: the tabular aliased view). It also measures
-agreement with ties excluded (only states where Q's greedy action is unique; their count), on the odd states
-and on the replay ring's entries, and per evaluation window the longest run of steps with λ at or below
-``floor_lambda`` while the KL the controller sees is below ``quiet_kl`` (the incident's signature).
+of the state fixed by seed, its critic tabular over states; 0: the tabular aliased view). What it measures
+besides (ties excluded, odd states, the replay ring, the incident's signature) is in :class:`Traces`.
 
 The loop runs compiled (``kernels/learning_loop.cuh``, the controller inside it): one call per controller
 runs all its steps, a thread per run on the GPU and ranges of runs on every core of the host.

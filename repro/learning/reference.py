@@ -37,7 +37,6 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
     base = N // len(groups)
     kernels = [backend.compile(g.source, g.slots) for g in groups]
     env = BatchedEnv(xp, tables)
-    scale = tables.reward_range
     ar = xp.arange(N)
     # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
     aux_action = xp.stack([(rng.random_bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
@@ -94,26 +93,24 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
         s2, r, term = env.step(s, a, u[:, 1])
         t_ep += 1
         done = term | (t_ep >= tables.max_episode_steps)
-        rn = r / scale
+        rn = r / tables.reward_range
         cont = L.gamma * (~term)
         q_sa = q[ar, s, a]
         q[ar, s, a] = q_sa + L.q_lr * (rn + cont * q[ar, s2].max(axis=1) - q_sa)
-        o2 = s2 // view
         r_pi = rn + aux_r * ((a == aux_action[ar, s]) & (~odd_only | (s % 2 == 1)))
-        delta = r_pi + cont * v[ar, o2] - v[ar, o]
+        delta = r_pi + cont * v[ar, s2 // view] - v[ar, o]
         v[ar, o] += L.critic_lr * delta
-        p_q, log_p_q = softmax(xp, q[ar, s] / L.q_temperature)
+        p_q, _ = softmax(xp, q[ar, s] / L.q_temperature)
         entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
         grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
                 + L.distill_lr * lam[:, None] * (p_q - pi))
         is_replay = site == KL_SITES["replay"]
-        kl_first = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi)).sum(axis=1))  # π before its update
+        kl_first = xp.where(is_replay, replay_kl(t), kl_at(s))  # π before its update
         theta[ar, o] += xp.where(linear[:, None], 0.0, grad)
         for k in range(D):  # W_k += φ_k(s)·grad / d
             step = grad / xp.maximum(feat, 1)[:, None]
             theta[:, k] += xp.where((linear & (k < feat))[:, None], xp.where(phi[ar, s, k][:, None] > 0, step, -step), 0.0)
-        _, log_pi2 = softmax(xp, logits(s))
-        kl_then = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi2)).sum(axis=1))
+        kl_then = xp.where(is_replay, replay_kl(t), kl_at(s))
         kl = xp.where(before, kl_first, kl_then)
         measured = (site != KL_SITES["even"]) | (s % 2 == 0)
         ema = xp.where(measured, (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl, ema)
@@ -135,8 +132,8 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
             log_pi_all = xp.stack([softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
             mean, log_min = agreement(xp, q, log_pi_all, visited)
             unique = unique_agreement(xp, q, log_pi_all)
-            odd = (xp.arange(S) % 2 == 1)[None, :]
             in_ring = (ring[:, :min(t + 1, cap), None] == xp.arange(S)).sum(axis=1)  # how many ring entries hold each state
+            odd = (xp.arange(S) % 2 == 1)[None, :]
             sets = {"unique": visited.astype(float), "odd": (visited & odd).astype(float), "replay": in_ring}
             values = {"lam": isv[:, slots.lambda_], "agree_mean": mean, "log10_agree_min": log_min, "kl_ema": ema,
                       "episode_return": win_ret / xp.where(win_done > 0, win_done, xp.nan),
@@ -158,8 +155,7 @@ def agreement(xp, q, log_pi, visited):
     masked = xp.where(greedy, log_pi, -xp.inf)
     top = masked.max(axis=2, keepdims=True)
     log_agree = (top + xp.log(xp.exp(masked - top).sum(axis=2, keepdims=True)))[..., 0]  # log Σ_greedy π
-    n_visited = visited.sum(axis=1)
-    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(n_visited, 1)
+    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(visited.sum(axis=1), 1)
     log_min = xp.where(visited, log_agree, xp.inf).min(axis=1) / np.log(10)
     return mean, log_min
 

@@ -78,12 +78,9 @@ class Batch:
 
 @dataclass(frozen=True)
 class Subject:
-    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ).
-
-    The floor only labels the outcome (the first step at which λ sits on it); it
-    comes from the contract or from :func:`repro.runners.probes.settled_floor`, never
-    from the source text.
-    """
+    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ: it only
+    labels the outcome, the first step λ sits on it; from the contract or :func:`repro.runners.probes.settled_floor`,
+    never from the source text)."""
 
     kernel: CompiledKernel
     seed_lambda: float
@@ -115,8 +112,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     favoured = (best + 1 + rng.integers(0, K - 1, base)) % K  # π's own objective's favourite, never Q's best
     own = true.copy()
     own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
-    own_d = xp.asarray(np.tile(own, (G, 1)))
-    true_d = xp.asarray(np.tile(true, (G, 1)))
+    true_d, own_d = (xp.asarray(np.tile(a, (G, 1))) for a in (true, own))
     n = G * base
     slots = subjects[0].kernel.slots
     isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
