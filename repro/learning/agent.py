@@ -143,8 +143,7 @@ def run_loop(backend, tables: Tables, groups: list[Arm], learning: Learning, see
     L = learning
     par = [L.gamma, L.q_lr, L.q_temperature, L.actor_lr, L.critic_lr, L.distill_lr, L.kl_ema_rate, L.kl_target,
            tables.reward_range, np.log(10), np.float32(measure.quiet_kl), np.float32(measure.floor_lambda)]
-    shared = {"cum": tables.cum, "next_state": tables.next_state, "reward": tables.reward,
-              "terminated": tables.terminated, "initial_cum": tables.initial_cum,
+    shared = {**{k: getattr(tables, k) for k in ("cum", "next_state", "reward", "terminated", "initial_cum")},
               "par": np.array(par, dtype=np.float64),  # the order of the enum in learning_loop.cuh
               "dims": np.array([S, A, tables.cum.shape[2], tables.max_episode_steps, L.steps, L.eval_every,
                                 measure.replay_capacity, measure.replay_sample, d_max])}

@@ -65,10 +65,7 @@ def make(name: str, default_max_steps: int):
 def tables_of(name: str, raw, max_steps: int) -> Tables:
     S, A = raw.observation_space.n, raw.action_space.n
     M = max(len(raw.P[s][a]) for s in range(S) for a in range(A))
-    cum = np.zeros((S, A, M))
-    nxt = np.zeros((S, A, M), dtype=np.int64)
-    rew = np.zeros((S, A, M))
-    term = np.zeros((S, A, M), dtype=bool)
+    cum, nxt, rew, term = (np.zeros((S, A, M), dtype) for dtype in (np.float64, np.int64, np.float64, bool))
     for s in range(S):
         for a in range(A):
             outcomes = raw.P[s][a]

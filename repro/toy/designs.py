@@ -93,13 +93,12 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     Variants are ``original``'s source with #defines overridden to ``after``'s
     documented values (``before`` documents the original's seed λ). ``extra``
     adds whole kernels as further rows (a candidate in the fixed controller's
-    place). One row per variant: the fixes applied, runs, collapse fraction,
-    median log10 q_pi_agree_min, median λ min and max.
+    place; the fixes applied: None).
     """
     toy = toy or Toy()
     labels, subjects = [], []
     for combo in itertools.product((False, True), repeat=len(FACTORS)):
-        fixes = [f for f, applied in zip(FACTORS, combo, strict=True) if applied]
+        fixes = list(itertools.compress(FACTORS, combo))
         source, seed_lambda = variant(original, before, after, fixes)
         subjects.append(compile_subject(backend, source, slots, seed_lambda))
         labels.append(("fixed (all four)" if all(combo) else "+".join(fixes) or "original", {f: f in fixes for f in FACTORS}))

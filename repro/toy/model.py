@@ -78,9 +78,9 @@ class Batch:
 
 @dataclass(frozen=True)
 class Subject:
-    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ: it only
-    labels the outcome, the first step λ sits on it; from the contract or :func:`repro.runners.probes.settled_floor`,
-    never from the source text)."""
+    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ), which
+    only labels the outcome (the first step λ sits on it) and comes from the contract or from
+    :func:`repro.runners.probes.settled_floor`, never from the source text."""
 
     kernel: CompiledKernel
     seed_lambda: float
@@ -168,6 +168,6 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
                 for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
                     rows[key].append(float(value))
     to_np = xp.asnumpy if xp is not np else (lambda a: a)
-    fields = (lam_min, lam_max, lam, agree_min, log_agree_min / np.log(10), agree_min_late, agree, floor_step)
-    return [Batch(*(to_np(f[g * base:(g + 1) * base]) for f in fields), trace=rows if g == 0 else None)
+    outcomes = (lam_min, lam_max, lam, agree_min, log_agree_min / np.log(10), agree_min_late, agree, floor_step)
+    return [Batch(*(to_np(o[g * base:(g + 1) * base]) for o in outcomes), trace=rows if g == 0 else None)
             for g in range(G)]
