@@ -151,8 +151,9 @@ def run_loop(backend, tables: Tables, groups: list[Arm], learning: Learning, see
     scratch = 2 * S * A + 3 * S + measure.replay_capacity + S * d_max
     n_evals = L.steps // L.eval_every
     isv = [new_isv(g.slots, np.full(len(runs["seed"]), g.seed_lambda)) for g in groups]
+    # on the GPU every controller's runs are in flight at once
     pending = [backend.compile_learner(g.source, g.slots).start(rows, {**runs, **shared}, n_evals, scratch)
-               for g, rows in zip(groups, isv, strict=True)]  # on the GPU every controller's runs are in flight at once
+               for g, rows in zip(groups, isv, strict=True)]
     parts = [finish() for finish in pending]
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
     return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, **out)  # the outputs are named as its fields

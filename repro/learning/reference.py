@@ -132,7 +132,8 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
             log_pi_all = xp.stack([softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
             mean, log_min = agreement(xp, q, log_pi_all, visited)
             unique = unique_agreement(xp, q, log_pi_all)
-            in_ring = (ring[:, :min(t + 1, cap), None] == xp.arange(S)).sum(axis=1)  # how many ring entries hold each state
+            # how many of the ring's filled entries hold each state
+            in_ring = (ring[:, :min(t + 1, cap), None] == xp.arange(S)).sum(axis=1)
             odd = (xp.arange(S) % 2 == 1)[None, :]
             sets = {"unique": visited.astype(float), "odd": (visited & odd).astype(float), "replay": in_ring}
             values = {"lam": isv[:, slots.lambda_], "agree_mean": mean, "log10_agree_min": log_min, "kl_ema": ema,
