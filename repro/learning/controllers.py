@@ -21,12 +21,6 @@ from repro.core.errors import SuiteError
 from repro.learning.agent import Arm
 
 
-def ablation_names() -> list[str]:
-    """The 14 variants strictly between the original (no fix) and the fixed kernel (all four)."""
-    combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
-    return ["ablation:" + "+".join(f for f, on in zip(FACTORS, c, strict=True) if on) for c in combos]
-
-
 def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:
     """The :class:`Arm` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
     does not compile on ``backend``).
@@ -36,15 +30,14 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
     contract = contract or load()
     if name.startswith("const:"):
         try:
-            value = float(name.split(":", 1)[1])
+            seed = float(name.split(":", 1)[1])
         except ValueError:
             raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
         # λ lives in a float32 slot: no subnormal; 0 exactly is no distillation (the kernel's guard holds λ ≤ 0)
-        if not (value == 0 or np.finfo(np.float32).tiny <= value <= 1):
+        if not (seed == 0 or np.finfo(np.float32).tiny <= seed <= 1):
             raise SuiteError(f"controller {name!r}: a constant λ must be 0 or lie in (0, 1] as a normal float32 "
                              f"(at least {np.finfo(np.float32).tiny:.3g})")
         source = contract.source("fixed").with_defines(LAMBDA_RAMP_RATE=1.0, LAMBDA_DECAY_RATE=1.0, MIN_LAMBDA=0.0)
-        arm = Arm(name, source, contract.slots, value)
     elif name.startswith("ablation:"):
         fixes = _fixes(name.split(":", 1)[1])
         if fixes is None:
@@ -52,10 +45,10 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
                              "joined by +")
         source, seed = variant(contract.source("original"), contract.controller("original"),
                                contract.controller("fixed"), fixes)
-        arm = Arm(name, source, contract.slots, seed)
     else:
-        entry = contract.controller(name)
-        arm = Arm(name, source or contract.source(name), contract.slots, entry.value("seed_lambda"))
+        seed = contract.controller(name).value("seed_lambda")
+        source = source or contract.source(name)
+    arm = Arm(name, source, contract.slots, seed)
     backend.compile_learner(arm.source, arm.slots)  # compile errors now, as one line, before any run starts
     return arm
 
@@ -82,10 +75,12 @@ def canonical(name: str) -> str:
 
 def _group_names(name: str) -> list[str]:
     """A name that stands for several controllers, as the studies' pre-registrations write them (else itself):
-    ``ablation`` every variant, ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract``
-    every contract entry, ``peers`` the entries other than fixed and original."""
+    ``ablation`` the 14 variants strictly between the original (no fix) and the fixed kernel (all four),
+    ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract`` every contract entry,
+    ``peers`` the entries other than fixed and original."""
     if name == "ablation":
-        return ablation_names()
+        combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
+        return ["ablation:" + "+".join(itertools.compress(FACTORS, c)) for c in combos]
     if name == "single_fixes":
         return [f"ablation:{f}" for f in FACTORS]
     if name == "fixes_removed":

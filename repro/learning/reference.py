@@ -21,19 +21,15 @@ from repro.learning.env import BatchedEnv, Tables
 @np.errstate(invalid="ignore", over="ignore", divide="ignore")
 def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
                   grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
-    """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
-
-    ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
-    takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
-    """
+    """:func:`repro.learning.agent.run_loop`'s runs and :class:`Traces`, one array operation at a time."""
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions
     runs = {k: xp.asarray(v) for k, v in per_run(grid, seeds, len(groups)).items()}
     beta, aux_r, run_seed = runs["beta"], runs["aux_reward"], runs["seed"]
     feat, site, before, odd_only = runs["features"], runs["kl_site"], runs["kl_before"] != 0, runs["aux_odd"] != 0
-    view = xp.where(feat > 0, 1, runs["view"])  # the linear policy's critic is tabular over states
     linear = feat > 0
+    view = xp.where(linear, 1, runs["view"])  # the linear policy's critic is tabular over states
     D = int(feat.max()) if len(feat) else 0
     cap, n_sample = measure.replay_capacity, measure.replay_sample
     quiet32, floor32 = xp.float32(measure.quiet_kl), xp.float32(measure.floor_lambda)
@@ -41,7 +37,6 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
     base = N // len(groups)
     kernels = [backend.compile(g.source, g.slots) for g in groups]
     env = BatchedEnv(xp, tables)
-    scale = tables.reward_range
     ar = xp.arange(N)
     # the auxiliary objective's preferred action per state: fixed per seed, unknown to Q
     aux_action = xp.stack([(rng.random_bits(xp, run_seed, s, rng.AUX) % np.uint64(A)).astype(xp.int64) for s in range(S)], 1)
@@ -68,12 +63,9 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
     def replay_kl(t):
         if cap == 0:
             return xp.zeros(N)
-        filled = min(t + 1, cap)
-        total = xp.zeros(N)
-        for j in range(n_sample):
-            z = ring[ar, (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
-            total = total + kl_at(z)
-        return total / n_sample
+        filled = np.uint64(min(t + 1, cap))
+        draws = (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % filled for j in range(n_sample))
+        return sum((kl_at(ring[ar, z.astype(xp.int64)]) for z in draws), xp.zeros(N)) / n_sample
     slots = groups[0].slots
     isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
     target32 = xp.float32(L.kl_target)
@@ -101,26 +93,24 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
         s2, r, term = env.step(s, a, u[:, 1])
         t_ep += 1
         done = term | (t_ep >= tables.max_episode_steps)
-        rn = r / scale
+        rn = r / tables.reward_range
         cont = L.gamma * (~term)
         q_sa = q[ar, s, a]
         q[ar, s, a] = q_sa + L.q_lr * (rn + cont * q[ar, s2].max(axis=1) - q_sa)
-        o2 = s2 // view
         r_pi = rn + aux_r * ((a == aux_action[ar, s]) & (~odd_only | (s % 2 == 1)))
-        delta = r_pi + cont * v[ar, o2] - v[ar, o]
+        delta = r_pi + cont * v[ar, s2 // view] - v[ar, o]
         v[ar, o] += L.critic_lr * delta
-        p_q, log_p_q = softmax(xp, q[ar, s] / L.q_temperature)
+        p_q, _ = softmax(xp, q[ar, s] / L.q_temperature)
         entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
         grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
                 + L.distill_lr * lam[:, None] * (p_q - pi))
         is_replay = site == KL_SITES["replay"]
-        kl_first = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi)).sum(axis=1))  # π before its update
+        kl_first = xp.where(is_replay, replay_kl(t), kl_at(s))  # π before its update
         theta[ar, o] += xp.where(linear[:, None], 0.0, grad)
         for k in range(D):  # W_k += φ_k(s)·grad / d
             step = grad / xp.maximum(feat, 1)[:, None]
             theta[:, k] += xp.where((linear & (k < feat))[:, None], xp.where(phi[ar, s, k][:, None] > 0, step, -step), 0.0)
-        _, log_pi2 = softmax(xp, logits(s))
-        kl_then = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi2)).sum(axis=1))
+        kl_then = xp.where(is_replay, replay_kl(t), kl_at(s))
         kl = xp.where(before, kl_first, kl_then)
         measured = (site != KL_SITES["even"]) | (s % 2 == 0)
         ema = xp.where(measured, (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl, ema)
@@ -142,11 +132,9 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
             log_pi_all = xp.stack([softmax(xp, logits(xp.full(N, st)))[1] for st in range(S)], 1)  # [N, S, A]
             mean, log_min = agreement(xp, q, log_pi_all, visited)
             unique = unique_agreement(xp, q, log_pi_all)
+            # how many of the ring's filled entries hold each state
+            in_ring = (ring[:, :min(t + 1, cap), None] == xp.arange(S)).sum(axis=1)
             odd = (xp.arange(S) % 2 == 1)[None, :]
-            filled = min(t + 1, cap)
-            in_ring = xp.zeros((N, S))  # how many ring entries hold each state
-            for i in range(filled):
-                in_ring[ar, ring[:, i]] += 1
             sets = {"unique": visited.astype(float), "odd": (visited & odd).astype(float), "replay": in_ring}
             values = {"lam": isv[:, slots.lambda_], "agree_mean": mean, "log10_agree_min": log_min, "kl_ema": ema,
                       "episode_return": win_ret / xp.where(win_done > 0, win_done, xp.nan),
@@ -168,8 +156,7 @@ def agreement(xp, q, log_pi, visited):
     masked = xp.where(greedy, log_pi, -xp.inf)
     top = masked.max(axis=2, keepdims=True)
     log_agree = (top + xp.log(xp.exp(masked - top).sum(axis=2, keepdims=True)))[..., 0]  # log Σ_greedy π
-    n_visited = visited.sum(axis=1)
-    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(n_visited, 1)
+    mean = xp.where(visited, xp.exp(log_agree), 0.0).sum(axis=1) / xp.maximum(visited.sum(axis=1), 1)
     log_min = xp.where(visited, log_agree, xp.inf).min(axis=1) / np.log(10)
     return mean, log_min
 

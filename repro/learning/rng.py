@@ -33,8 +33,5 @@ def uniform(xp, seeds, step: int, stream: int):
 
 
 def uniforms(xp, seeds, draws: list[tuple[int, int]]):
-    """``[N, len(draws)]`` uniforms for several ``(step, stream)`` pairs at once (the bits :func:`uniform` gives)."""
-    streams = xp.asarray(np.array([stream + 1 for _, stream in draws], dtype=np.uint64))
-    offsets = xp.asarray(np.array([(step * int(_GOLDEN)) % (1 << 64) for step, _ in draws], dtype=np.uint64))
-    z = _mix(_mix(seeds[:, None] * _GOLDEN + streams[None, :]) + offsets[None, :])
-    return (z >> np.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))
+    """``[N, len(draws)]`` uniforms, a column per ``(step, stream)`` pair (the bits :func:`uniform` gives)."""
+    return xp.stack([uniform(xp, seeds, step, stream) for step, stream in draws], 1)

@@ -78,26 +78,13 @@ class Batch:
 
 @dataclass(frozen=True)
 class Subject:
-    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ).
-
-    The floor only labels the outcome (the first step at which λ sits on it); it
-    comes from the contract or from :func:`repro.runners.probes.settled_floor`, never
-    from the source text.
-    """
+    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ), which
+    only labels the outcome (the first step λ sits on it) and comes from the contract or from
+    :func:`repro.runners.probes.settled_floor`, never from the source text."""
 
     kernel: CompiledKernel
     seed_lambda: float
     floor: float
-
-
-def batched_stepper(subjects: list[Subject], base: int):
-    """The production stepper: one batched harness call per subject per step, on the device ISV rows."""
-
-    def step(isv) -> None:
-        for g, subject in enumerate(subjects):
-            subject.kernel.batched_step(isv[g * base : (g + 1) * base])
-
-    return step
 
 
 def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, seed: int = 0,
@@ -107,7 +94,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
 
     ``grid``: per-base-run values of ``actor_lr``, ``kl_ema_rate``, ``kl_target``
     (equal-length arrays); the base runs are those values × ``seeds``. ``stepper(isv)``
-    advances every run's ISV row by one controller step (default: :func:`batched_stepper`).
+    advances every run's ISV row by one controller step (default: one batched harness call per subject).
     ``progress(steps_done)``, when given, is called after each tenth of ``toy.steps``.
     """
     xp = backend.xp
@@ -125,22 +112,25 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     favoured = (best + 1 + rng.integers(0, K - 1, base)) % K  # π's own objective's favourite, never Q's best
     own = true.copy()
     own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
-    own_d = xp.asarray(np.tile(own, (G, 1)))
-    true_d = xp.asarray(np.tile(true, (G, 1)))
+    true_d, own_d = (xp.asarray(np.tile(a, (G, 1))) for a in (true, own))
     n = G * base
     slots = subjects[0].kernel.slots
     isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
     floors = xp.asarray(np.repeat(np.float32([s.floor for s in subjects]), base))
-    stepper = stepper or batched_stepper(subjects, base)
+
+    def batched_stepper(isv) -> None:
+        for g, subject in enumerate(subjects):
+            subject.kernel.batched_step(isv[g * base : (g + 1) * base])
+
+    stepper = stepper or batched_stepper
     target32 = target.astype(xp.float32)
     q = xp.zeros((n, K))
     own_est = xp.zeros((n, K))  # the actor's own value estimates, learned from the same rewards
     theta = xp.zeros((n, K))
     ema = xp.zeros(n)
     lam = isv[:, slots.lambda_].astype(xp.float64)
-    inf = float("inf")
-    lam_min, lam_max = xp.full(n, inf), xp.full(n, -inf)
-    agree_min, agree_min_late, log_agree_min = xp.full(n, inf), xp.full(n, inf), xp.full(n, inf)
+    lam_min, lam_max = xp.full(n, np.inf), xp.full(n, -np.inf)
+    agree_min, agree_min_late, log_agree_min = xp.full(n, np.inf), xp.full(n, np.inf), xp.full(n, np.inf)
     floor_step = xp.full(n, -1, dtype=xp.int64)
     noise_rng = np.random.default_rng(seed + 1)
     rows = {"lambda": [], "q_pi_agree": [], "kl_ema": []} if trace else None
@@ -178,11 +168,6 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
                 for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
                     rows[key].append(float(value))
     to_np = xp.asnumpy if xp is not np else (lambda a: a)
-    out = []
-    for g in range(G):
-        s = slice(g * base, (g + 1) * base)
-        out.append(Batch(to_np(lam_min[s]), to_np(lam_max[s]), to_np(lam[s]), to_np(agree_min[s]),
-                         to_np(log_agree_min[s]) / np.log(10), to_np(agree_min_late[s]), to_np(agree[s]),
-                         to_np(floor_step[s]),
-                         rows if g == 0 else None))
-    return out
+    outcomes = (lam_min, lam_max, lam, agree_min, log_agree_min / np.log(10), agree_min_late, agree, floor_step)
+    return [Batch(*(to_np(o[g * base:(g + 1) * base]) for o in outcomes), trace=rows if g == 0 else None)
+            for g in range(G)]
