@@ -23,8 +23,10 @@ the controller is measured (``kl_site``: 0 the visited state, 1 the mean over a 
 states drawn each step from a ring of the last ``replay_capacity`` visited states, 2 the even-numbered states
 only: the EMA holds on odd ones), ``kl_before`` (1: π before this step's update), ``aux_odd`` (1: the auxiliary
 reward is paid on odd-numbered states only) and ``features`` (d > 0: π is a linear softmax over d ±1 features
-of the state fixed by seed, its critic tabular over states; 0: the tabular aliased view). What it measures
-besides (ties excluded, odd states, the replay ring, the incident's signature) is in :class:`Traces`.
+of the state fixed by seed, its critic tabular over states; 0: the tabular aliased view). It also measures
+agreement with ties excluded (only states where Q's greedy action is unique; their count), on the odd states
+and on the replay ring's entries, and per evaluation window the longest run of steps with λ at or below
+``floor_lambda`` while the KL the controller sees is below ``quiet_kl`` (the incident's signature).
 
 The loop runs compiled (``kernels/learning_loop.cuh``, the controller inside it): one call per controller
 runs all its steps, a thread per run on the GPU and ranges of runs on every core of the host.
@@ -121,6 +123,32 @@ def per_run(grid: dict[str, np.ndarray], seeds: np.ndarray, n_groups: int) -> di
             **{k: tile(grid[k] if k in grid else np.zeros(P), np.int64) for k in AXES}}
 
 
+def parameters(learning: Learning, tables: Tables, measure: Measure = FIRST_STUDY) -> np.ndarray:
+    """The loop's ``par[]`` (the order of the enum in ``learning_loop.cuh``)."""
+    L = learning
+    return np.array([L.gamma, L.q_lr, L.q_temperature, L.actor_lr, L.critic_lr, L.distill_lr, L.kl_ema_rate,
+                     L.kl_target, tables.reward_range, np.log(10), np.float32(measure.quiet_kl),
+                     np.float32(measure.floor_lambda)], dtype=np.float64)
+
+
+def scratch_doubles(tables: Tables, measure: Measure, features_max: int) -> int:
+    """Doubles of state per run: Q, θ, V, visited, the replay ring, its count per state, the features."""
+    S, A = tables.n_states, tables.n_actions
+    return 2 * S * A + 3 * S + measure.replay_capacity + S * features_max
+
+
+def check_axes(tables: Tables, runs: dict[str, np.ndarray], measure: Measure) -> int:
+    """Refuse axis values the loop cannot run (one-line :class:`SuiteError`); the largest feature count."""
+    S = tables.n_states
+    if not set(np.unique(runs["kl_site"]).tolist()) <= set(KL_SITES.values()):
+        raise SuiteError(f"kl_site must be one of {KL_SITES}")
+    if (runs["kl_site"] == KL_SITES["replay"]).any() and not (measure.replay_capacity > 0 and measure.replay_sample > 0):
+        raise SuiteError("a replay KL needs replay_capacity and replay_sample above 0")
+    if not ((runs["features"] >= 0) & (runs["features"] <= S)).all():
+        raise SuiteError(f"{tables.name}: features must lie in 0..{S} (the number of states)")
+    return int(runs["features"].max(initial=0))
+
+
 def run_loop(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
              grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
     """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
@@ -132,28 +160,20 @@ def run_loop(backend, tables: Tables, groups: list[Arm], learning: Learning, see
     S, A = tables.n_states, tables.n_actions
     if A > MAX_ACTIONS:
         raise SuiteError(f"{tables.name}: {A} actions; the learning loop holds at most {MAX_ACTIONS}")
-    runs = per_run(grid, seeds, 1)
-    if not set(np.unique(runs["kl_site"]).tolist()) <= set(KL_SITES.values()):
-        raise SuiteError(f"kl_site must be one of {KL_SITES}")
-    if (runs["kl_site"] == KL_SITES["replay"]).any() and not (measure.replay_capacity > 0 and measure.replay_sample > 0):
-        raise SuiteError("a replay KL needs replay_capacity and replay_sample above 0")
-    if not ((runs["features"] >= 0) & (runs["features"] <= S)).all():
-        raise SuiteError(f"{tables.name}: features must lie in 0..{S} (the number of states)")
-    d_max = int(runs["features"].max(initial=0))
     L = learning
-    par = [L.gamma, L.q_lr, L.q_temperature, L.actor_lr, L.critic_lr, L.distill_lr, L.kl_ema_rate, L.kl_target,
-           tables.reward_range, np.log(10), np.float32(measure.quiet_kl), np.float32(measure.floor_lambda)]
-    shared = {**{k: getattr(tables, k) for k in ("cum", "next_state", "reward", "terminated", "initial_cum")},
-              "par": np.array(par, dtype=np.float64),  # the order of the enum in learning_loop.cuh
+    runs = per_run(grid, seeds, 1)
+    n = len(runs["seed"])
+    d_max = check_axes(tables, runs, measure)
+    shared = {"cum": tables.cum, "next_state": tables.next_state, "reward": tables.reward,
+              "terminated": tables.terminated, "initial_cum": tables.initial_cum,
+              "par": parameters(L, tables, measure),
               "dims": np.array([S, A, tables.cum.shape[2], tables.max_episode_steps, L.steps, L.eval_every,
                                 measure.replay_capacity, measure.replay_sample, d_max])}
-    # doubles of state per run: Q, θ, V, visited, the replay ring, its count per state, the features
-    scratch = 2 * S * A + 3 * S + measure.replay_capacity + S * d_max
     n_evals = L.steps // L.eval_every
-    isv = [new_isv(g.slots, np.full(len(runs["seed"]), g.seed_lambda)) for g in groups]
-    # on the GPU every controller's runs are in flight at once
-    pending = [backend.compile_learner(g.source, g.slots).start(rows, {**runs, **shared}, n_evals, scratch)
-               for g, rows in zip(groups, isv, strict=True)]
+    pending = [backend.compile_learner(g.source, g.slots).start(new_isv(g.slots, np.full(n, g.seed_lambda)),
+                                                                {**runs, **shared}, n_evals,
+                                                                scratch_doubles(tables, measure, d_max))
+               for g in groups]  # on the GPU every controller's runs are in flight at once
     parts = [finish() for finish in pending]
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
     return Traces(steps=np.arange(1, n_evals + 1) * L.eval_every, **out)  # the outputs are named as its fields

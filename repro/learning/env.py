@@ -65,14 +65,19 @@ def make(name: str, default_max_steps: int):
 def tables_of(name: str, raw, max_steps: int) -> Tables:
     S, A = raw.observation_space.n, raw.action_space.n
     M = max(len(raw.P[s][a]) for s in range(S) for a in range(A))
-    cum, nxt, rew, term = (np.zeros((S, A, M), dtype) for dtype in (np.float64, np.int64, np.float64, bool))
+    cum = np.zeros((S, A, M))
+    nxt = np.zeros((S, A, M), dtype=np.int64)
+    rew = np.zeros((S, A, M))
+    term = np.zeros((S, A, M), dtype=bool)
     for s in range(S):
         for a in range(A):
             outcomes = raw.P[s][a]
             c = np.cumsum(np.asarray([o[0] for o in outcomes]))  # as categorical_sample computes it
             k = len(outcomes)
-            cum[s, a, :k], cum[s, a, k:] = c, c[-1]  # the padding repeats the last outcome
-            nxt[s, a], rew[s, a], term[s, a] = zip(*(outcomes[min(j, k - 1)][1:] for j in range(M)), strict=True)
+            cum[s, a, :k], cum[s, a, k:] = c, c[-1]
+            for j in range(M):
+                _, ns, r, t = outcomes[min(j, k - 1)]
+                nxt[s, a, j], rew[s, a, j], term[s, a, j] = ns, r, t
     return Tables(name, cum, nxt, rew, term, np.cumsum(np.asarray(raw.initial_state_distrib)), int(max_steps))
 
 

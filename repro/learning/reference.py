@@ -21,7 +21,11 @@ from repro.learning.env import BatchedEnv, Tables
 @np.errstate(invalid="ignore", over="ignore", divide="ignore")
 def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning, seeds: np.ndarray,
                   grid: dict[str, np.ndarray], measure: Measure = FIRST_STUDY) -> Traces:
-    """:func:`repro.learning.agent.run_loop`'s runs and :class:`Traces`, one array operation at a time."""
+    """Run every group × grid point × seed; runs are ordered group-major, then grid point, then seed.
+
+    ``grid``: equal-length arrays ``entropy_bonus``, ``aux_reward`` (reward-range units per step the actor
+    takes its auxiliary action), ``pi_view`` (π sees ``s // pi_view``: that many consecutive states merged).
+    """
     xp = backend.xp
     L = learning
     S, A = tables.n_states, tables.n_actions
@@ -63,9 +67,12 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
     def replay_kl(t):
         if cap == 0:
             return xp.zeros(N)
-        filled = np.uint64(min(t + 1, cap))
-        draws = (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % filled for j in range(n_sample))
-        return sum((kl_at(ring[ar, z.astype(xp.int64)]) for z in draws), xp.zeros(N)) / n_sample
+        filled = min(t + 1, cap)
+        total = xp.zeros(N)
+        for j in range(n_sample):
+            z = ring[ar, (rng.random_bits(xp, run_seed, t * n_sample + j, rng.REPLAY) % np.uint64(filled)).astype(xp.int64)]
+            total = total + kl_at(z)
+        return total / n_sample
     slots = groups[0].slots
     isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
     target32 = xp.float32(L.kl_target)

@@ -93,7 +93,8 @@ def ablation(backend: Backend, original: KernelSource, slots: Slots, before: Con
     Variants are ``original``'s source with #defines overridden to ``after``'s
     documented values (``before`` documents the original's seed λ). ``extra``
     adds whole kernels as further rows (a candidate in the fixed controller's
-    place; the fixes applied: None).
+    place). One row per variant: the fixes applied, runs, collapse fraction,
+    median log10 q_pi_agree_min, median λ min and max.
     """
     toy = toy or Toy()
     labels, subjects = [], []

@@ -78,9 +78,12 @@ class Batch:
 
 @dataclass(frozen=True)
 class Subject:
-    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ), which
-    only labels the outcome (the first step λ sits on it) and comes from the contract or from
-    :func:`repro.runners.probes.settled_floor`, never from the source text."""
+    """One controller variant the toy drives: its compiled kernel, the λ it starts from, and its floor (λ).
+
+    The floor only labels the outcome (the first step at which λ sits on it); it
+    comes from the contract or from :func:`repro.runners.probes.settled_floor`, never
+    from the source text.
+    """
 
     kernel: CompiledKernel
     seed_lambda: float
