@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS, code_lines
+from analysis.judge.properties import RECORDS, Property, code_lines
 from analysis.judge.reading import g
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
@@ -87,15 +87,12 @@ def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
     """Each failing row with the differences it depends on (its record's ``blames``, else its ``depends``;
     slot differences explain every row); passing rows as they are."""
     slots = [d for d in diffs if d.kind == "slot" and d.name not in ("writes", "reads")]
-    out = []
-    for f in findings:
-        if f.ok:
-            out.append(f)
-            continue
-        record = RECORDS[f.key]
+
+    def causes(record: Property) -> tuple[Difference, ...]:
         mine = [d for d in diffs if _quantity(d) in record.blames] or [d for d in diffs if _quantity(d) in record.depends]
-        out.append(replace(f, causes=tuple(slots + [d for d in mine if d not in slots])))
-    return out
+        return tuple(slots + [d for d in mine if d not in slots])
+
+    return [f if f.ok else replace(f, causes=causes(RECORDS[f.key])) for f in findings]
 
 
 def _quantity(d: Difference) -> str:
@@ -145,15 +142,9 @@ def locate(text: str, d: Difference) -> int:
         wanted = str(int(d.measured))
         return next((i for i, line in enumerate(lines, 1) if re.search(rf"(?<![\w.]){wanted}(?![\w.])", line)), 0)
     if d.kind == "constant" and isinstance(d.measured, float):
-        for i, line in enumerate(lines, 1):
-            for m in _FLOAT.finditer(line):
-                try:
-                    value = float(m.group(0).rstrip("fF"))
-                except ValueError:
-                    continue
-                if same(value, d.measured):
-                    return i
-        return 0
+        # every match less its suffix is a Python float literal (12, 1., .5, 1.5e-3)
+        return next((i for i, line in enumerate(lines, 1) for m in _FLOAT.finditer(line)
+                     if same(float(m.group(0).rstrip("fF")), d.measured)), 0)
     if d.kind == "edge" and d.measured == "inclusive":
         op = ">=" if d.name == "upper" else "<="
         return next((i for i, line in enumerate(lines, 1)

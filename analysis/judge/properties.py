@@ -163,11 +163,10 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, ti
         r, c = ev.run(bad[0]), counts[bad[0]]
         where = Where(scenario=bad[0], event="count", step=c, lam=_f(r.lam[c - 1] if c is not None else r.lam[-1]),
                       expected=_f(r.scenario.lambda0), reference="λ0")
-    lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
     return Finding(key=key, title=title, ok=not bad, unit="steps", documented=documented, predicted=predicted,
                    measured=next(iter(counts.values())),
-                   detail={"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
-                    "closed_form_only": documented is None},
+                   detail={"counts": counts, "lambda0": {n: float(ev.run(n).scenario.lambda0) for n in scenarios},
+                           "factor": factor, "tolerance": tol, "closed_form_only": documented is None},
                    where=where, line=line, doc=text)
 
 
@@ -218,7 +217,7 @@ def dead_zone(ev: Evidence) -> Finding:
 def _onset(ev: Evidence, which: str) -> Finding:
     doc, sym = _edge_doc(ev.controller, "upper" if which == "ramp" else "lower")
     rule = Rule.of(ev.controller)
-    edge_key = "above" if which == "ramp" else "below"
+    edge_key, rel = ("above", ">") if which == "ramp" else ("below", "<")
     expected = np.array([band_edges(t, rule)[edge_key] for t in ev.probe_targets], dtype=F32)
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
@@ -228,7 +227,6 @@ def _onset(ev: Evidence, which: str) -> Finding:
         i = np.flatnonzero(bits(found) != bits(expected))[0]
         where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
-    rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
     return Finding(key=f"{which}_onset", title=f"{which} begins at KL {rel} {sym} (strict, float32)", ok=ok, unit="×target",
@@ -273,18 +271,16 @@ def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
 
 
 def isolation(ev: Evidence) -> Finding:
-    slot = ev.lambda_slot
     everything = ev.scenario_runs()
     stray = [r for r in everything if r.stray]
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
-    outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
-    first = outside or (stray[0] if stray else None)
+    first = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), stray[0] if stray else None)
     where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
     return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
-                   measured=n - len(stray), detail={"lambda_slot": slot, "written": written, "isv_len": ev.isv_len},
+                   measured=n - len(stray), detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
 
 
@@ -555,12 +551,11 @@ def vanishing(ev: Evidence) -> Finding:
     got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
     ok = same(r.lam, expected)
     where = None if ok else _differs(r, expected, "spec", bits(r.lam) != bits(expected))
-    value = got["first_zero"] or got["first_subnormal"]
-    predicted = want["first_zero"] or want["first_subnormal"]
     detail = {key: {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in summary.items()}
               for key, summary in (("measured", got), ("spec", want))}
     return Finding(key="vanishing", title="no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok=ok,
-                   unit="steps", documented=None, predicted=predicted, measured=value, detail=detail, where=where,
+                   unit="steps", documented=None, predicted=want["first_zero"] or want["first_subnormal"],
+                   measured=got["first_zero"] or got["first_subnormal"], detail=detail, where=where,
                    line=doc.line, doc=doc.doc)
 
 

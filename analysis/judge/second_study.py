@@ -29,11 +29,9 @@ def pairs(names: list[str]) -> list[dict]:
     """The paired comparisons the study makes among ``names``: original vs fixed, each fix alone vs none, each fix
     removed vs all (``a`` is the one expected to collapse more)."""
     out = [{"a": "original", "b": "fixed", "kind": "original vs fixed"}]
-    for f in FACTORS:
-        out.append({"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f})
-    for f in FACTORS:
-        out.append({"a": "ablation:" + "+".join(g for g in FACTORS if g != f), "b": "fixed",
-                    "kind": f"all but {f} vs all", "fix": f})
+    out += [{"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f} for f in FACTORS]
+    out += [{"a": "ablation:" + "+".join(g for g in FACTORS if g != f), "b": "fixed", "kind": f"all but {f} vs all",
+             "fix": f} for f in FACTORS]
     return [p for p in out if p["a"] in names and p["b"] in names]
 
 
