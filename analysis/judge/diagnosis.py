@@ -13,9 +13,8 @@ import re
 from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS
+from analysis.judge.properties import RECORDS, Property, code_lines
 from analysis.judge.reading import g
-from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour
@@ -48,29 +47,27 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     if b.writes:
         out.append(Difference(kind="slot", name="writes", documented=s.lambda_, measured=",".join(map(str, b.writes)),
                               unit="slot", contract_key="lambda", note="the contract lets a controller write λ's slot only"))
+    inputs_found = b.kl_slot is not None and b.target_slot is not None  # else the slot difference says it all
     for name in ("floor", "ceiling", "ramp", "decay"):
         measured, doc, bound = getattr(b, name), ctrl[name], name in ("floor", "ceiling")
-        unit = "λ" if bound else "×/step"
         if measured is None:
-            if b.kl_slot is not None and b.target_slot is not None:
-                out.append(Difference(kind="constant", name=name, documented=doc.value, measured=None, unit=unit,
-                                      contract_key=name, line=doc.line, note="never settles" if bound else "not measurable"))
+            if not inputs_found:
+                continue
+            note = "never settles" if bound else "not measurable"
+        elif (same(measured, doc.value) if bound else doc.accepts(measured)):
             continue
-        agrees = same(measured, doc.value) if bound else doc.accepts(measured)
-        exact = getattr(b, f"{name}_exact", True)
-        if not agrees:
-            out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured, unit=unit,
-                                  contract_key=name, line=doc.line,
-                                  note="" if exact else "approximate: no float32 factor reproduces every step"))
+        else:
+            note = "" if getattr(b, f"{name}_exact", True) else "approximate: no float32 factor reproduces every step"
+        out.append(Difference(kind="constant", name=name, documented=doc.value, measured=measured,
+                              unit="λ" if bound else "×/step", contract_key=name, line=doc.line, note=note))
     tol = ctrl["tolerance"]
     for name, edge in (("upper", b.upper), ("lower", b.lower)):
         if edge is None:
-            if b.kl_slot is not None and b.target_slot is not None:
+            if inputs_found:
                 out.append(Difference(kind="edge", name=name, documented=tol.value, measured=None, unit="×target",
                                       contract_key="tolerance", line=tol.line,
                                       note="no factor of the target reproduces the onsets"))
-            continue
-        if not same(edge.factor, tol.value):
+        elif not same(edge.factor, tol.value):
             out.append(Difference(kind="constant", name=name, documented=tol.value, measured=edge.factor, unit="×target",
                                   contract_key="tolerance", line=tol.line,
                                   note="inclusive" if edge.inclusive else ""))
@@ -90,15 +87,12 @@ def explain(findings: list[Finding], diffs: list[Difference]) -> list[Finding]:
     """Each failing row with the differences it depends on (its record's ``blames``, else its ``depends``;
     slot differences explain every row); passing rows as they are."""
     slots = [d for d in diffs if d.kind == "slot" and d.name not in ("writes", "reads")]
-    out = []
-    for f in findings:
-        if f.ok:
-            out.append(f)
-            continue
-        record = RECORDS[f.key]
+
+    def causes(record: Property) -> tuple[Difference, ...]:
         mine = [d for d in diffs if _quantity(d) in record.blames] or [d for d in diffs if _quantity(d) in record.depends]
-        out.append(replace(f, causes=tuple(slots + [d for d in mine if d not in slots])))
-    return out
+        return tuple(slots + [d for d in mine if d not in slots])
+
+    return [f if f.ok else replace(f, causes=causes(RECORDS[f.key])) for f in findings]
 
 
 def _quantity(d: Difference) -> str:
@@ -128,8 +122,7 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
         agrees = same(measured, doc) if not prefix else ctrl[name].accepts(measured)
         out.append(item(name, prefix + g(F32(measured), 7), prefix + g(F32(doc), 7), agrees))
     tol = ctrl.value("tolerance")
-    for name, edge, sym in (("ramp above", b.upper, ">"), ("decay below", b.lower, "<")):
-        op = "·" if name.startswith("ramp") else "/"
+    for name, edge, op, sym in (("ramp above", b.upper, "·", ">"), ("decay below", b.lower, "/", "<")):
         if edge is None:
             out.append(item(name, "unmeasured", f"target{op}{g(F32(tol), 7)}", False))
             continue
@@ -149,15 +142,9 @@ def locate(text: str, d: Difference) -> int:
         wanted = str(int(d.measured))
         return next((i for i, line in enumerate(lines, 1) if re.search(rf"(?<![\w.]){wanted}(?![\w.])", line)), 0)
     if d.kind == "constant" and isinstance(d.measured, float):
-        for i, line in enumerate(lines, 1):
-            for m in _FLOAT.finditer(line):
-                try:
-                    value = float(m.group(0).rstrip("fF"))
-                except ValueError:
-                    continue
-                if same(value, d.measured):
-                    return i
-        return 0
+        # every match less its suffix is a Python float literal (12, 1., .5, 1.5e-3)
+        return next((i for i, line in enumerate(lines, 1) for m in _FLOAT.finditer(line)
+                     if same(float(m.group(0).rstrip("fF")), d.measured)), 0)
     if d.kind == "edge" and d.measured == "inclusive":
         op = ">=" if d.name == "upper" else "<="
         return next((i for i, line in enumerate(lines, 1)

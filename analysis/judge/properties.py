@@ -17,9 +17,7 @@ import numpy as np
 
 from analysis.judge import reading
 from analysis.judge.findings import Difference, Finding, Where
-from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
-from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits, differs_beyond_nan, same
@@ -27,6 +25,7 @@ from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
+from repro.runners.sanitize import PATHS, SanitizerReport
 
 
 def _f(x) -> float | None:
@@ -70,13 +69,10 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
     doc = ev.controller[key]
     bound = F32(doc.value)
     lowest = key == "floor"
-    extreme, where = None, None
-    for r in _valid_runs(ev):
-        step = first_step(r.lam < bound if lowest else r.lam > bound)
-        if step is not None and where is None:
-            where = _at(r, step, "crossed", bound, "contract")
-        value = r.lam.min() if lowest else r.lam.max()
-        extreme = value if extreme is None else (min if lowest else max)(extreme, value)
+    runs = _valid_runs(ev)
+    crossed = [(r, first_step(r.lam < bound if lowest else r.lam > bound)) for r in runs]
+    where = next((_at(r, step, "crossed", bound, "contract") for r, step in crossed if step is not None), None)
+    extreme = (min if lowest else max)((r.lam.min() if lowest else r.lam.max() for r in runs), default=None)
     held = {}
     for name in scenarios:
         r = ev.run(name)
@@ -128,19 +124,17 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     # it says nothing about the rate.
     free &= lam[1:] != lam[:-1]
     ratios = lam[1:][free] / lam[:-1][free]
-    detail = {"form": form, "rtol": rtol, "free_steps": int(ratios.size)}
-    title = f"{key} rate (× per step, rtol {rtol:g})"
     if ratios.size == 0:
-        return Finding(key=key, title=title, ok=False, unit="×/step", documented=factor, predicted=factor, measured=None,
-                       detail=detail, where=Where(scenario=scenario, event="no_free_step"), line=line, doc=doc)
-    median = float(np.median(ratios))
-    worst_at = int(np.argmax(np.abs(ratios - factor)))
-    worst = ratios[worst_at]
-    ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
-    step = int(np.flatnonzero(free)[worst_at]) + 1
-    where = None if ok else _at(r, step, "ratio", worst, "step ratio")
-    return Finding(key=key, title=title, ok=ok, unit="×/step", documented=factor, predicted=factor, measured=median,
-                   detail=detail, where=where, line=line, doc=doc)
+        median, where = None, Where(scenario=scenario, event="no_free_step")
+    else:
+        median = float(np.median(ratios))
+        worst_at = int(np.argmax(np.abs(ratios - factor)))
+        worst = ratios[worst_at]
+        ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
+        where = None if ok else _at(r, int(np.flatnonzero(free)[worst_at]) + 1, "ratio", worst, "step ratio")
+    return Finding(key=key, title=f"{key} rate (× per step, rtol {rtol:g})", ok=where is None, unit="×/step",
+                   documented=factor, predicted=factor, measured=median,
+                   detail={"form": form, "rtol": rtol, "free_steps": int(ratios.size)}, where=where, line=line, doc=doc)
 
 
 def _steps_to(r: Run, factor: float) -> int | None:
@@ -169,11 +163,10 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, ti
         r, c = ev.run(bad[0]), counts[bad[0]]
         where = Where(scenario=bad[0], event="count", step=c, lam=_f(r.lam[c - 1] if c is not None else r.lam[-1]),
                       expected=_f(r.scenario.lambda0), reference="λ0")
-    lambda0 = {n: float(ev.run(n).scenario.lambda0) for n in scenarios}
     return Finding(key=key, title=title, ok=not bad, unit="steps", documented=documented, predicted=predicted,
                    measured=next(iter(counts.values())),
-                   detail={"counts": counts, "lambda0": lambda0, "factor": factor, "tolerance": tol,
-                    "closed_form_only": documented is None},
+                   detail={"counts": counts, "lambda0": {n: float(ev.run(n).scenario.lambda0) for n in scenarios},
+                           "factor": factor, "tolerance": tol, "closed_form_only": documented is None},
                    where=where, line=line, doc=text)
 
 
@@ -210,14 +203,13 @@ def dead_zone(ev: Evidence) -> Finding:
     (doc, up), (_, lo) = _edge_doc(ctrl, "upper"), _edge_doc(ctrl, "lower")
     moved = [(r, first_step(bits(r.lam) != bits(r.scenario.lambda0))) for r in ev.dead_zone]
     moved = [(r, step) for r, step in moved if step is not None]
-    steps = ev.dead_zone[0].scenario.steps
     where = _at(moved[0][0], moved[0][1], "moved", moved[0][0].scenario.lambda0, "λ0") if moved else None
     title = (f"dead zone [{lo}, {up}] holds λ bit for bit" if ctrl.has("upper_edge")
              else f"dead zone [target/{doc.value:g}, {doc.value:g}·target] holds λ bit for bit")
     n = len(ev.dead_zone)
     return Finding(key="dead_zone", title=title, ok=not moved, unit="probes", documented=n, predicted=n,
                    measured=n - len(moved),
-                   detail={"lower": lo, "upper": up, "tolerance": doc.value, "steps": steps,
+                   detail={"lower": lo, "upper": up, "tolerance": doc.value, "steps": ev.dead_zone[0].scenario.steps,
                     "edges_documented": ctrl.has("upper_edge")},
                    where=where, line=doc.line, doc=doc.doc)
 
@@ -225,7 +217,7 @@ def dead_zone(ev: Evidence) -> Finding:
 def _onset(ev: Evidence, which: str) -> Finding:
     doc, sym = _edge_doc(ev.controller, "upper" if which == "ramp" else "lower")
     rule = Rule.of(ev.controller)
-    edge_key = "above" if which == "ramp" else "below"
+    edge_key, rel = ("above", ">") if which == "ramp" else ("below", "<")
     expected = np.array([band_edges(t, rule)[edge_key] for t in ev.probe_targets], dtype=F32)
     found = ev.onsets[which]
     ratio = found.astype(np.float64) / ev.probe_targets
@@ -235,7 +227,6 @@ def _onset(ev: Evidence, which: str) -> Finding:
         i = np.flatnonzero(bits(found) != bits(expected))[0]
         where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
                       expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
-    rel = ">" if which == "ramp" else "<"
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
     return Finding(key=f"{which}_onset", title=f"{which} begins at KL {rel} {sym} (strict, float32)", ok=ok, unit="×target",
@@ -246,26 +237,30 @@ def _onset(ev: Evidence, which: str) -> Finding:
                    where=where, line=doc.line, doc=doc.doc)
 
 
+def _differs(r: Run, expected: np.ndarray, reference: str, mask: np.ndarray, event: str = "differs") -> Where | None:
+    """Where run ``r`` first differs from ``expected`` (``mask``: the steps that differ); None where it never does."""
+    step = first_step(mask)
+    return None if step is None else _at(r, step, event, expected[step - 1], reference)
+
+
 def guards(ev: Evidence) -> Finding:
     """KL, target or λ ≤ 0: λ unchanged where the rule is guarded (the suite's convention); where the source
     has no guard (a peer), each case is what the spec model of the source's rule gives, bit for bit."""
     ctrl = ev.controller
     if ctrl.guarded:
         expected = [np.full(r.lam.shape, r.scenario.lambda0, dtype=F32) for r in ev.guards]
-        title, reference = "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "λ0"
+        title, reference, event = "KL ≤ 0, target ≤ 0 or λ ≤ 0 leave λ unchanged", "λ0", "moved"
     else:
         expected = spec.run_each(Rule.of(ctrl), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.guards])
-        title, reference = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule", "spec"
-    broken = [(r, want, step) for r, want in zip(ev.guards, expected, strict=True)
-              if (step := first_step(differs_beyond_nan(r.lam, want))) is not None]
-    where = None
-    if broken:
-        r, want, step = broken[0]
-        where = _at(r, step, "moved" if ctrl.guarded else "differs", want[step - 1], reference)
+        title = "no guard (as the source): KL ≤ 0, target ≤ 0 or λ ≤ 0 follow the rule"
+        reference, event = "spec", "differs"
+    found = [(r, _differs(r, want, reference, differs_beyond_nan(r.lam, want), event))
+             for r, want in zip(ev.guards, expected, strict=True)]
+    broken = [(r, where) for r, where in found if where is not None]
     n = len(ev.guards)
     return Finding(key="guards", title=title, ok=not broken, unit="cases", documented=n, predicted=n, measured=n - len(broken),
-                   detail={"broken": [r.scenario.name for r, _, _ in broken], "guarded": ctrl.guarded},
-                   where=where, line=0, doc=ctrl.guards_doc)
+                   detail={"broken": [r.scenario.name for r, _ in broken], "guarded": ctrl.guarded},
+                   where=broken[0][1] if broken else None, line=0, doc=ctrl.guards_doc)
 
 
 def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
@@ -276,19 +271,23 @@ def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
 
 
 def isolation(ev: Evidence) -> Finding:
-    slot = ev.lambda_slot
     everything = ev.scenario_runs()
     stray = [r for r in everything if r.stray]
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
-    outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
-    first = outside or (stray[0] if stray else None)
+    first = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), stray[0] if stray else None)
     where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
     return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
-                   measured=n - len(stray), detail={"lambda_slot": slot, "written": written, "isv_len": ev.isv_len},
+                   measured=n - len(stray), detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
+
+
+def code_lines(text: str) -> list[str]:
+    """The source's lines with comments blanked (line numbers kept)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    return [line.split("//", 1)[0] for line in text.splitlines()]
 
 
 def stray_write_causes(f: Finding, text: str) -> list[Difference]:
@@ -305,29 +304,24 @@ def stray_write_causes(f: Finding, text: str) -> list[Difference]:
 
 
 def spec_agreement(ev: Evidence) -> Finding:
-    rule = spec.Rule.of(ev.controller)
-    where, total = None, 0
-    predicted = spec.run_each(rule, [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.catalogue])
-    for r, expected in zip(ev.catalogue, predicted, strict=True):
-        total += r.scenario.steps
-        if where is None and differs_beyond_nan(r.lam, expected).any():
-            step = first_step(differs_beyond_nan(r.lam, expected))
-            where = _at(r, step, "differs", expected[step - 1], "spec")
+    predicted = spec.run_each(spec.Rule.of(ev.controller),
+                              [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in ev.catalogue])
+    wheres = [_differs(r, want, "spec", differs_beyond_nan(r.lam, want))
+              for r, want in zip(ev.catalogue, predicted, strict=True)]
+    where = next((w for w in wheres if w is not None), None)
     return Finding(key="spec_agreement", title="bit-identical to the float32 spec model", ok=where is None,
-                   unit="steps compared", documented=None, predicted=None, measured=total, detail={}, where=where, line=0,
+                   unit="steps compared", documented=None, predicted=None,
+                   measured=sum(r.scenario.steps for r in ev.catalogue), detail={}, where=where, line=0,
                    doc="the kernel matches the spec model bit for bit on every scenario (a NaN matches a NaN: "
                    "payloads are the backend's)")
 
 
 def launch_modes(ev: Evidence) -> Finding:
-    where = None
     per_step = {r.scenario.name: r for r in ev.per_step}
     # Paired by scenario: a scenario that crashed in one launch mode only is the execution row's.
-    for a, b in ((a, per_step[a.scenario.name]) for a in ev.catalogue if a.scenario.name in per_step):
-        if not same(a.lam, b.lam):
-            step = first_step(bits(a.lam) != bits(b.lam))
-            where = _at(a, step, "differs", b.lam[step - 1], "per-step launches")
-            break
+    pairs = [(a, per_step[a.scenario.name]) for a in ev.catalogue if a.scenario.name in per_step]
+    where = next((_differs(a, b.lam, "per-step launches", bits(a.lam) != bits(b.lam))
+                  for a, b in pairs if not same(a.lam, b.lam)), None)
     return Finding(key="launch_modes", title="per-step launches and the looped harness agree", ok=where is None, unit="runs",
                    documented=None, predicted=None, measured=len(ev.catalogue), detail={}, where=where, line=0,
                    doc="both launch paths give the same bits")
@@ -498,6 +492,24 @@ def coverage(ev: Evidence, required: bool) -> Finding:
                    doc="--require-coverage" if required else "informational")
 
 
+_SANITIZER_TITLE = {"memcheck": "no out-of-bounds or misaligned device memory access",
+                    "initcheck": "no read of uninitialised device memory"}
+
+
+def memory_findings(reports: tuple[SanitizerReport, ...], tool: str) -> list[Finding]:
+    """compute-sanitizer ``tool``'s rows for the gate's table: each of its reports fails at the kernel line it
+    names; none is one passing row."""
+    mine = [r for r in reports if r.tool == tool]
+    if not mine:
+        return [Finding(key=tool, title=f"compute-sanitizer {tool}", ok=True, unit="errors", documented=0, predicted=0,
+                        measured=0, detail={"tool": tool, "paths": list(PATHS)}, doc=_SANITIZER_TITLE[tool])]
+    return [Finding(key=tool, title=f"compute-sanitizer {tool}", ok=False, unit="errors", documented=0, predicted=0,
+                    measured=len(mine), detail={"tool": tool, "kind": r.kind, "kernel": r.kernel, "location": r.location,
+                                                "path": r.path, "detail": r.detail},
+                    where=Where(scenario=f"{r.location}, {r.path} path", event="sanitizer"), doc=_SANITIZER_TITLE[tool])
+            for r in mine]
+
+
 def vanishing_summary(r: Run) -> dict:
     """What sustained aligned KL, then sustained high KL, did to λ in the ``vanishing`` run.
 
@@ -538,16 +550,12 @@ def vanishing(ev: Evidence) -> Finding:
     expected = _spec_vanishing(spec.Rule.of(ev.controller), sc.lambda0, n, sc.kl[0], sc.kl[-1], sc.target[0])
     got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
     ok = same(r.lam, expected)
-    where = None
-    if not ok:
-        step = first_step(bits(r.lam) != bits(expected))
-        where = _at(r, step, "differs", expected[step - 1], "spec")
-    value = got["first_zero"] or got["first_subnormal"]
-    predicted = want["first_zero"] or want["first_subnormal"]
+    where = None if ok else _differs(r, expected, "spec", bits(r.lam) != bits(expected))
     detail = {key: {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in summary.items()}
               for key, summary in (("measured", got), ("spec", want))}
     return Finding(key="vanishing", title="no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok=ok,
-                   unit="steps", documented=None, predicted=predicted, measured=value, detail=detail, where=where,
+                   unit="steps", documented=None, predicted=want["first_zero"] or want["first_subnormal"],
+                   measured=got["first_zero"] or got["first_subnormal"], detail=detail, where=where,
                    line=doc.line, doc=doc.doc)
 
 
@@ -564,25 +572,12 @@ def _bound_measured(f: Finding) -> str:
     return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
 
 
-def _rate_measured(f: Finding) -> str:
-    if f.measured is None:
-        return "no unclamped step"
-    return f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"
-
-
 def _floor_steps_measured(f: Finding) -> str:
     d = f.detail
     if f.measured is None:
         return f"never clamped at {g(d['floor'])}"
     before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
     return f"clamped at {g(d['floor'])} from step {f.measured:g}{before}"
-
-
-def _dead_zone_documented(f: Finding) -> str:
-    d = f.detail
-    if d.get("edges_documented"):
-        return f"[{d['lower']}, {d['upper']}], edges inclusive"
-    return f"×/÷{d['tolerance']:g}, edges inclusive"
 
 
 def _resources_measured(f: Finding) -> str:
@@ -661,7 +656,9 @@ def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], F
 
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
 _RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
-              predicted=lambda f: f"×{g(f.predicted)}", measured=_rate_measured)
+              predicted=lambda f: f"×{g(f.predicted)}",
+              measured=lambda f: ("no unclamped step" if f.measured is None
+                                  else f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"))
 _COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {g(f.detail['lambda0'][n])}"
                                             for n, c in f.detail["counts"].items()))
@@ -700,7 +697,9 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          measured=lambda f: reading.vanishing(f.detail["measured"])),
              applies=lambda c: c.bound("floor") is None),
     Property(key="dead_zone", check=_plain(dead_zone), needs=("dead_zone",), band_only=True,
-             reads=Reads(documented=_dead_zone_documented,
+             reads=Reads(documented=lambda f: (f"[{f.detail['lower']}, {f.detail['upper']}], edges inclusive"
+                                               if f.detail.get("edges_documented")
+                                               else f"×/÷{f.detail['tolerance']:g}, edges inclusive"),
                          predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
              depends=frozenset({"upper", "lower"})),

@@ -29,11 +29,9 @@ def pairs(names: list[str]) -> list[dict]:
     """The paired comparisons the study makes among ``names``: original vs fixed, each fix alone vs none, each fix
     removed vs all (``a`` is the one expected to collapse more)."""
     out = [{"a": "original", "b": "fixed", "kind": "original vs fixed"}]
-    for f in FACTORS:
-        out.append({"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f})
-    for f in FACTORS:
-        out.append({"a": "ablation:" + "+".join(g for g in FACTORS if g != f), "b": "fixed",
-                    "kind": f"all but {f} vs all", "fix": f})
+    out += [{"a": "original", "b": f"ablation:{f}", "kind": f"{f} alone vs none", "fix": f} for f in FACTORS]
+    out += [{"a": "ablation:" + "+".join(g for g in FACTORS if g != f), "b": "fixed", "kind": f"all but {f} vs all",
+             "fix": f} for f in FACTORS]
     return [p for p in out if p["a"] in names and p["b"] in names]
 
 
@@ -133,8 +131,7 @@ def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], point
                              "mean_lowest": finite_or_none(fin_y.min()) if fin_y.size else None})
             lowest[set_name] = rows
         entry["lowest_log10_agreement"] = lowest
-        n_unique = traces.n_unique[-1, s].reshape(P, K)
-        entry["final_unique_states_median_per_point"] = [float(np.median(n_unique[i])) for i in range(P)]
+        entry["final_unique_states_median_per_point"] = np.median(traces.n_unique[-1, s].reshape(P, K), axis=1).tolist()
         final = traces.agree_unique[-1, s].reshape(P, K)
         with undefined_ok():
             entry["final_agreement_median_per_point"] = [finite_or_none(x) for x in np.nanmedian(final, axis=1).round(6)]
