@@ -13,8 +13,9 @@ import re
 from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS, Property, code_lines
+from analysis.judge.properties import RECORDS, Property
 from analysis.judge.reading import g
+from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
 from repro.runners.inference import Behaviour

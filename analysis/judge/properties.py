@@ -17,7 +17,9 @@ import numpy as np
 
 from analysis.judge import reading
 from analysis.judge.findings import Difference, Finding, Where
+from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
+from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits, differs_beyond_nan, same
@@ -25,7 +27,6 @@ from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
-from repro.runners.sanitize import PATHS, SanitizerReport
 
 
 def _f(x) -> float | None:
@@ -284,12 +285,6 @@ def isolation(ev: Evidence) -> Finding:
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
 
 
-def code_lines(text: str) -> list[str]:
-    """The source's lines with comments blanked (line numbers kept)."""
-    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
-    return [line.split("//", 1)[0] for line in text.splitlines()]
-
-
 def stray_write_causes(f: Finding, text: str) -> list[Difference]:
     """A failing isolation row's cause in the source: the slots written besides λ's, at the first line that
     indexes one of them (``isv[600]``, ``isv[-1]``); used where no inference explains the row (it crashed)."""
@@ -490,24 +485,6 @@ def coverage(ev: Evidence, required: bool) -> Finding:
                            "partial_branch_lines": cov.partial_branch_lines},
                    where=None if cov.complete else Where(scenario=cov.missed(), event="coverage"), line=0,
                    doc="--require-coverage" if required else "informational")
-
-
-_SANITIZER_TITLE = {"memcheck": "no out-of-bounds or misaligned device memory access",
-                    "initcheck": "no read of uninitialised device memory"}
-
-
-def memory_findings(reports: tuple[SanitizerReport, ...], tool: str) -> list[Finding]:
-    """compute-sanitizer ``tool``'s rows for the gate's table: each of its reports fails at the kernel line it
-    names; none is one passing row."""
-    mine = [r for r in reports if r.tool == tool]
-    if not mine:
-        return [Finding(key=tool, title=f"compute-sanitizer {tool}", ok=True, unit="errors", documented=0, predicted=0,
-                        measured=0, detail={"tool": tool, "paths": list(PATHS)}, doc=_SANITIZER_TITLE[tool])]
-    return [Finding(key=tool, title=f"compute-sanitizer {tool}", ok=False, unit="errors", documented=0, predicted=0,
-                    measured=len(mine), detail={"tool": tool, "kind": r.kind, "kernel": r.kernel, "location": r.location,
-                                                "path": r.path, "detail": r.detail},
-                    where=Where(scenario=f"{r.location}, {r.path} path", event="sanitizer"), doc=_SANITIZER_TITLE[tool])
-            for r in mine]
 
 
 def vanishing_summary(r: Run) -> dict:
