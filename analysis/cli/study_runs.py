@@ -84,7 +84,7 @@ def preregistered_first(backend, sources: dict | None = None) -> dict:
 
 
 def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None,
-               progress=lambda line: None, incident_steps: int | None = None) -> dict:
+               progress=None, incident_steps: int | None = None) -> dict:
     """The second study's JSON; arguments left None are as pre-registered. ``progress`` (a callable taking one
     line) hears when each environment starts and when it is done, with its wall time (s); ``incident_steps``: the
     incident figure's run length (steps; default pre-registered)."""
@@ -96,6 +96,7 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
     if grid is not None:
         prereg = replace(prereg, grid={**prereg.grid, **grid})
+    say = progress or (lambda _line: None)
     c = prereg.criteria
     if c.baseline not in names:
         raise SuiteError(f"the relative criterion needs its baseline {c.baseline} among the controllers")
@@ -116,12 +117,12 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
     for env in envs:
         start = time.perf_counter()
         what = f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps"
-        progress(f"{what} …")  # the first line a user sees, before the minutes of the first task
+        say(f"{what} …")  # the first line a user sees, before the minutes of the first task
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, loop_grid(points, prereg.features),
                           measure_of(prereg))
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                      traces, len(seeds), c, signature_steps(prereg))
-        progress(f"{what} in {time.perf_counter() - start:.1f} s")
+        say(f"{what} in {time.perf_counter() - start:.1f} s")
     if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
         result["incident"] = incident(backend, prereg, seed, steps=incident_steps)
@@ -136,7 +137,7 @@ def reduced_second(backend, prereg: Prereg2 | None = None) -> dict:
 
 
 def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13), false_alarm: float = 0.05,
-              progress=lambda line: None) -> dict:
+              progress=None) -> dict:
     """The calibration's JSON (constant λ only, its own seeds): :data:`analysis.judge.second_study.CALIBRATION_RULE`;
     the K chosen is the smallest with λ = 1's rate there at most ``false_alarm``, pooled over both tasks. Also: how
     many states keep a unique greedy action, λ = 0's level."""
@@ -154,6 +155,7 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
         out["envs"][env], env_trips = second_study.calibration_block(tables, names, points, traces, len(seeds),
                                                                      prereg.criteria, signature_steps(prereg), candidates)
         trips.append(env_trips)
-        progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
+        if progress:
+            progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")
     out["pooled_effective_points"], out["chosen_consecutive"] = second_study.calibration_pooled(trips, false_alarm)
     return out

@@ -51,11 +51,12 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
     inputs_found = b.kl_slot is not None and b.target_slot is not None  # else the slot difference says it all
     for name in ("floor", "ceiling", "ramp", "decay"):
         measured, doc, bound = getattr(b, name), ctrl[name], name in ("floor", "ceiling")
+        agrees = measured is not None and (same(measured, doc.value) if bound else doc.accepts(measured))
         if measured is None:
             if not inputs_found:
                 continue
             note = "never settles" if bound else "not measurable"
-        elif (same(measured, doc.value) if bound else doc.accepts(measured)):
+        elif agrees:
             continue
         else:
             note = "" if getattr(b, f"{name}_exact", True) else "approximate: no float32 factor reproduces every step"
@@ -143,9 +144,11 @@ def locate(text: str, d: Difference) -> int:
         wanted = str(int(d.measured))
         return next((i for i, line in enumerate(lines, 1) if re.search(rf"(?<![\w.]){wanted}(?![\w.])", line)), 0)
     if d.kind == "constant" and isinstance(d.measured, float):
-        # every match less its suffix is a Python float literal (12, 1., .5, 1.5e-3)
-        return next((i for i, line in enumerate(lines, 1) for m in _FLOAT.finditer(line)
-                     if same(float(m.group(0).rstrip("fF")), d.measured)), 0)
+        for i, line in enumerate(lines, 1):
+            for m in _FLOAT.finditer(line):  # every match less its suffix is a Python float literal (12, 1., .5, 1.5e-3)
+                if same(float(m.group(0).rstrip("fF")), d.measured):
+                    return i
+        return 0
     if d.kind == "edge" and d.measured == "inclusive":
         op = ">=" if d.name == "upper" else "<="
         return next((i for i, line in enumerate(lines, 1)

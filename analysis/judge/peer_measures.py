@@ -45,14 +45,14 @@ class PeerMeasures:
     no_onset: tuple[str, ...]  # "ramp", "decay": onsets no positive KL triggers
     unfloored: bool
     aligned_steps: int  # steps of the aligned run
-    floor_step: int | None = None  # floored rules: the first step λ sits on the floor under aligned KL (None: never)
-    first_subnormal: int | None = None  # unfloored: the first step λ is subnormal under aligned KL
-    first_zero: int | None = None  # unfloored: the first step λ is exactly 0
-    stuck_at: float | None = None  # unfloored: λ at the end of the aligned stretch
-    stuck_from: int | None = None  # unfloored: the first step λ holds ``stuck_at``'s bits
+    floor_step: int | None  # floored rules: the first step λ sits on the floor under aligned KL (None: never)
+    first_subnormal: int | None  # unfloored: the first step λ is subnormal under aligned KL
+    first_zero: int | None  # unfloored: the first step λ is exactly 0
+    stuck_at: float | None  # unfloored: λ at the end of the aligned stretch
+    stuck_from: int | None  # unfloored: the first step λ holds ``stuck_at``'s bits
     recovery: int | None  # steps of high KL back to the seed λ or above (floored: from the floor); None: never
     recovery_window: int  # steps of high KL that had to do it
-    final: float | None = None  # unfloored: λ at the end of the high stretch
+    final: float | None  # unfloored: λ at the end of the high stretch
     held_under_noise: tuple[float, ...]  # share of steps on which λ kept its bits, per NOISE_SIGMAS
     nonfinite_cases: int  # non-finite input cases run
     nonfinite_nan: int  # of them, those that leave λ NaN
@@ -118,12 +118,14 @@ def measures_of(v: Verdict) -> PeerMeasures:
         r = ev.vanishing[0]
         s = vanishing_summary(r)
         n = int(r.scenario.params["aligned_steps"])
-        return PeerMeasures(**common, first_subnormal=s["first_subnormal"], first_zero=s["first_zero"],
+        return PeerMeasures(**common, floor_step=None, first_subnormal=s["first_subnormal"], first_zero=s["first_zero"],
                             stuck_at=float(s["settled"]), stuck_from=first_step(bits(r.lam[:n]) == bits(s["settled"])),
                             recovery=s["recovered"], recovery_window=r.scenario.steps - n, final=float(s["final"]))
     back = ev.run("ramp_from_floor")  # starts at the floor: where aligned KL leaves a floored rule
     return PeerMeasures(**common, floor_step=first_step(bits(aligned.lam) == bits(F32(ctrl.bound("floor")))),
-                        recovery=first_step(back.lam >= F32(ctrl.value("seed_lambda"))), recovery_window=back.scenario.steps)
+                        first_subnormal=None, first_zero=None, stuck_at=None, stuck_from=None,
+                        recovery=first_step(back.lam >= F32(ctrl.value("seed_lambda"))),
+                        recovery_window=back.scenario.steps, final=None)
 
 
 def measure_all(verdicts: dict[str, Verdict]) -> dict[str, PeerMeasures]:

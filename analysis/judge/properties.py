@@ -70,10 +70,13 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
     doc = ev.controller[key]
     bound = F32(doc.value)
     lowest = key == "floor"
-    runs = _valid_runs(ev)
-    crossed = [(r, first_step(r.lam < bound if lowest else r.lam > bound)) for r in runs]
-    where = next((_at(r, step, "crossed", bound, "contract") for r, step in crossed if step is not None), None)
-    extreme = (min if lowest else max)((r.lam.min() if lowest else r.lam.max() for r in runs), default=None)
+    extreme, where = None, None
+    for r in _valid_runs(ev):
+        step = first_step(r.lam < bound if lowest else r.lam > bound)
+        if step is not None and where is None:
+            where = _at(r, step, "crossed", bound, "contract")
+        value = r.lam.min() if lowest else r.lam.max()
+        extreme = value if extreme is None else (min if lowest else max)(extreme, value)
     held = {}
     for name in scenarios:
         r = ev.run(name)
@@ -126,14 +129,14 @@ def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
     free &= lam[1:] != lam[:-1]
     ratios = lam[1:][free] / lam[:-1][free]
     if ratios.size == 0:
-        median, where = None, Where(scenario=scenario, event="no_free_step")
+        ok, median, where = False, None, Where(scenario=scenario, event="no_free_step")
     else:
         median = float(np.median(ratios))
         worst_at = int(np.argmax(np.abs(ratios - factor)))
         worst = ratios[worst_at]
         ok = all(math.isclose(x, factor, rel_tol=rtol, abs_tol=0.0) for x in (median, float(worst)))
         where = None if ok else _at(r, int(np.flatnonzero(free)[worst_at]) + 1, "ratio", worst, "step ratio")
-    return Finding(key=key, title=f"{key} rate (× per step, rtol {rtol:g})", ok=where is None, unit="×/step",
+    return Finding(key=key, title=f"{key} rate (× per step, rtol {rtol:g})", ok=ok, unit="×/step",
                    documented=factor, predicted=factor, measured=median,
                    detail={"form": form, "rtol": rtol, "free_steps": int(ratios.size)}, where=where, line=line, doc=doc)
 
@@ -549,6 +552,19 @@ def _bound_measured(f: Finding) -> str:
     return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
 
 
+def _rate_measured(f: Finding) -> str:
+    if f.measured is None:
+        return "no unclamped step"
+    return f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"
+
+
+def _dead_zone_documented(f: Finding) -> str:
+    d = f.detail
+    if d.get("edges_documented"):
+        return f"[{d['lower']}, {d['upper']}], edges inclusive"
+    return f"×/÷{d['tolerance']:g}, edges inclusive"
+
+
 def _floor_steps_measured(f: Finding) -> str:
     d = f.detail
     if f.measured is None:
@@ -634,8 +650,7 @@ def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], F
 _BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
 _RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
               predicted=lambda f: f"×{g(f.predicted)}",
-              measured=lambda f: ("no unclamped step" if f.measured is None
-                                  else f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"))
+              measured=_rate_measured)
 _COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {g(f.detail['lambda0'][n])}"
                                             for n, c in f.detail["counts"].items()))
@@ -674,9 +689,7 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          measured=lambda f: reading.vanishing(f.detail["measured"])),
              applies=lambda c: c.bound("floor") is None),
     Property(key="dead_zone", check=_plain(dead_zone), needs=("dead_zone",), band_only=True,
-             reads=Reads(documented=lambda f: (f"[{f.detail['lower']}, {f.detail['upper']}], edges inclusive"
-                                               if f.detail.get("edges_documented")
-                                               else f"×/÷{f.detail['tolerance']:g}, edges inclusive"),
+             reads=Reads(documented=_dead_zone_documented,
                          predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
              depends=frozenset({"upper", "lower"})),

@@ -30,7 +30,7 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
     contract = contract or load()
     if name.startswith("const:"):
         try:
-            seed = float(name.split(":", 1)[1])
+            seed = float(name.split(":", 1)[1])  # the arm's seed λ is the constant: rates of 1, no floor
         except ValueError:
             raise SuiteError(f"controller {name!r}: const:X needs a number X") from None
         # λ lives in a float32 slot: no subnormal; 0 exactly is no distillation (the kernel's guard holds λ ≤ 0)

@@ -107,17 +107,18 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
         r_pi = rn + aux_r * ((a == aux_action[ar, s]) & (~odd_only | (s % 2 == 1)))
         delta = r_pi + cont * v[ar, s2 // view] - v[ar, o]
         v[ar, o] += L.critic_lr * delta
-        p_q, _ = softmax(xp, q[ar, s] / L.q_temperature)
+        p_q, log_p_q = softmax(xp, q[ar, s] / L.q_temperature)
         entropy = -(pi * log_pi).sum(axis=1, keepdims=True)
         grad = (L.actor_lr * delta[:, None] * (eye[a] - pi) - beta[:, None] * pi * (log_pi + entropy)
                 + L.distill_lr * lam[:, None] * (p_q - pi))
         is_replay = site == KL_SITES["replay"]
-        kl_first = xp.where(is_replay, replay_kl(t), kl_at(s))  # π before its update
+        kl_first = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi)).sum(axis=1))  # π before its update
         theta[ar, o] += xp.where(linear[:, None], 0.0, grad)
         for k in range(D):  # W_k += φ_k(s)·grad / d
             step = grad / xp.maximum(feat, 1)[:, None]
             theta[:, k] += xp.where((linear & (k < feat))[:, None], xp.where(phi[ar, s, k][:, None] > 0, step, -step), 0.0)
-        kl_then = xp.where(is_replay, replay_kl(t), kl_at(s))
+        _, log_pi2 = softmax(xp, logits(s))
+        kl_then = xp.where(is_replay, replay_kl(t), (p_q * (log_p_q - log_pi2)).sum(axis=1))
         kl = xp.where(before, kl_first, kl_then)
         measured = (site != KL_SITES["even"]) | (s % 2 == 0)
         ema = xp.where(measured, (1 - L.kl_ema_rate) * ema + L.kl_ema_rate * kl, ema)

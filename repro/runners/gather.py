@@ -24,7 +24,7 @@ from repro.runners import sanitize as san
 from repro.runners.campaign import assemble, collect
 from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.inference import infer
-from repro.runners.isolation import INFERENCE, Clock, collect_isolated, derive_budget, derived, time_reference
+from repro.runners.isolation import INFERENCE, Clock, collect_isolated, derive_budget, reference_limits, time_reference
 
 #: s per launch path under compute-sanitizer (asked for explicitly; slow by nature, outside the budget).
 SANITIZER_TIMEOUT = 600.0
@@ -84,8 +84,9 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         budget = derive_budget(times)
         clock = Clock(budget)
         if ref.sha256 == source.sha256:  # the reference itself: its results are the candidate's
+            _, limits = reference_limits(times, budget)
             evidence = assemble(controller, slots, {g: results[g] for g in GROUPS}, seed=seed,
-                                behaviour=results.get(INFERENCE), limits=derived(times, budget)[1])
+                                behaviour=results.get(INFERENCE), limits=limits)
             for group in GROUPS:
                 say(f"{group}: ran (the reference kernel itself)")
         else:

@@ -255,11 +255,13 @@ class Worker:
         self.proc.join(1.0)
         code = self.proc.exitcode
         self._reset()
-        detail = f"exit status {code}"
         if code is not None and code < 0:
-            detail = f"signal {-code}"
-            with contextlib.suppress(ValueError):  # a signal Python has no name for
+            try:
                 detail = signal.Signals(-code).name
+            except ValueError:  # a signal Python has no name for
+                detail = f"signal {-code}"
+        else:
+            detail = f"exit status {code}"
         return _Answer(False, None, ("crash", detail))
 
     def _reset(self) -> None:
@@ -308,7 +310,7 @@ def derive_limits(reference: dict[str, float]) -> dict[str, float]:
     return {name: max(LIMIT_FLOOR, LIMIT_FACTOR * seconds) for name, seconds in reference.items()}
 
 
-def derived(reference: dict[str, float], budget: float | None) -> tuple[dict[str, float], Limits]:
+def reference_limits(reference: dict[str, float], budget: float | None) -> tuple[dict[str, float], Limits]:
     """:func:`derive_limits` of ``reference``, and the groups' limits as evidence (``budget``: the gathering's)."""
     per = derive_limits(reference)
     return per, Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(reference), factor=LIMIT_FACTOR,
@@ -347,7 +349,8 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
         if started is not None:
             raise SuiteFailure(f"the reference kernel {source.origin} did not load: {started.fault or started.value}")
         seconds["startup"] = time.monotonic() - start
-        for request in (*GROUPS, INFERENCE) if inference else GROUPS:
+        requests = (*GROUPS, INFERENCE) if inference else GROUPS
+        for request in requests:
             start = time.monotonic()
             answer = worker.ask((request, None), DEFAULT_TIMEOUT)
             seconds[request] = time.monotonic() - start
@@ -441,7 +444,7 @@ class GroupRunner:
             raise SuiteFailure(f"{group}: {answer.value}")
         timed_out = answer.fault[0] == "timeout"
         if not self.narrow or group not in self.groups_of or answer.at_load or (timed_out and self.hung):
-            # one experiment (onsets, threads), no scenario ran at all, or a hang once more: it ends here
+            # one experiment (onsets, threads, the inference), no scenario ran at all, or a hang once more: it ends here
             self.hung |= timed_out
             return {}, [Fault(group, "", *answer.fault)], skipped
         self.hung |= timed_out
@@ -511,10 +514,10 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     elif reference is None:
         raise ValueError("collect_isolated needs a fixed timeout or the reference's times")
     else:
-        per, limits = derived(reference, clock.budget if clock else None)
+        per, limits = reference_limits(reference, clock.budget if clock else None)
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
-    results, faults, skipped = {}, [], []
+    results, faults, skipped, behaviour = {}, [], [], None
     with Worker(backend, source, slots, controller, seed, startup=per.get("startup")) as worker:
         runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
@@ -531,9 +534,9 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
             say(f"{INFERENCE}: not run (the candidate hung in the whole {whole[0]} group)")
         elif inference:
-            got, bad, _ = runner.run(INFERENCE)
-            results |= got
+            got, bad, _ = runner.run(INFERENCE)  # not a group: one request, no culprit search
+            behaviour = got.get(INFERENCE)
             faults += bad
-            say(said(INFERENCE, bool(got), bad, per[INFERENCE]))
-    return assemble(controller, slots, results, faults, seed, behaviour=results.get(INFERENCE), limits=limits,
+            say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
+    return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
                     skipped=tuple(skipped))

@@ -59,9 +59,13 @@ class SanitizerReport:
 
 def executable() -> str | None:
     """The compute-sanitizer program, from PATH or the CUDA install."""
-    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
-    installed = (Path(home) / "bin" / "compute-sanitizer" for home in homes if home)
-    return shutil.which("compute-sanitizer") or next((str(path) for path in installed if path.is_file()), None)
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "compute-sanitizer").is_file():
+            return str(Path(home) / "bin" / "compute-sanitizer")
+    return None
 
 
 def sanitizer_unavailable() -> str | None:

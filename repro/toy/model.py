@@ -115,13 +115,15 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     favoured = (best + 1 + rng.integers(0, K - 1, base)) % K  # π's own objective's favourite, never Q's best
     own = true.copy()
     own[np.arange(base), favoured] = true[np.arange(base), best] + toy.conflict
-    true_d, own_d = (xp.asarray(np.tile(a, (G, 1))) for a in (true, own))
+    own_d = xp.asarray(np.tile(own, (G, 1)))
+    true_d = xp.asarray(np.tile(true, (G, 1)))
     n = G * base
     slots = subjects[0].kernel.slots
     isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
     floors = xp.asarray(np.repeat(np.float32([s.floor for s in subjects]), base))
 
     def batched_stepper(isv) -> None:
+        """The production stepper: one batched harness call per subject per step, on the device ISV rows."""
         for g, subject in enumerate(subjects):
             subject.kernel.batched_step(isv[g * base : (g + 1) * base])
 
@@ -171,6 +173,11 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
                 for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
                     rows[key].append(float(value))
     to_np = xp.asnumpy if xp is not np else (lambda a: a)
-    outcomes = (lam_min, lam_max, lam, agree_min, log_agree_min / np.log(10), agree_min_late, agree, floor_step)
-    return [Batch(*(to_np(o[g * base:(g + 1) * base]) for o in outcomes), trace=rows if g == 0 else None)
-            for g in range(G)]
+    out = []
+    for g in range(G):
+        s = slice(g * base, (g + 1) * base)
+        out.append(Batch(to_np(lam_min[s]), to_np(lam_max[s]), to_np(lam[s]), to_np(agree_min[s]),
+                         to_np(log_agree_min[s]) / np.log(10), to_np(agree_min_late[s]), to_np(agree[s]),
+                         to_np(floor_step[s]),
+                         rows if g == 0 else None))
+    return out
