@@ -278,7 +278,8 @@ def isolation(ev: Evidence) -> Finding:
     everything = ev.scenario_runs()
     stray = [r for r in everything if r.stray]
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
-    first = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), stray[0] if stray else None)
+    outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
+    first = outside or (stray[0] if stray else None)
     where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
                   expected=ev.isv_len or None) if first else None
     n = len(everything)

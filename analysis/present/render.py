@@ -100,8 +100,12 @@ def hints(f: Finding, contract_file: str) -> list[str]:
     """For a failing row: each cause, and the contract line a deliberate change edits."""
     if f.ok:
         return []
-    out = [difference(d) + (f" — if intended, change {contract_file}:{d.line} ({d.contract_key})" if d.line else "")
-           for d in f.causes]
+    out = []
+    for d in f.causes:
+        line = difference(d)
+        if d.line:
+            line += f" — if intended, change {contract_file}:{d.line} ({d.contract_key})"
+        out.append(line)
     # a crash or hang kept the evidence from existing: nothing in the contract to change
     if "not_measured" in f.detail or f.detail.get("unmeasured"):
         out.append("not measured where the candidate crashed or hung: see the execution row")

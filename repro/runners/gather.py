@@ -68,6 +68,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         else:
             static_report = ptx.analyse(source)
     clock = Clock(None)
+    ref = None  # the contract's own kernel, loaded once where limits are derived from its times
     if not isolate:
         kernel = backend.compile(source, slots)
         evidence = collect(kernel, controller, seed)
@@ -76,7 +77,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     elif timeout is not None:
         evidence = collect_isolated(backend, source, slots, controller, timeout, seed, inference, progress=progress)
     else:
-        ref = load_kernel(controller.kernel, controller.symbol)  # the contract's own: the limits come from its times
+        ref = load_kernel(controller.kernel, controller.symbol)
         start = time.perf_counter()
         times, results = _reference((backend.name, ref.sha256, controller.name, seed, inference, slots),
                                     lambda: time_reference(backend, ref, slots, controller, seed, inference))
@@ -103,7 +104,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
             try:
                 ref_times = None
                 if timeout is None:
-                    ref = load_kernel(controller.kernel, controller.symbol)
+                    ref = ref or load_kernel(controller.kernel, controller.symbol)
                     ref_times = _reference(("coverage", ref.sha256, controller.name, seed, slots),
                                            lambda: cov.reference_times(host, ref, slots, controller, seed))
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
