@@ -14,4 +14,5 @@ COMMANDS = {
     "replay": ("analysis.cli.replay", "replay a recorded KL trace through the controllers"),
     "toy": ("analysis.cli.toy", "the closed-loop toy with a kernel driving λ"),
     "study": ("analysis.cli.study", "the pre-registered learning-loop study"),
+    "timings": ("analysis.cli.timings", "time the suite's commands here; --page rewrites docs/performance.md"),
 }
