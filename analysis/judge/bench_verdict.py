@@ -65,9 +65,10 @@ def frame(benchmarks: list[dict]) -> pd.DataFrame:
         info = b.get("extra_info", {})
         if "mode" not in info:
             continue
-        per = info.get("steps_per_call", 1)
+        per = info.get("steps_per_call")  # None: a run saved before issue 36, its stats already per step
         rows.append({**{k: v for k, v in info.items() if isinstance(v, int | float | str | bool)},
-                     **{k: b["stats"][s] * 1e6 / per for k, s in _STATS_US.items()}, "rounds": b["stats"]["rounds"]})
+                     **{k: b["stats"][s] * 1e6 / (per or 1) for k, s in _STATS_US.items()},
+                     "rounds": b["stats"]["rounds"], "steps_per_call": per or info.get("steps_per_round", 1)})
     return pd.DataFrame(rows)
 
 
@@ -169,7 +170,7 @@ def throughput(df: pd.DataFrame) -> list[dict]:
         return []
     out = []
     for _, r in df[df["bytes_moved"].notna()].iterrows():
-        call_s = r["min_us"] * 1e-6 * r.get("steps_per_call", 1)
+        call_s = r["min_us"] * 1e-6 * r["steps_per_call"]
         gbs = r["bytes_moved"] / call_s / 1e9
         out.append({"mode": r["mode"], "kernel": r["kernel"], "steps_per_s": 1 / (r["min_us"] * 1e-6),
                     "achieved_gbs": gbs, "copy_gbs": r["copy_gbs"], "copy_fraction": gbs / r["copy_gbs"]})
