@@ -41,7 +41,7 @@ def recorded(tmp_path_factory):
 
 
 @on_a_recording
-def test_record_saves_two_pytest_benchmark_runs_and_says_so_on_stderr_as_it_goes(recorded):
+def test_record_saves_two_pytest_benchmark_runs_timed_by_the_modes_clock_without_pytests_chatter(recorded):
     folder, done = recorded
     paths = baseline_runs(folder / "base")
     assert [p.name for p in paths] == ["run-1.json", "run-2.json"]
