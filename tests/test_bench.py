@@ -58,7 +58,7 @@ def test_mode(benchmark, bench_rig, request, mode, which):
     benchmark.extra_info.update(bench.info(mode, which, b), slow_ns=request.config.getoption("--bench-slow-ns"))
     rounds = request.config.getoption("--bench-rounds") or mode.rounds
     with b.stream if b.stream is not None else contextlib.nullcontext():  # the clocks read the current stream
-        benchmark.pedantic(b.call, rounds=rounds, iterations=b.iterations, warmup_rounds=b.warmup)
+        benchmark.pedantic(b.call, args=b.args, rounds=rounds, iterations=b.iterations, warmup_rounds=b.warmup)
     assert b.ok, f"{mode.name} [{which}] timed a path that disagrees with the spec model"
     if benchmark.enabled:
         assert benchmark.stats.stats.rounds == rounds and benchmark.stats.stats.min > 0

@@ -118,11 +118,12 @@ class Bench:
     controller steps, so pytest-benchmark's stats (seconds per call) / ``steps`` are seconds per step.
     """
 
-    call: Callable[[], None]
+    call: Callable[..., None]
     iterations: int  # calls per round
     steps: int  # controller steps per call
     ok: bool  # the timed path computed the spec model's bits
     extra: dict = field(default_factory=dict)  # what else the JSON keeps (pytest-benchmark's extra_info)
+    args: tuple = ()  # what each call is given (a launch's grid, block and arguments: no wrapper in the timed loop)
     stream: object = None  # the CuPy stream the calls enqueue on: the clocks read the current one, so enter it
     warmup: int = 2  # rounds run untimed first (module load and first-launch costs stay out of the numbers)
     hold: object = None  # what the calls use only through raw addresses (arrays, graphs' buffers)
@@ -169,7 +170,7 @@ def time_rounds(mode: Mode, rig: Rig, which: str, rounds: int) -> Sample:
         for r in range(b.warmup + rounds):
             start = mode.timer()
             for _ in range(b.iterations):
-                b.call()
+                b.call(*b.args)
             took = mode.timer() - start
             if r >= b.warmup:
                 us.append(took * 1e6 / (b.iterations * b.steps))
@@ -191,7 +192,7 @@ def host_call(rig: Rig, which: str) -> Bench:
         kernel.step(check.ctypes.data)
     isv = live_isv(rig.contract)
     step, addr = kernel.step, isv.ctypes.data
-    return Bench(lambda: step(addr), HOST_CALLS, 1, _verified(rig, which, check), hold=isv)
+    return Bench(step, HOST_CALLS, 1, _verified(rig, which, check), args=(addr,), hold=isv)
 
 
 # ------------------------------------------------------------------ CuPy, one launch per step
@@ -220,16 +221,13 @@ def cupy_launch(rig: Rig, which: str, sync: bool) -> Bench:
     isv = cp.asarray(live_isv(rig.contract))
     stream = cp.cuda.get_current_stream()
 
-    def launch():
-        fn((1,), (1,), (isv,))
-
     def launch_and_wait():
         fn((1,), (1,), (isv,))
         stream.synchronize()
 
     if sync:
         return Bench(launch_and_wait, SYNC_LAUNCHES, 1, ok, hold=isv)
-    return Bench(launch, ASYNC_LAUNCHES, 1, ok, hold=isv)
+    return Bench(fn, ASYNC_LAUNCHES, 1, ok, args=((1,), (1,), (isv,)), hold=isv)
 
 
 # ------------------------------------------------------------------ CUDA graphs
