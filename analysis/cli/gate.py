@@ -19,7 +19,7 @@ import time
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
-from repro.backends import NAMES, get_backend
+from repro.backends import backend_names, get_backend
 from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
     parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--format", action="append", metavar="FMT",
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
     parser.add_argument("--json", type=policy.path, metavar="PATH", help="also write the verdict as JSON here")

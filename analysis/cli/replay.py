@@ -21,7 +21,7 @@ from pathlib import Path
 from analysis.cli import policy
 from analysis.judge.trace_moves import moves
 from analysis.present import render
-from repro.backends import NAMES, get_backend
+from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel", type=policy.path, help="a candidate kernel replayed beside the controllers")
     parser.add_argument("--contract", help="with --kernel: the contract entry whose seed λ starts it (default fixed)")
     parser.add_argument("--allow-nonfinite", action="store_true", help="feed NaN/inf values as recorded")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     args = parser.parse_args(argv)

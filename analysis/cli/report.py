@@ -26,7 +26,7 @@ from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
 from analysis.present import peers_section, plots, render, summary
 from repro import toy as closed_loop
-from repro.backends import NAMES, Backend, get_backend
+from repro.backends import Backend, backend_names, entry, get_backend
 from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
@@ -116,7 +116,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         study, study2 = read["first"], read["second"]
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
-        full = backend.name == "cupy"
+        full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
         progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
         study = (preregistered_first if full else reduced_first)(
             backend, sources={"fixed": sources["fixed"]} if candidate else None)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("report", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
                         "the committed report; a folder holding other files of the repository is refused)")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place")
     parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "

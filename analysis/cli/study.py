@@ -28,7 +28,7 @@ from pathlib import Path
 from analysis.cli import policy, study_runs
 from analysis.judge.first_study import merge
 from analysis.present import render, study_section
-from repro.backends import NAMES, get_backend
+from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
     parser.add_argument("--seeds", help=f"A:B, seeds A..B-1 (default: pre-registered; at most {MAX_SEEDS})")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--json", type=policy.path, help="write the study's JSON here")
     parser.add_argument("--plot", type=policy.path, help="draw collapse fractions and agreement over steps into this PNG")
     parser.add_argument("--grid-plot", type=policy.path, help="draw the per-grid-point collapse heatmap into this PNG")

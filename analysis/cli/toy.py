@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from analysis.cli import policy
 from analysis.present import render
-from repro.backends import NAMES, get_backend
+from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("toy", description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True, help="contract entry (its kernel and seed λ)")
     parser.add_argument("--kernel", type=policy.path, help="candidate .cu to run in place of the contract's kernel")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--steps", type=int, default=Toy.steps, help=f"training steps, 1 to {MAX_STEPS} "
                         f"(default {Toy.steps})")
     parser.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED} (default 0)")

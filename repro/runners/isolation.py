@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from repro import backends
 from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
@@ -172,7 +173,7 @@ class Worker:
         self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
         self.proc, self.conn = None, None
-        self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
+        self.method = backends.entry(backend.name).start_method  # the registry's: CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
         # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
         self.spare = None
