@@ -68,9 +68,9 @@ def step_response(lam: np.ndarray, at: int, lambda0: float) -> StepResponse:
 
 @dataclass(frozen=True, kw_only=True)
 class Cycle:
-    """λ's sustained oscillation over the second half of a run. ``amplitude``: max/min of λ over it after its
-    trend is taken out (× ; 1: λ holds); ``period``: the lag (steps) at which it repeats, None where it does
-    not (λ holds, or no lag reaches :data:`CYCLE_MIN_CORRELATION`)."""
+    """λ's sustained oscillation over the second half of a run. ``amplitude``: max/min of λ over one period
+    (× ; 1: λ holds); ``period``: the lag (steps) at which it repeats, None where it does not (λ holds, or no
+    lag reaches :data:`CYCLE_MIN_CORRELATION`)."""
 
     amplitude: float | None
     period: int | None
@@ -78,23 +78,28 @@ class Cycle:
 
 
 def cycle(lam: np.ndarray) -> Cycle:
-    """The limit cycle of λ over the second half of ``lam`` (the first half is the transient)."""
+    """The limit cycle of λ over the second half of ``lam`` (the first half is the transient): the period from
+    the autocorrelation of ln λ with its linear trend removed (a drift is no cycle), the amplitude as max/min of
+    λ over the last period (over the detrended half where there is no period)."""
     half = np.asarray(lam, dtype=np.float64)[len(lam) // 2:]
     if not (np.isfinite(half).all() and (half > 0).all()):
         return Cycle(amplitude=None, period=None, why="λ reaches 0, infinity or NaN")
-    y = np.log(half)
-    t = np.arange(y.size, dtype=np.float64)
-    y = y - np.polyval(np.polyfit(t, y, 1), t) if y.size > 1 else y * 0  # the trend: a drift is no cycle
-    amplitude = float(np.exp(y.max() - y.min()))
+    raw = np.log(half)
+    t = np.arange(raw.size, dtype=np.float64)
+    y = raw - np.polyval(np.polyfit(t, raw, 1), t) if raw.size > 1 else raw * 0
     if y.max() - y.min() < 1e-9:
         return Cycle(amplitude=1.0, period=None, why="λ holds")
     y = y - y.mean()
-    lags = range(2, y.size // 2 + 1)
-    corr = [float(np.dot(y[:-k], y[k:]) / np.sqrt(np.dot(y[:-k], y[:-k]) * np.dot(y[k:], y[k:]) or 1.0)) for k in lags]
-    best = int(np.argmax(corr)) if corr else None
+    lags = np.arange(1, y.size // 2 + 1)
+    corr = np.array([np.dot(y[:-k], y[k:]) / (np.sqrt(np.dot(y[:-k], y[:-k]) * np.dot(y[k:], y[k:])) or 1.0)
+                     for k in lags])
+    # The period: the best lag after the autocorrelation first turns negative (a slow wander never does).
+    negative = _first(corr < 0)
+    best = None if negative is None else negative + int(np.argmax(corr[negative:]))
     if best is None or corr[best] < CYCLE_MIN_CORRELATION:
-        return Cycle(amplitude=amplitude, period=None, why="no repeating pattern")
-    return Cycle(amplitude=amplitude, period=lags[best])
+        return Cycle(amplitude=float(np.exp(y.max() - y.min())), period=None, why="no repeating pattern")
+    period = int(lags[best])
+    return Cycle(amplitude=float(np.exp(np.ptp(raw[-period:]))), period=period)
 
 
 def share_at(lam: np.ndarray, bound: float | None) -> float | None:
@@ -144,3 +149,116 @@ def warm_up(lam: np.ndarray, lambda0: float, restart: int = 0, warm_steps: int |
     return WarmUp(before=float(before), after=float(after), lowest=float(part[low]), lowest_step=low + 1,
                   at_floor=at_floor, recovery=(back if back is not None else None) if fell else 0, steps=int(part.size))
 
+
+
+#: The catalogue scenarios the measures read: the step in KL (up, down), the square wave, the noise.
+STEP_UP, STEP_DOWN, SQUARE, NOISE = "step_up", "step_down", "square_wave", "lognormal_sigma1.0"
+#: The cold start whose loss the measures table states (the EMA rate of the issue's replay).
+WARM_UP_SCENARIO = "warm_up_a0.01"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Design:
+    """One controller's measures: over the catalogue (open loop: the KL trace is given) and in the toy (closed
+    loop: the KL answers λ). Shares are of steps; None where the measure does not apply (named in the
+    step response's or cycle's ``why``, or no such bound)."""
+
+    controller: str
+    step_up: StepResponse
+    step_down: StepResponse
+    square: Cycle
+    noise: Cycle
+    at_floor: float | None  # share of the catalogue's steps (ordinary inputs) on the floor
+    at_ceiling: float | None
+    warm_up: WarmUp  # the cold start at EMA rate 0.01
+    half_rate: object  # repro.runners.design_runs.HalfLossRate
+    toy_at_floor: float | None
+    toy_at_ceiling: float | None
+    toy_cycle: Cycle
+    toy_lowest: float
+
+
+def _step_at(scenario) -> int:
+    """Steps before the KL changes in a step scenario (its first step whose KL differs from step 1's)."""
+    kl = scenario.kl
+    return int(np.flatnonzero(bits(kl) != bits(kl[0]))[0])
+
+
+def design(name: str, ev, half_rate, toy_lambda: np.ndarray) -> Design:
+    """:class:`Design` of controller ``name`` from its gathered evidence (``ev``: the catalogue runs), its
+    half-loss rate and λ per step in the toy."""
+    ctrl = ev.controller
+    floor, ceiling = ctrl.bound("floor"), ctrl.bound("ceiling")
+    up, down = ev.run(STEP_UP), ev.run(STEP_DOWN)
+    ordinary = np.concatenate([r.lam for r in ev.catalogue if r.scenario.family != "bad_values"])
+    w = ev.run(WARM_UP_SCENARIO)
+    p = w.scenario.params
+    toy = np.asarray(toy_lambda, dtype=F32)
+    return Design(controller=name,
+                  step_up=step_response(up.lam, _step_at(up.scenario), up.scenario.lambda0),
+                  step_down=step_response(down.lam, _step_at(down.scenario), down.scenario.lambda0),
+                  square=cycle(ev.run(SQUARE).lam), noise=cycle(ev.run(NOISE).lam),
+                  at_floor=share_at(ordinary, floor), at_ceiling=share_at(ordinary, ceiling),
+                  warm_up=warm_up(w.lam, w.scenario.lambda0, p["restart"], p["warm_up_steps"], floor),
+                  half_rate=half_rate, toy_at_floor=share_at(toy, floor), toy_at_ceiling=share_at(toy, ceiling),
+                  toy_cycle=cycle(toy), toy_lowest=float(toy.min()))
+
+
+def warm_ups(evidence: dict) -> list[tuple[str, str, dict, WarmUp]]:
+    """Every controller's cold starts and resumes from its catalogue runs: (controller, scenario, its
+    parameters, :class:`WarmUp`), controllers in the order given, scenarios in the catalogue's."""
+    out = []
+    for name, ev in evidence.items():
+        floor = ev.controller.bound("floor")
+        for r in ev.catalogue:
+            if r.scenario.family not in ("warm_up", "resume"):
+                continue
+            p = r.scenario.params
+            out.append((name, r.scenario.name, p,
+                        warm_up(r.lam, r.scenario.lambda0, p.get("restart", 0), p.get("warm_up_steps"), floor)))
+    return out
+
+
+def kept_after_warm_up(runs) -> tuple[list[float], list[float]]:
+    """(EMA rates, λ after the warm-up ÷ λ before) of a sweep's cold starts (``runs``: catalogue-like runs
+    with their rate and warm-up length as parameters)."""
+    rates, kept = [], []
+    for r in runs:
+        p = r.scenario.params
+        rates.append(float(p["alpha"]))
+        kept.append(float(r.lam[p["warm_up_steps"] - 1]) / float(r.scenario.lambda0))
+    return rates, kept
+
+
+@dataclass(frozen=True, kw_only=True)
+class DesignSection:
+    """Everything the report's cold-start and design section shows, per controller in the contract's order."""
+
+    warm_ups: list  # (controller, scenario, parameters, WarmUp): every catalogue cold start and resume
+    designs: dict  # controller → Design
+    curves: dict  # controller → (EMA rates, share of λ kept after the warm-up): the sweep
+    half: dict  # controller → HalfLossRate
+    panels: dict  # figure panel → controller → (steps, λ ÷ λ at the start; the toy: λ)
+
+
+def _relative(lam: np.ndarray, before: float) -> np.ndarray:
+    return np.concatenate([[1.0], np.asarray(lam, dtype=np.float64) / float(before)])
+
+
+def section(evidence: dict, half: dict, sweeps: dict, toy: dict) -> DesignSection:
+    """:class:`DesignSection` from each controller's evidence (its catalogue runs), its half-loss rate, its sweep
+    of cold starts (runs) and its λ per step in the toy; every dict keyed by controller, in the same order."""
+    step = {}
+    for name, ev in evidence.items():
+        r = ev.run(STEP_UP)
+        at = _step_at(r.scenario)
+        before = r.scenario.lambda0 if at == 0 else r.lam[at - 1]
+        step[name] = (np.arange(r.scenario.steps - at + 1), _relative(r.lam[at:], before))
+    panels = {"step": step,
+              **{key: {n: (np.arange(ev.run(s).scenario.steps + 1), _relative(ev.run(s).lam, ev.run(s).scenario.lambda0))
+                       for n, ev in evidence.items()} for key, s in (("square", SQUARE), ("noise", NOISE))},
+              "toy": {n: (np.arange(1, len(lam) + 1), np.asarray(lam, dtype=np.float64)) for n, lam in toy.items()}}
+    return DesignSection(warm_ups=warm_ups(evidence),
+                         designs={n: design(n, ev, half[n], toy[n]) for n, ev in evidence.items()},
+                         curves={n: kept_after_warm_up(sweeps[n]) for n in evidence},
+                         half=dict(half), panels=panels)
