@@ -121,6 +121,41 @@ def test_half_loss_rate_brackets_the_change_in_a_sweep(contract, host, name):
     assert lost == [True, True, False, False]
 
 
+class _Catalogue:
+    """What the section reads of a controller's evidence: its entry and its catalogue runs."""
+
+    def __init__(self, controller, runs):
+        self.controller, self.catalogue = controller, runs
+
+    def run(self, name):
+        return next(r for r in self.catalogue if r.scenario.name == name)
+
+
+def test_every_contract_entry_is_a_row_and_a_line(contract, host):
+    """The section iterates over what it is handed: every contract entry (a new one too) gets a row of both
+    tables and a line of every panel and curve (catalogue runs in one looped call each; a made-up toy trace)."""
+    from analysis.present import design_section
+
+    names = ["fixed", "original", *contract.peers()]
+    ev, half, sweeps, toy = {}, {}, {}, {}
+    for n in names:
+        ctrl = contract.controller(n)
+        kernel = host.compile(contract.source(n), contract.slots)
+        ev[n] = _Catalogue(ctrl, run_scenarios(kernel, [s for s in catalogue(ctrl) if s.family != "bad_values"]))
+        half[n] = design_runs.half_loss_rate(kernel, ctrl, steps=1)
+        sweeps[n] = design_runs.sweep(kernel, ctrl, rates=(0.01, 0.1))
+        toy[n] = np.full(50, ctrl.value("seed_lambda"), dtype=F32)
+    section = dm.section(ev, half, sweeps, toy)
+    text = "\n".join(design_section.markdown(section.warm_ups, section.designs, design_section.rates_note(section)))
+    rows = text.splitlines()
+    for n in names:
+        assert f"| {n} | warm_up_a0.01 |" in text and f"| {n} | resume_lambda_reset |" in text
+        assert sum(line.startswith(f"| {n} | ") for line in rows) == 6  # five cold starts and resumes, one measures row
+    assert list(section.curves) == names and all(list(p) == names for p in section.panels.values())
+    assert set(design_section.data(section)) == {"warm_up.csv", "warm_up_sweep.csv", "design_measures.csv"}
+
+
+@pytest.mark.slow  # every contract entry gathered in full and run in the toy (6 s); the test above is the fast one
 def test_the_section_covers_every_contract_entry(contract, host):
     """Every contract entry gets a row of both tables and a line of both figures: a new entry is picked up."""
     from analysis.present import design_section

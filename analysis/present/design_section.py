@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.judge.design_measures import (RISE_FROM, RISE_TO, SETTLE_BAND, WARM_UP_SCENARIO, Cycle, Design,
-                                            StepResponse)
+from analysis.judge.design_measures import RISE_FROM, RISE_TO, SETTLE_BAND, WARM_UP_SCENARIO, Cycle, Design, StepResponse
 from analysis.present.peers_plots import COLORS
 from analysis.present.plots import plt, tight
 
 FIGURES = {
     "fig15_warm_up.png": "Cold start: the share of λ each controller keeps once a KL EMA warming up from 0 has come "
-    "within 1 % of 1.1 × the target, against the EMA's rate (log scale); a dot marks the rate below which it "
-    "keeps half or less.",
+    "within 1 % of 1.1 × the target, against the EMA's rate (log scale); a ring marks the rate at or below which "
+    "it keeps half or less (the fixed kernel's floor is half its seed λ: its line stops there).",
     "fig16_design_measures.png": "The design measures in pictures: λ after a step up in KL, under the square wave, "
     "under log-normal noise (σ = 1), and in the distillation toy, one line per controller.",
 }
@@ -45,6 +44,15 @@ MEANINGS = {
 
 def _color(name: str, i: int) -> str:
     return COLORS.get(name) or plt.get_cmap("tab10")(i % 10)
+
+
+#: A line style and marker per controller (by order): rules with the same numbers draw the same line, and the
+#: styles keep each one visible where they coincide (TF-Agents, modular_rl and BatchPPO in a cold start).
+_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "v"), ("-", "D"), ("--", "x"), ("-.", "+"), (":", "*")]
+
+
+def _style(i: int) -> tuple[str, str]:
+    return _STYLES[i % len(_STYLES)]
 
 
 def _g(x, digits: int = 3) -> str:
@@ -118,15 +126,17 @@ def markdown(warm: list, designs: dict[str, Design], rates_note: str) -> list[st
             + rates_note, "", *warm_up_table(warm), "",
             "## The measures a team compares designs by", "",
             "Over the catalogue (the KL trace is given: open loop) and in the toy (the KL answers λ: closed loop). "
-            "Steps are controller launches.", "", *measures_table(designs), ""]
+            "Steps are controller launches.", "", *measures_table(designs), "",
+            "Data: `data/warm_up.csv` (the cold-start table), `data/warm_up_sweep.csv` (figure 15's curves and "
+            "each controller's half-loss rate), `data/design_measures.csv` (the measures table).", ""]
 
 
 def warm_up_figure(curves: dict[str, tuple[list[float], list[float]]], half: dict):
     """Share of λ kept after the warm-up against the EMA rate, a line per controller; the half-loss rate dotted."""
     fig, ax = plt.subplots(figsize=(9, 4.8))
     for i, (name, (rates, kept)) in enumerate(curves.items()):
-        color = _color(name, i)
-        ax.plot(rates, kept, "-o", ms=3, color=color, lw=1.5, label=name)
+        color, (ls, marker) = _color(name, i), _style(i)
+        ax.plot(rates, kept, ls=ls, marker=marker, ms=5, mfc="none", color=color, lw=1.5, label=name)
         h = half.get(name)
         if h is not None and h.rate is not None and h.above is not None:
             ax.plot([h.rate], [0.5], "o", ms=7, mfc="white", mec=color, mew=2)
@@ -136,7 +146,7 @@ def warm_up_figure(curves: dict[str, tuple[list[float], list[float]]], half: dic
     ax.set(xscale="log", ylim=(-0.03, 1.08), xlabel="rate of the KL EMA (per step; log scale: 0.001 ≈ a 1000-step horizon)",
            ylabel="share of λ kept after the warm-up (λ after ÷ λ before)",
            title="Cold start: the KL EMA warming up from 0 toward 1.1 × the target")
-    ax.legend(loc="lower right", ncol=2)
+    ax.legend(loc="upper left", ncol=2)
     return tight(fig)
 
 
@@ -150,7 +160,7 @@ def measures_figure(panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]])
         for i, (name, (x, y)) in enumerate(lines.items()):
             y = np.asarray(y, dtype=np.float64)
             ok = np.isfinite(y) & (y > 0)
-            ax.plot(np.asarray(x)[ok], y[ok], color=_color(name, i), lw=1.2, label=name)
+            ax.plot(np.asarray(x)[ok], y[ok], color=_color(name, i), ls=_style(i)[0], lw=1.2, label=name)
         ax.set(yscale="log", title=titles[key], xlabel=xlabels[key],
                ylabel="λ ÷ λ at the start (log)" if key != "toy" else "λ (log)")
     axes.flat[0].legend(loc="upper left", ncol=2, fontsize=7)
