@@ -36,6 +36,7 @@ PARAMETERS = {
     "clip": "ramp, decay (the proportional rule's rate)",
     "n_steps": "ramp, decay (the proportional rule's rate)",
     "horizon": "ramp, decay (the proportional rule's rate)",
+    "warm_up_rate": "warm_up_loss (the slowest EMA rate it covers)",
     "decay_slowness": "informational: the report sets it beside the measured ratio of log-rates",
 }
 #: Rows no mutant of the fixed kernel breaks, and where their failing case is tested instead.

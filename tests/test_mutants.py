@@ -26,6 +26,11 @@ MUTANTS = {
     "no_target_guard": (dict(edit=("kl_target <= 0.0f || ", "")), {"guards"}),
     "no_lambda_guard": (dict(edit=(" || lambda <= 0.0f", "")), {"guards"}),
     "reads_slot_489": (dict(defines={"RL_Q_DISTILL_KL_EMA_INDEX": 489}), {"spec_agreement", "floor"}),
+    # decays ×0.99 (5× faster) where KL is between target/30 and target/3: no sustained-KL scenario sits there
+    # (aligned KL is target/100), a warming EMA passes through it
+    "fast_decay_near_band": (dict(edit=("lambda * LAMBDA_DECAY_RATE",
+                                        "lambda * (kl_observed > lower * 0.1f ? 0.99f : LAMBDA_DECAY_RATE)")),
+                             {"warm_up_loss", "spec_agreement"}),
     "nan_lambda_kept": (dict(edit=("fminf(MAX_LAMBDA, lambda * LAMBDA_RAMP_RATE)",
                                    "(lambda * LAMBDA_RAMP_RATE > MAX_LAMBDA ? MAX_LAMBDA : lambda * LAMBDA_RAMP_RATE)")),
                         {"nonfinite"}),

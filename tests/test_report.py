@@ -170,8 +170,10 @@ def test_closed_loop_table_matches_data(made):
     out, _ = made
     text = (out / "summary.md").read_text()
     loops = json.loads((out / "data" / "closed_loop.json").read_text())
+    lines = text.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("| controller | λ min |")):]  # figure 8's
     for name, r in loops.items():
-        row = next(line for line in text.splitlines() if line.startswith(f"| {name} | "))
+        row = next(line for line in table if line.startswith(f"| {name} | "))
         assert f"10^{r['log10_q_pi_agree_min']:.1f}" in row and f"{r['q_pi_agree_final']:.3f}" in row
     ablation = pd.read_csv(out / "data" / "ablation.csv")
     original = ablation[ablation.variant == "original"].collapse_fraction.iloc[0]
@@ -213,3 +215,23 @@ def test_generated_files_carry_no_absolute_path_of_this_machine(made):
         assert str(ROOT) not in path.read_text(), path.name
     header = json.loads((out / "data" / "properties.json").read_text())["header"]
     assert header["kernels"]["fixed"]["path"] == "kernels/rl_q_distill_lambda_controller.cu"
+
+
+def test_cold_start_and_design_tables_read_their_data(made, contract):
+    """Issue 35's section: a row per contract entry in both tables, each cell it states read from data/."""
+    out, _ = made
+    text = (out / "summary.md").read_text()
+    warm = pd.read_csv(out / "data" / "warm_up.csv")
+    design = pd.read_csv(out / "data" / "design_measures.csv")
+    assert list(design.controller) == ["fixed", "original", *contract.peers()]
+    for r in warm.itertuples():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {r.controller} | {r.scenario} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3].startswith(f"{r.lambda_after:.4g} (") and cells[4] == f"{r.lowest:.4g} ({r.lowest_step})"
+    header = next(line for line in text.splitlines() if line.startswith("| controller | rise |"))
+    loss_at = [c.strip() for c in header.strip("|").split("|")].index("warm-up loss")
+    for r in design.itertuples():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {r.controller} | ")
+                   and line.count("|") == header.count("|"))
+        assert [c.strip() for c in row.strip("|").split("|")][loss_at] == f"{r.warm_up_loss:.1%}"
+    assert "![" in text and "](fig15_warm_up.png)" in text and "](fig16_design_measures.png)" in text

@@ -21,10 +21,10 @@ import pandas as pd
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_second, run_second
-from analysis.judge import bench_verdict, peer_measures, report_measures
+from analysis.judge import bench_verdict, design_measures, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
-from analysis.present import peers_section, plots, render, summary
+from analysis.present import design_section, peers_section, plots, render, summary
 from repro import toy as closed_loop
 from repro.backends import Backend, backend_names, entry, get_backend
 from repro.core.contract import Contract, load
@@ -34,7 +34,7 @@ from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning.prereg import read_result
 from repro.learning.study2 import load_prereg2
-from repro.runners import experiments
+from repro.runners import design_runs, experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
 from repro.runners.runner import to_frame
@@ -104,6 +104,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     measures = peer_measures.measure_all({**verdicts, **peers})
+    design = _design(backend, contract, entries, subjects, {**evidence, **{n: v.evidence for n, v in peers.items()}},
+                     loops, progress)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -128,7 +130,22 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
                   robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  measures=measures)
+                  measures=measures, design=design)
+
+
+# --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------
+def _design(backend: Backend, contract: Contract, entries: dict, subjects: dict, evidence: dict, loops: dict,
+            progress) -> design_measures.DesignSection:
+    """The cold-start sweep, the half-loss rate's bisection and a traced toy run per controller (the fixed and
+    original ones' toy runs are ``loops``), judged with their catalogue runs (``evidence``)."""
+    names = list(evidence)
+    progress(f"      cold starts and design measures: {', '.join(names)}")
+    ctrl = {n: entries.get(n) or contract.controller(n) for n in names}
+    half = {n: design_runs.half_loss_rate(subjects[n].kernel, ctrl[n]) for n in names}
+    sweeps = {n: design_runs.sweep(subjects[n].kernel, ctrl[n]) for n in names}
+    toy = {n: (loops.get(n) or closed_loop.one_run(backend, n, subjects[n]))["trace"]["lambda"] for n in names}
+    return design_measures.section(evidence, half, sweeps, toy)
+# --- end issue 35 ---------------------------------------------------------------------------------------------------
 
 
 def _runs_here(source: KernelSource, evidence: Evidence) -> None:
@@ -160,7 +177,8 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     tables = {"trajectories.csv": report.trajectories, **per_controller, "bad_inputs.csv": report.outcomes,
               "ablation.csv": report.ablation, "robustness.csv": report.robustness, "peers.csv": peers,
               "peers_aligned.csv": peers_section.aligned_traces(report.measures),
-              "peers_closed_loop.csv": report.peer_loop}  # None: the report ran no peers in the toy
+              "peers_closed_loop.csv": report.peer_loop,  # None: the report ran no peers in the toy
+              **design_section.data(report.design)}  # issue 35: the cold-start and design-measure tables
     for name, table in tables.items():
         if table is not None:
             table.to_csv(data / name, index=False)

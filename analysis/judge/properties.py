@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.judge import reading
+from analysis.judge import design_measures, reading
 from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
@@ -27,6 +27,7 @@ from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
+from repro.runners.scenarios import WARM_UP_RATES
 
 
 def _f(x) -> float | None:
@@ -187,6 +188,38 @@ def steps_to_floor(ev: Evidence) -> Finding:
                    documented=doc.value, predicted=predicted, measured=step,
                    detail={"floor": floor, "lambda_before": before, "tolerance": doc.tolerance},
                    where=where, line=doc.line, doc=doc.doc)
+
+
+def _warm_up(r: Run, lam: np.ndarray, floor: float | None) -> design_measures.WarmUp:
+    p = r.scenario.params
+    return design_measures.warm_up(lam, r.scenario.lambda0, p["restart"], p["warm_up_steps"], floor)
+
+
+def warm_up_loss(ev: Evidence) -> Finding:
+    """The share of λ a warming KL EMA may cost: over the catalogue's runs whose EMA restarts from 0 (the cold
+    starts at a rate the contract covers, ≥ ``warm_up_rate``, and the resume that lost the EMA), λ's lowest
+    value from the restart on against λ when it restarted. The spec model of the documented rule, on the same
+    runs, is the prediction."""
+    ctrl = ev.controller
+    doc, rate = ctrl["warm_up_loss"], ctrl.value("warm_up_rate")
+    names = [f"warm_up_a{a:g}" for a in WARM_UP_RATES if a >= rate] + ["resume_ema_reset"]
+    runs = [ev.run(n) for n in names]  # MissingEvidence where one did not finish: not measured
+    floor = ctrl.bound("floor")
+    predicted = spec.run_each(Rule.of(ctrl), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in runs])
+    measured = {r.scenario.name: _warm_up(r, r.lam, floor) for r in runs}
+    losses = {n: 1.0 - w.lowest / w.before for n, w in measured.items()}
+    spec_loss = max(1.0 - w.lowest / w.before for w in (_warm_up(r, p, floor) for r, p in zip(runs, predicted, strict=True)))
+    worst = max(losses, key=losses.get)
+    r, w = ev.run(worst), measured[worst]
+    ok = losses[worst] <= doc.value
+    where = None
+    if not ok:  # the first step λ falls below what the documented loss leaves of it
+        restart, least = r.scenario.params["restart"], (1.0 - doc.value) * w.before
+        where = _at(r, restart + first_step(r.lam[restart:].astype(np.float64) < least), "crossed", least, "documented loss")
+    return Finding(key="warm_up_loss", title=f"a KL EMA warming from 0 at rate ≥ {rate:g} costs at most "
+                   f"{doc.value:.0%} of λ", ok=ok, unit="share of λ", documented=doc.value, predicted=spec_loss,
+                   measured=losses[worst], detail={"losses": losses, "rate": rate}, where=where, line=doc.line,
+                   doc=doc.doc)
 
 
 _EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
@@ -685,6 +718,11 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                          measured=_floor_steps_measured),
              depends=frozenset({"decay", "floor"}), applies=lambda c: c.has("steps_to_floor")),
+    Property(key="warm_up_loss", check=_plain(warm_up_loss), needs=("catalogue",),
+             reads=Reads(documented=lambda f: f"at most {f.documented:.0%} (EMA rate ≥ {f.detail['rate']:g})",
+                         predicted=lambda f: f"{f.predicted:.1%}",
+                         measured=lambda f: ", ".join(f"{x:.1%} ({n})" for n, x in f.detail["losses"].items())),
+             depends=frozenset({"decay", "lower", "floor"}), applies=lambda c: c.has("warm_up_loss")),
     Property(key="vanishing", check=_plain(vanishing), needs=("vanishing",),
              reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
                          measured=lambda f: reading.vanishing(f.detail["measured"])),

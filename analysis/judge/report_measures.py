@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.judge.design_measures import DesignSection
 from analysis.judge.findings import Finding
 from analysis.judge.peer_measures import PeerMeasures
 from analysis.judge.properties import classify
@@ -41,6 +42,7 @@ class Report:
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
     measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
+    design: DesignSection | None = None  # cold starts and the design measures, every controller (issue 35)
 
 
 def bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:

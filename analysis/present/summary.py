@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, noise_curves
 from analysis.judge.study_measures import ALPHA, original_vs_fixed
-from analysis.present import bench_report, peers_plots, peers_section, plots, render, study_plots, study_section
+from analysis.present import bench_report, design_section, peers_plots, peers_section, plots, render, study_plots, study_section
 from repro.core.ablation import FACTORS
 from repro.toy import COLLAPSE
 
@@ -38,6 +38,7 @@ FIGURES = {
     "adaptive-KL rule (a cross marks λ reaching exactly 0).",
     **study_section.FIGURES,
     **study_section.FIGURES_2,
+    **design_section.FIGURES,  # issue 35: cold starts and the design measures
 }
 
 
@@ -64,6 +65,9 @@ def figures(report: Report) -> dict[str, Callable]:
         "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
         "fig13_incident.png": lambda: study_plots.incident(report.study2),
         "fig14_study2.png": lambda: study_plots.second_overview(report.study2),
+        # issue 35: cold starts and the design measures, every controller
+        "fig15_warm_up.png": lambda: design_section.warm_up_figure(report.design.curves, report.design.half),
+        "fig16_design_measures.png": lambda: design_section.measures_figure(report.design.panels),
     }
 
 
@@ -105,6 +109,9 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, numbers)
     lines += [""] + peers_section.markdown(report.measures, peers)
+    if report.design is not None:  # issue 35: cold starts and the design measures
+        d = report.design
+        lines += [""] + design_section.markdown(d.warm_ups, d.designs, design_section.rates_note(d))
     lines += ["", *study_section.section(report.study, figures=False)]
     lines += ["", *study_section.second_section(report.study2)]
     lines += ["", "## Figures", ""]

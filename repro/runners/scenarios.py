@@ -120,6 +120,56 @@ def start_points(controller: Controller) -> tuple[float, float]:
     return (seed / UNBOUNDED_START if floor is None else floor, seed * UNBOUNDED_START if ceiling is None else ceiling)
 
 
+#: EMA rates (per step) of the catalogue's cold starts, and the level (× target) the EMA warms up toward.
+WARM_UP_RATES = (0.1, 0.01, 0.001)
+WARM_UP_LEVEL = 1.1
+#: The EMA rate of the resumes, and the steps of settled KL before the checkpoint in ``resume_ema_reset``.
+RESUME_RATE = 0.01
+RESUME_AFTER = 100
+#: Steps each warm-up runs on after the EMA has come within 1 % of its level (a recovery may show there). Short:
+#: the spec model replays every catalogue scenario for every gate, and a warm-up's KL changes on every step.
+WARM_UP_TAIL = 200
+
+
+def warm_up_steps(alpha: float) -> int:
+    """Steps an EMA of rate ``alpha`` (per step) needs to come within 1 % of its input, from 0."""
+    return math.ceil(math.log(100.0) / -math.log1p(-alpha))
+
+
+def ema_from_zero(alpha: float, level: float, steps: int) -> np.ndarray:
+    """An EMA of rate ``alpha`` warming up from 0 toward the constant ``level`` (nats): its value after each of
+    ``steps`` updates, level·(1 − (1 − α)^t) for t = 1 … steps, computed in float64 and rounded once to float32."""
+    t = np.arange(1, steps + 1, dtype=np.float64)
+    return (level * -np.expm1(t * math.log1p(-alpha))).astype(F32)
+
+
+def warm_up(controller: Controller, alpha: float, level: float = WARM_UP_LEVEL, steps: int | None = None) -> Scenario:
+    """The cold start: the KL EMA warming up from 0 at rate ``alpha`` toward ``level``·target, from the seed λ;
+    the EMA's warm-up (:func:`warm_up_steps`) and :data:`WARM_UP_TAIL` steps more unless ``steps`` is given."""
+    n = warm_up_steps(alpha) + WARM_UP_TAIL if steps is None else steps
+    return Scenario(f"warm_up_a{alpha:g}", "warm_up", ema_from_zero(alpha, level * REF_TARGET, n), REF_TARGET,
+                    controller.value("seed_lambda"),
+                    f"cold start: the KL EMA warming up from 0 at rate {alpha:g} toward {level:g}·target",
+                    {"alpha": alpha, "level": level, "restart": 0, "warm_up_steps": warm_up_steps(alpha)})
+
+
+def resumes(controller: Controller) -> list[Scenario]:
+    """The two resumes from a checkpoint that saved one of the controller's inputs and not the other."""
+    tgt, level, a = REF_TARGET, WARM_UP_LEVEL, RESUME_RATE
+    n = warm_up_steps(a) + WARM_UP_TAIL
+    settled = _const(level * tgt, RESUME_AFTER)
+    lam0 = controller.value("seed_lambda")
+    return [
+        Scenario("resume_ema_reset", "resume", np.concatenate([settled, ema_from_zero(a, level * tgt, n)]), tgt, lam0,
+                 f"{RESUME_AFTER} steps at {level:g}·target, then a resume that restores λ while the KL EMA restarts "
+                 f"from 0 at rate {a:g}", {"alpha": a, "level": level, "restart": RESUME_AFTER,
+                                           "warm_up_steps": warm_up_steps(a)}),
+        Scenario("resume_lambda_reset", "resume", _const(level * tgt, n), tgt, lam0,
+                 f"a resume that restarts λ from its seed while the KL EMA is kept at {level:g}·target",
+                 {"level": level}),
+    ]
+
+
 def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     """Every catalogue scenario for ``controller`` (its seed λ, bounds and band).
 
@@ -173,6 +223,7 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     spikes = rng.random(500) < 0.02
     out.append(Scenario("spikes", "noise", np.where(spikes, base * 50, base).astype(F32), tgt, lam0,
                         "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed}))
+    out += [warm_up(controller, a) for a in WARM_UP_RATES] + resumes(controller)
     for slot in ("kl", "target"):
         out += [case(controller, f"{slot}={v}") for v in BAD_VALUES]
     out += [case(controller, f"lambda={v},kl={r}") for v in BAD_VALUES for r in REGIMES]
