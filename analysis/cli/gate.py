@@ -20,7 +20,7 @@ from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
 from repro.backends import NAMES, get_backend
-from repro.core.contract import CONTRACTS, load
+from repro.core.contract import current, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"at most {MAX_TIMEOUT:g})")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    contract_file = shown(CONTRACTS)
+    contract_file = shown(current())
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
@@ -70,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
         contract = load()
-        contract_file = shown(contract.path)
         controller = contract.controller(args.contract)
+        contract_file = shown(controller.file or contract.path)  # the file whose lines the rows name
         path = args.kernel or controller.kernel
         kernel_file = shown(path)
         check_outputs([Output("--json", args.json), Output("--junit", args.junit)],

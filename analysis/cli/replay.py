@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:

@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
     contract = load()
