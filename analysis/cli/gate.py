@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("gate", description=__doc__.splitlines()[0])
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
-    parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
+    parser.add_argument("--contract", help="contract entry to judge against (default: fixed, or the first entry of a "
+                        "--contracts file that adds entries of its own)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
     parser.add_argument("--format", action="append", metavar="FMT",
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
         contract = load()
+        args.contract = args.contract or contract.default_entry()
         controller = contract.controller(args.contract)
         contract_file = shown(controller.file or contract.path)  # the file whose lines the rows name
         path = args.kernel or controller.kernel
@@ -109,10 +111,10 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
     formats = []
     with contextlib.suppress(SuiteError):
         formats = _formats(args.format)
-    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
+    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract or "fixed",
             "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
     printed = {"json": render.to_json(data),
-               "junit": render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error).rstrip(),
+               "junit": render.junit([], contract_file, f"gate.{args.contract or 'fixed'}", seconds, error=error).rstrip(),
                "github": "\n".join(render.github([], kernel_file, contract_file, error=error))}
     for fmt, text in printed.items():
         if fmt in formats:

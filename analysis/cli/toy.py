@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
     say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
-    subject = compile_subject(backend, source, contract.slots, entry.value("seed_lambda"))
+    subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
     result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
                      progress=lambda t: say(f"step {t} of {args.steps}"))
     for key, value in result.items():

@@ -135,10 +135,13 @@ class Documented:
 #: geco: GECO (Rezende & Viola 2018) as applied-ai-lab/genesis ships it (utils/geco.py GECO.loss), on the KL:
 #: e ← KL on the first step, else (1 − α)·KL + α·e; c = e − target; λ ← clamp(λ·exp(s·η·c), floor, ceiling)
 #: with s = speedup where c < 0 (the constraint met; the source's goal − err > 0), else 1.
-RULE_KINDS = ("band", "proportional", "pid_lagrangian", "geco")
+#: log_pi: a PI controller on log λ: e = ln(KL/target) (double, rounded once); I ← clamp(I + k_i·e, i_min, i_max)
+#: (the anti-windup); λ = clamp(seed_lambda·exp(k_p·e + I), floor, ceiling); KL or target not > 0 or not finite,
+#: or λ not > 0, leaves λ and I alone (the suite's guard).
+RULE_KINDS = ("band", "proportional", "pid_lagrangian", "geco", "log_pi")
 #: Rule kinds with state of their own in ISV slots, and the state each must declare ([NAME.state.KEY] tables).
 STATEFUL_RULES = {"pid_lagrangian": ("integral", "delta_p", "cost_d", "ring_pos", "ring"),
-                  "geco": ("err_ema", "started")}
+                  "geco": ("err_ema", "started"), "log_pi": ("integral",)}
 #: How a band edge is computed from the float32 target and the edge's value a (float32):
 #: mul target·a, div target/a, mul_one_plus target·(1+a), mul_one_minus target·(1−a).
 EDGE_FORMS = ("mul", "div", "mul_one_plus", "mul_one_minus")
@@ -161,7 +164,8 @@ _REQUIRED = {"band": ("seed_lambda", "floor", "ceiling", "ramp", "decay"),
              "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon"),
              "pid_lagrangian": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha",
                                 "d_ema_alpha"),
-             "geco": ("seed_lambda", "floor", "ceiling", "step_size", "alpha", "speedup")}
+             "geco": ("seed_lambda", "floor", "ceiling", "step_size", "alpha", "speedup"),
+             "log_pi": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "i_min", "i_max")}
 
 # What a contract file may hold: anything else is an error naming its file and line (a typo is never ignored).
 _TOP = ("base", "slots", "guards", "nonfinite")  # beside them, every table is a controller's entry
@@ -172,7 +176,8 @@ _ENTRY_KEYS = ("kernel", "symbol", "rule", "source", "release", "guarded", "guar
 #: cold-start properties (issue 35 item 1).
 PROPERTY_KEYS = ("seed_lambda", "floor", "ceiling", "ramp", "decay", "tolerance", "upper_edge", "lower_edge",
                  "steps_to_double", "steps_to_halve", "steps_to_floor", "decay_slowness", "clip", "n_steps", "horizon",
-                 "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha", "d_ema_alpha", "step_size", "alpha", "speedup")
+                 "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha", "d_ema_alpha", "step_size", "alpha", "speedup",
+                 "i_min", "i_max")
 PROPERTY_PREFIXES = ("warmup_",)
 _PROPERTY_FIELDS = ("value", "doc", "rtol", "tolerance", "none", "form", "op", "dtype", "informational")
 _STATE_FIELDS = ("slot", "start", "holds", "units", "count")
@@ -248,8 +253,23 @@ class Contract:
         return load_kernel(entry.kernel if path is None else path, entry.symbol)
 
     def peers(self) -> list[str]:
-        """Contract entries that carry a ``source``: the published rules compared with ours, in file order."""
-        return [n for n, c in self.controllers.items() if c.source]
+        """Contract entries that carry a ``source`` and keep no state beyond λ: the published band and proportional
+        rules compared with ours, in file order (the report's peer section, the gate's peer rows)."""
+        return [n for n, c in self.controllers.items() if c.source and not c.stateful]
+
+    def stateful_peers(self) -> list[str]:
+        """Published rules with state of their own in ISV slots (the PID Lagrangian, GECO), in file order."""
+        return [n for n, c in self.controllers.items() if c.source and c.stateful]
+
+    def slots_of(self, name: str) -> Slots:
+        """The ISV layout a controller runs in: the harness's slots and the state its entry declares."""
+        return self.slots.with_state(self.controller(name).state)
+
+    def default_entry(self) -> str:
+        """The entry a candidate is judged against when none is named: ``fixed``, or where a contract file of one's
+        own declares entries of its own and not ``fixed`` (``base = …`` plus a new rule), the first of them."""
+        own = [n for n, c in self.controllers.items() if c.file is not None and c.file.resolve() == self.path.resolve()]
+        return "fixed" if not own or "fixed" in own else own[0]
 
     def controller(self, name: str) -> Controller:
         try:
@@ -458,7 +478,9 @@ def _parse(path: Path, raw_text: str) -> Contract:
                 kernel=resolve(entry["kernel"]),
                 symbol=entry["symbol"],
                 props=props,
-                nonfinite={**shared_nonfinite, **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
+                # a stateful rule's non-finite behaviour is its own (the shared cases describe the band rules)
+                nonfinite={**({} if rule in STATEFUL_RULES else shared_nonfinite),
+                           **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
                 guards_doc=entry.get("guards_doc", guards_doc),
                 rule=rule,
                 nonfinite_line=_section_line(f.lines, f"{name}.nonfinite") or _section_line(f.lines, "nonfinite"),

@@ -1,0 +1,48 @@
+"""A stateful rule through the gate: the stateful peers and a user's own stateful candidate (docs/examples/log_pi.*,
+in a contract file of its own) pass their contracts; a write to an undeclared slot, a wound-up integral and a
+state slot left unseeded each fail the row that says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.cli.evaluate import evaluate
+from analysis.judge.properties import RATE_ROWS, applicable
+from repro.core.contract import load
+from repro.core.paths import ROOT
+
+EXAMPLE = ROOT / "docs" / "examples" / "log_pi.toml"
+
+
+@pytest.fixture(scope="module")
+def mine():
+    return load(EXAMPLE)
+
+
+def _verdict(contract, name, source, host):
+    return evaluate(source, name, host, contract, static=False, coverage=False, isolate=False)
+
+
+def test_a_user_file_adds_a_stateful_entry_judged_by_default(mine):
+    assert mine.default_entry() == "log_pi" and load().default_entry() == "fixed"
+    entry = mine.controller("log_pi")
+    assert entry.stateful and [(s.name, s.slot, s.start) for s in entry.state] == [("integral", 492, 0.0)]
+    assert set(applicable(entry)).isdisjoint(RATE_ROWS) and {"spec_agreement", "isolation", "floor"} <= set(applicable(entry))
+
+
+def test_the_example_candidate_passes_its_contract(mine, host):
+    v = _verdict(mine, "log_pi", mine.source("log_pi"), host)
+    assert v.ok, [(f.key, f.measured) for f in v.failed]
+
+
+@pytest.mark.parametrize(("defines", "row"), [
+    ({"LPI_INTEGRAL_INDEX": "493"}, "isolation"),  # the integral kept in a slot the contract does not declare
+    pytest.param({"I_MIN": "-10.0f"}, "spec_agreement", marks=pytest.mark.slow),  # the anti-windup loosened
+    pytest.param({"K_I": "0.06f"}, "spec_agreement", marks=pytest.mark.slow),  # a gain other than the contract's
+], ids=["undeclared_slot", "windup", "gain"])
+def test_a_stateful_mutant_fails_the_row_that_names_it(mine, host, defines, row):
+    v = _verdict(mine, "log_pi", mine.source("log_pi").with_defines(**defines), host)
+    failed = {f.key for f in v.failed}
+    assert row in failed, (defines, failed)
+    if row == "isolation":
+        assert next(f for f in v.failed if f.key == "isolation").detail["written"] == [493]
