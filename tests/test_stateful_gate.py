@@ -30,6 +30,13 @@ def test_a_user_file_adds_a_stateful_entry_judged_by_default(mine):
     assert set(applicable(entry)).isdisjoint(RATE_ROWS) and {"spec_agreement", "isolation", "floor"} <= set(applicable(entry))
 
 
+@pytest.mark.slow  # 1-1.5 s each; tests/test_stateful_peers.py holds them to the spec model bit for bit fast
+@pytest.mark.parametrize("peer", ["pid_lagrangian", "geco"])
+def test_stateful_peer_passes_its_own_contract(contract, host, peer):
+    v = _verdict(contract, peer, contract.source(peer), host)
+    assert v.ok, [(f.key, f.measured) for f in v.failed]
+
+
 def test_the_example_candidate_passes_its_contract(mine, host):
     v = _verdict(mine, "log_pi", mine.source("log_pi"), host)
     assert v.ok, [(f.key, f.measured) for f in v.failed]
