@@ -210,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
                           *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+    entry = contract.default_entry()
+    if entry != "fixed":  # a --contracts file's own entry (a stateful rule, another band): not built here yet
+        raise SuiteError(f"report --kernel reports a candidate in the fixed controller's place; {shown(contract.path)} "
+                         f"adds [{entry}] (rule {contract.controller(entry).rule}): judge it with gate, replay "
+                         f"--kernel K --contract {entry}, toy --controller {entry} and study --controllers {entry}, "
+                         "each with --contracts (the report beside the fixed kernel is not built for it)")
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
