@@ -53,3 +53,23 @@ def test_a_stateful_mutant_fails_the_row_that_names_it(mine, host, defines, row)
     assert row in failed, (defines, failed)
     if row == "isolation":
         assert next(f for f in v.failed if f.key == "isolation").detail["written"] == [493]
+
+
+@pytest.mark.slow  # the whole candidate report (about 20 s on 2 cores)
+def test_report_puts_a_stateful_candidate_beside_the_fixed_kernel(tmp_path, capsys):
+    """``report --kernel K --contracts F`` for F's own entry: both verdicts, the same replayed inputs, the toy on the
+    same seeds and the learning loops on the same seeds, in candidate.md and data/candidate.json."""
+    import json
+
+    from analysis.cli import report
+
+    kernel = ROOT / "docs" / "examples" / "log_pi.cu"
+    assert report.main(["--kernel", str(kernel), "--contracts", str(EXAMPLE), "--out", str(tmp_path / "out"),
+                        "--backend", "host"]) == 0
+    data = json.loads((tmp_path / "out" / "data" / "candidate.json").read_text(encoding="utf-8"))
+    assert data["entry"] == "log_pi" and data["verdicts"]["candidate"]["ok"] and data["verdicts"]["fixed"]["ok"]
+    assert data["replay"]["fixed"].keys() == data["replay"]["candidate"].keys() and "square_wave" in data["replay"]["fixed"]
+    assert [r["seed"] for r in data["toy"]["fixed"]] == [r["seed"] for r in data["toy"]["candidate"]]
+    assert all(set(block) == {"fixed", "log_pi"} for block in data["study"].values())
+    text = (tmp_path / "out" / "candidate.md").read_text(encoding="utf-8")
+    assert "contract log_pi  (docs/examples/log_pi.toml)" in text and "contract fixed  (kernels/contracts.toml)" in text

@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
                         "the committed report; a folder holding other files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place")
+    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place "
+                        "(with a --contracts file that adds an entry: beside the fixed kernel, in OUT/candidate.md)")
     parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
@@ -211,11 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
     entry = contract.default_entry()
-    if entry != "fixed":  # a --contracts file's own entry (a stateful rule, another band): not built here yet
-        raise SuiteError(f"report --kernel reports a candidate in the fixed controller's place; {shown(contract.path)} "
-                         f"adds [{entry}] (rule {contract.controller(entry).rule}): judge it with gate, replay "
-                         f"--kernel K --contract {entry}, toy --controller {entry} and study --controllers {entry}, "
-                         "each with --contracts (the report beside the fixed kernel is not built for it)")
+    if entry != "fixed":  # a --contracts file's own entry (a stateful rule, another band): beside the fixed kernel
+        if args.kernel is None:
+            raise SuiteError(f"{shown(contract.path)} adds [{entry}]: give its kernel with --kernel")
+        from analysis.cli import candidate_report
+
+        progress = policy.progress("report")
+        data, verdicts = candidate_report.build(get_backend(args.backend), contract, entry, args.kernel, progress)
+        entries = {"candidate": entry, "fixed": "fixed"}
+        texts = {k: render.verdict(v, shown(contract.controller(entries[k]).file or contract.path))
+                 for k, v in verdicts.items()}
+        paths = candidate_report.write(data, texts, args.out)
+        print(f"done in {time.perf_counter() - start:.1f} s: {shown(paths[0])}, data in {shown(paths[1])}")
+        return 0
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
