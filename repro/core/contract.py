@@ -386,7 +386,13 @@ def load(path: Path | str | None = None) -> Contract:
         raise SuiteError(f"contract file not found: {shown(path)}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise SuiteError(f"contract file {shown(path)} cannot be read: {err}") from None
-    return _parse(path, raw_text)
+    # the base file's text is part of the key: an edit to it is seen by the next load in the same process
+    named = re.search(r'^\s*base\s*=\s*"([^"]*)"', raw_text, re.MULTILINE)
+    base_text = None
+    if named:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            base_text = resolve(named.group(1)).read_text(encoding="utf-8")
+    return _parse(path, raw_text, base_text)
 
 
 def resolve(text: str) -> Path:
@@ -403,7 +409,7 @@ def _read(path: Path, raw_text: str) -> tuple[dict, _File]:
 
 
 @lru_cache(maxsize=16)  # the same text parses to the same (frozen) contract: the suite loads it ~150 times
-def _parse(path: Path, raw_text: str) -> Contract:
+def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
     data, own = _read(path, raw_text)
     # every table's file: its own, or the base file's where this file leaves it out
     files = {name: own for name in data}
@@ -413,10 +419,11 @@ def _parse(path: Path, raw_text: str) -> Contract:
         base_path = resolve(data.pop("base"))
         if base_path == path.resolve():
             raise own.error("", "base", "base names this file itself")
-        try:
-            base_text = base_path.read_text(encoding="utf-8")
-        except OSError:
-            raise own.error("", "base", f"base contract file not found: {shown(base_path)}") from None
+        if base_text is None:  # load() read it where the line is plain; else read it here, or say it is missing
+            try:
+                base_text = base_path.read_text(encoding="utf-8")
+            except OSError:
+                raise own.error("", "base", f"base contract file not found: {shown(base_path)}") from None
         base_data, base_file = _read(base_path, base_text)
         if "base" in base_data:
             raise base_file.error("", "base", "a base file names no base of its own (one level)")
