@@ -18,7 +18,7 @@ import pytest
 
 from repro import backends
 from repro.backends import backend_unavailable, get_backend
-from repro.core.contract import load
+from repro.core.contract import choose, load
 from repro.core.kernel_source import load_kernel
 
 
@@ -29,6 +29,8 @@ def pytest_addoption(parser):
     group.addoption("--kernel", type=Path, help="candidate kernel .cu to judge instead of the in-repo controllers "
                     "(write --kernel=PATH)")
     group.addoption("--contract", default="fixed", help="contract entry the --kernel candidate is judged against")
+    group.addoption("--contracts", type=Path, metavar="FILE",
+                    help="with --kernel: the contract file it is judged against (default kernels/contracts.toml)")
     group.addoption("--require-gpu", action="store_true",
                     help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
     group.addoption("--bench-slow-ns", type=int, default=0, metavar="NS",
@@ -66,10 +68,14 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--bench-slow-ns must be 0 to {SLOW_NS_MAX} ns, not {ns}")
     if rounds is not None and not 1 <= rounds <= ROUNDS_MAX:
         raise pytest.UsageError(f"--bench-rounds must be 1 to {ROUNDS_MAX}, not {rounds}")
-    path = config.getoption("--kernel", default=None)
+    path, contracts = config.getoption("--kernel", default=None), config.getoption("--contracts", default=None)
+    if contracts is not None and path is None:
+        raise pytest.UsageError("--contracts FILE judges a --kernel candidate: give --kernel=PATH with it")
     if path is None:
         return
     try:
+        if contracts is not None:
+            choose(contracts)  # for the session: load() reads it wherever the tests load the contract
         load().source(config.getoption("--contract"), path)
     except SuiteError as err:
         raise pytest.UsageError(f"--kernel: {err}") from None

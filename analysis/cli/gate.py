@@ -20,7 +20,7 @@ from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
 from repro.backends import backend_names, get_backend
-from repro.core.contract import CONTRACTS, load
+from repro.core.contract import current, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("gate", description=__doc__.splitlines()[0])
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
-    parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
+    parser.add_argument("--contract", help="contract entry to judge against (default: fixed, or the first entry of a "
+                        "--contracts file that adds entries of its own)")
     parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--format", action="append", metavar="FMT",
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
@@ -60,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"at most {MAX_TIMEOUT:g})")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    contract_file = shown(CONTRACTS)
+    contract_file = shown(current())
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
@@ -70,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
         contract = load()
-        contract_file = shown(contract.path)
+        args.contract = args.contract or contract.default_entry()
         controller = contract.controller(args.contract)
+        contract_file = shown(controller.file or contract.path)  # the file whose lines the rows name
         path = args.kernel or controller.kernel
         kernel_file = shown(path)
         check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
@@ -108,10 +111,10 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
     formats = []
     with contextlib.suppress(SuiteError):
         formats = _formats(args.format)
-    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
+    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract or "fixed",
             "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
     printed = {"json": render.to_json(data),
-               "junit": render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error).rstrip(),
+               "junit": render.junit([], contract_file, f"gate.{args.contract or 'fixed'}", seconds, error=error).rstrip(),
                "github": "\n".join(render.github([], kernel_file, contract_file, error=error))}
     for fmt, text in printed.items():
         if fmt in formats:

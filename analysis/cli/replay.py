@@ -45,7 +45,7 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     scenarios = {name: from_csv(path, target=target, lambda0=entry.value("seed_lambda"),
                                 allow_nonfinite=allow_nonfinite) for name, entry, _ in jobs}
     be = get_backend(backend)
-    compiled = {name: be.compile(source, contract.slots) for name, _, source in jobs}
+    compiled = {name: be.compile(source, contract.slots.with_state(entry.state)) for name, entry, source in jobs}
     frames = [to_frame(run_scenarios(compiled[name], [scenarios[name]]), name, be.name) for name, _, _ in jobs]
     return pd.concat(frames, ignore_index=True)
 
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:

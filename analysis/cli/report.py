@@ -75,10 +75,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     evidence, verdicts = {}, {}
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
-        evidence[name] = gather(backend, sources[name], contract.slots, entries[name], static=False, coverage=False)
+        evidence[name] = gather(backend, sources[name], contract.slots_of(name), entries[name], static=False, coverage=False)
         verdicts[name] = judge(evidence[name], sources[name], name, contract, time.perf_counter() - start)
         _runs_here(sources[name], evidence[name])
-    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
+    kernels = {name: backend.compile(sources[name], contract.slots_of(name)) for name in CONTROLLERS}
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
@@ -88,7 +88,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots_of(n), entries[n].value("seed_lambda"))
                 for n in CONTROLLERS}
     loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
     candidate = sources["fixed"].sha256 != contract.source("fixed").sha256
@@ -99,7 +99,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
-    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots,
+    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
                                                 contract.controller(n).value("seed_lambda")) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
@@ -214,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
                         "the committed report; a folder holding other files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=backend_names())
-    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place")
+    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place "
+                        "(with a --contracts file that adds an entry: beside the fixed kernel, in OUT/candidate.md)")
     parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
     contract = load()
@@ -227,6 +229,20 @@ def main(argv: list[str] | None = None) -> int:
                           *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+    entry = contract.default_entry()
+    if entry != "fixed":  # a --contracts file's own entry (a stateful rule, another band): beside the fixed kernel
+        if args.kernel is None:
+            raise SuiteError(f"{shown(contract.path)} adds [{entry}]: give its kernel with --kernel")
+        from analysis.cli import candidate_report
+
+        progress = policy.progress("report")
+        data, verdicts = candidate_report.build(get_backend(args.backend), contract, entry, args.kernel, progress)
+        entries = {"candidate": entry, "fixed": "fixed"}
+        texts = {k: render.verdict(v, shown(contract.controller(entries[k]).file or contract.path))
+                 for k, v in verdicts.items()}
+        paths = candidate_report.write(data, texts, args.out)
+        print(f"done in {time.perf_counter() - start:.1f} s: {shown(paths[0])}, data in {shown(paths[1])}")
+        return 0
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
     for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json)):

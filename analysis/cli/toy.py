@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED} (default 0)")
     parser.add_argument("--json", type=policy.path, help="write the outcome (and the per-step trace) here")
     parser.add_argument("--plot", type=policy.path, help="draw λ and q_pi_agree over steps into this PNG")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     if not 1 <= args.steps <= MAX_STEPS:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
     say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
-    subject = compile_subject(backend, source, contract.slots, entry.value("seed_lambda"))
+    subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
     result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
                      progress=lambda t: say(f"step {t} of {args.steps}"))
     for key, value in result.items():

@@ -86,8 +86,12 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
         if not stays and where is None:
             where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_f(r.lam[-1]), expected=_f(bound),
                           reference="contract")
-    ok = where is None and extreme == bound
-    return Finding(key=key, title=f"{key} (never crossed, reached and held)", ok=ok, unit="λ", documented=doc.value,
+    if ev.controller.stateful:  # how fast a stateful rule reaches a bound is its equations' (spec_agreement): not held
+        held, where = {}, where if where is None or where.event == "crossed" else None
+        ok = where is None
+    else:
+        ok = where is None and extreme == bound
+    return Finding(key=key, title=f"{key} (never crossed{'' if ev.controller.stateful else ', reached and held'})", ok=ok, unit="λ", documented=doc.value,
                    predicted=bound, measured=extreme,
                    detail={"extreme": "lowest" if lowest else "highest", "held_from": held}, where=where,
                    line=doc.line, doc=doc.doc)
@@ -317,8 +321,10 @@ def isolation(ev: Evidence) -> Finding:
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
-    return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
-                   measured=n - len(stray), detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len},
+    state = [s.slot for s in ev.controller.state]  # a stateful entry's own slots, declared in the contract
+    return Finding(key="isolation", title="only the λ slot is written" + (" and the declared state" if state else ""),
+                   ok=not stray, unit="runs", documented=n, predicted=n, measured=n - len(stray),
+                   detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len, "state": state},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
 
 
@@ -583,7 +589,7 @@ def _steps_documented(f: Finding) -> str:
 def _bound_measured(f: Finding) -> str:
     d = f.detail
     held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
-    return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
+    return f"{d['extreme']} λ {g(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
 
 
 def _rate_measured(f: Finding) -> str:
@@ -673,7 +679,16 @@ class Property:
     source_causes: Callable[[Finding, str], list[Difference]] | None = None
 
     def applies_to(self, ctrl: Controller) -> bool:
+        if ctrl.stateful and self.key in RATE_ROWS:
+            return False
         return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
+
+
+#: Rows that read a per-step rate, a band or one-step outcomes: a stateful rule (repro.core.stateful) has none of
+#: them; its update equations are judged by spec_agreement over the whole catalogue (bad values included), its
+#: bounds by the floor and ceiling rows, its writes by isolation (λ and the state slots its entry declares).
+RATE_ROWS = frozenset({"ramp", "decay", "steps_to_double", "steps_to_halve", "steps_to_floor", "vanishing",
+                       "dead_zone", "ramp_onset", "decay_onset", "nonfinite"})
 
 
 def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
@@ -749,7 +764,9 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          measured=_fraction("cases as pinned"))),
     Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
              source_causes=stray_write_causes,
-             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only", predicted=_same_as_documented,
+             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only" if not f.detail.get("state") else
+                         f"slot {f.detail['lambda_slot']}, state {reading.slot_ranges(f.detail['state'])}",
+                         predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
     Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,
              depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),

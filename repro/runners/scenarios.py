@@ -180,11 +180,14 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     lam0 = controller.value("seed_lambda")
     low, high = start_points(controller)
     rule = Rule.of(controller)
-    climb = math.ceil(math.log(lam0 / low) / math.log(rule.rate("ramp"))) + 10  # from the low start back to the seed
-    if controller.bound("ceiling") is not None:  # and on to the ceiling (TF-Agents: 1e-15 to 1e17 at ×1.5)
-        climb = max(climb, math.ceil(math.log(high / low) / math.log(rule.rate("ramp"))) + 10)
-    up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")), climb)
-    down_steps = max(1000, 2 * steps_to_double(1 / rule.rate("decay")))
+    if controller.stateful:  # no per-step rate to size them by: the in-repo controllers' lengths
+        up_steps, down_steps = 200, 1000
+    else:
+        climb = math.ceil(math.log(lam0 / low) / math.log(rule.rate("ramp"))) + 10  # from the low start to the seed
+        if controller.bound("ceiling") is not None:  # and on to the ceiling (TF-Agents: 1e-15 to 1e17 at ×1.5)
+            climb = max(climb, math.ceil(math.log(high / low) / math.log(rule.rate("ramp"))) + 10)
+        up_steps = max(60, 2 * steps_to_double(rule.rate("ramp")), climb)
+        down_steps = max(1000, 2 * steps_to_double(1 / rule.rate("decay")))
     tgt = REF_TARGET
     hi, lo = tgt * FAR, tgt / FAR
     rng = np.random.default_rng(seed)
