@@ -149,13 +149,19 @@ def _seccomp_version() -> tuple[int, int, int]:
     return v.major, v.minor, v.micro
 
 
-def _filter():
-    """The seccomp filter (not yet loaded): everything allowed but what is reported or refused."""
+def _filter(alone: bool = False):
+    """The seccomp filter (not yet loaded): everything allowed but what is reported or refused. ``alone``: no
+    parent answers (:func:`confine_alone`): what would be reported is refused (EPERM), and writes by path are
+    left to Landlock."""
     sc = _seccomp()
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.CTL_TSYNC, 1)  # every thread of the worker, CUDA's included
 
     def rule(action, call, *args):
+        if alone and action == sc.NOTIFY:
+            if call in _BY_PATH:
+                return
+            action = sc.ERRNO(errno.EPERM)
         with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
             f.add_rule(action, call, *args)
 
@@ -213,6 +219,7 @@ def confine(conn, scratch: Path, forked: bool) -> None:
     worker holds copies of the parent's descriptors (closed here); a spawned one has only its own (CUDA's)."""
     from multiprocessing import reduction
 
+    _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
     sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
     os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
     os.chdir(scratch)
@@ -226,6 +233,22 @@ def confine(conn, scratch: Path, forked: bool) -> None:
     conn.send(("confined", abi))
     reduction.send_handle(conn, fd, os.getppid())
     os.close(fd)
+
+
+def confine_alone(scratch: Path) -> int:
+    """Confine this process with no parent to answer (a child of compute-sanitizer): Landlock as in
+    :func:`confine`, and seccomp refusing (EPERM, unreported) a new process, a socket, a link, a signal to
+    another process. The Landlock ABI used (0: none, and writes by path are then not limited); nothing when
+    seccomp is unavailable here (:func:`unavailable` says why)."""
+    if unavailable() is not None:
+        return 0
+    sys.dont_write_bytecode = True
+    os.environ["CUPY_CACHE_DIR"] = str(scratch)
+    os.chdir(scratch)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    abi = _landlock(scratch)
+    _filter(alone=True).load()
+    return abi
 
 
 def _own_descriptors(conn, scratch: Path, forked: bool) -> None:
