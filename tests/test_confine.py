@@ -102,3 +102,51 @@ def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
     assert not row["ok"] and any(expected_text(path) in f for f in row["detail"]["faults"]), row["detail"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert not (ROOT / MARKER).exists()
+
+
+def _confined_gpu_child(conn, scratch: str) -> None:
+    """A spawned GPU worker's life in short: CUDA and NVRTC start, the sandbox goes on, kernels run, then an
+    escape is tried (a socket) after answering."""
+    import socket
+
+    from repro.backends import get_backend
+    from repro.core.contract import load
+    from repro.runners.campaign import run_group
+
+    contract = load()
+    entry = contract.controller("fixed")
+    kernel = get_backend("cupy").compile(load_kernel(entry.kernel, entry.symbol), contract.slots)
+    confine.confine(conn, Path(scratch), forked=False)
+    runs = run_group(kernel, entry, "nonfinite")
+    run_group(kernel, entry, "threads")  # its grid module is compiled on first use: NVRTC under the sandbox
+    conn.send(("ran", len(runs)))
+    with contextlib.suppress(OSError):
+        socket.socket()
+    conn.send(("survived", None))
+
+
+@pytest.mark.gpu
+def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
+    """On the GPU: CUDA keeps working under the sandbox (launches, copies, a lazily compiled module), and an
+    attempt made afterwards still ends the worker with the attempt named."""
+    import multiprocessing as mp
+    import multiprocessing.reduction as reduction
+
+    if confine.unavailable():
+        pytest.skip(confine.unavailable())
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_confined_gpu_child, args=(child, str(tmp_path)), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        assert parent.poll(120), "the worker did not confine itself"
+        assert parent.recv()[0] == "confined"
+        watch = confine.Watch(reduction.recv_handle(parent), proc.pid, tmp_path)
+        assert parent.poll(120)
+        kind, n = parent.recv()
+        assert kind == "ran" and n > 0, (kind, n)
+        proc.join(60)
+        assert watch.attempt == "the candidate tried to open a socket (socket)", watch.attempt
+    finally:
+        proc.kill()

@@ -1,5 +1,6 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that opens a TCP socket
 // and connects to this machine's port 9 (discard), as a pull request's kernel could to send data out.
+// needs: host
 // expect-exit: 1
 // expect-row: execution
 // expect-text: the candidate tried to open a socket
@@ -26,14 +27,18 @@ extern "C" __global__ void rl_q_distill_lambda_controller(
 ) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
 #if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0) {
-        sockaddr_in to{};
-        to.sin_family = AF_INET;
-        to.sin_port = htons(9);
-        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        (void)connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to);
-        close(fd);
+    static bool done = false;  // once per process: no slower than the fixed kernel
+    if (!done) {
+        done = true;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0) {
+            sockaddr_in to{};
+            to.sin_family = AF_INET;
+            to.sin_port = htons(9);
+            to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            (void)connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to);
+            close(fd);
+        }
     }
 #endif
 

@@ -1,5 +1,6 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that runs a shell
 // command through std::system, as a pull request's kernel could on a CI machine.
+// needs: host
 // expect-exit: 1
 // expect-row: execution
 // expect-text: the candidate tried to start a process
@@ -23,7 +24,11 @@ extern "C" __global__ void rl_q_distill_lambda_controller(
 ) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
 #if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)
-    (void)std::system("touch \"${PWD:-.}/gate_escape_marker.txt\"");
+    static bool done = false;  // once per process: no slower than the fixed kernel
+    if (!done) {
+        done = true;
+        (void)std::system("touch \"${PWD:-.}/gate_escape_marker.txt\"");
+    }
 #endif
 
     const float kl_observed = isv[RL_Q_DISTILL_KL_EMA_INDEX];

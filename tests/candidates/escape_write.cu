@@ -1,5 +1,6 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that opens a file for
 // writing in the folder the gate was started from ($PWD), as a pull request's kernel could on a CI machine.
+// needs: host
 // expect-exit: 1
 // expect-row: execution
 // expect-text: the candidate tried to open
@@ -25,11 +26,15 @@ extern "C" __global__ void rl_q_distill_lambda_controller(
 ) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
 #if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)
-    const char* home = std::getenv("PWD");
-    std::string marker = std::string(home ? home : ".") + "/gate_escape_marker.txt";
-    if (FILE* f = std::fopen(marker.c_str(), "w")) {
-        std::fputs("written by a candidate kernel\n", f);
-        std::fclose(f);
+    static bool done = false;  // once per process: no slower than the fixed kernel
+    if (!done) {
+        done = true;
+        const char* home = std::getenv("PWD");
+        std::string marker = std::string(home ? home : ".") + "/gate_escape_marker.txt";
+        if (FILE* f = std::fopen(marker.c_str(), "w")) {
+            std::fputs("written by a candidate kernel\n", f);
+            std::fclose(f);
+        }
     }
 #endif
 
