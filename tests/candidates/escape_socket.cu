@@ -1,6 +1,6 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that opens a TCP socket
 // and connects to this machine's port 9 (discard), as a pull request's kernel could to send data out.
-// needs: host
+// needs: sandbox
 // expect-exit: 1
 // expect-row: execution
 // expect-text: the candidate tried to open a socket

@@ -1,6 +1,6 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that runs a shell
 // command through std::system, as a pull request's kernel could on a CI machine.
-// needs: host
+// needs: sandbox
 // expect-exit: 1
 // expect-row: execution
 // expect-text: the candidate tried to start a process
