@@ -9,7 +9,10 @@ writes the report's section on the study with the figures drawn here linked; exi
 ``--second`` runs the second pre-registered study (studies/preregistered_2.toml: where the controller's
 KL is measured, criteria that can fire, paired tests) with the same output flags (``--plot``: collapse per regime,
 ``--grid-plot``: the incident figure) and ``--env``/``--controllers``/``--seeds``/``--steps``; ``--calibrate``
-runs its calibration (constant λ only, seeds 500:508) and writes ``--json``.
+runs its calibration (constant λ only, seeds 500:508) and writes ``--json``; ``--exploratory`` runs the declared
+exploratory run (:data:`repro.learning.study2.EXPLORATORY_TARGET`: the KL target at 1.0, not pre-registered) and
+writes ``--json``; ``--remake-incident`` with ``--from-json`` runs that study's incident figure again on ``--backend``
+(refused unless every series it held comes back bit for bit) and writes the JSON with it to ``--json``.
 
 The committed CPU result is ``python -m analysis study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
 and ``--markdown`` under ``studies/results/preregistered_host*``; only the study as pre-registered (no ``--env``,
@@ -59,13 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")
+    parser.add_argument("--exploratory", action="store_true", help="with --second: the declared exploratory run "
+                        "(KL target 1.0; not pre-registered) into --json")
+    parser.add_argument("--remake-incident", action="store_true", help="with --second --from-json: run its incident "
+                        "again on --backend (bit for bit) and write the JSON with every incident series to --json")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json)):
+    for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json),
+                        ("--exploratory", args.exploratory), ("--remake-incident", args.remake_incident)):
         if given and not args.second:  # else the first study would run in full, ignoring it
             raise SuiteError(f"{flag} is the second study's: give --second with it")
     if args.calibrate and args.from_json:
         raise SuiteError("--calibrate runs the calibration; --from-json draws a study already run: give one of them")
+    if args.remake_incident and not (args.from_json and args.json):
+        raise SuiteError("--remake-incident runs the incident of --from-json's study again: give --from-json and --json")
+    if args.exploratory and (args.calibrate or args.from_json):
+        raise SuiteError("--exploratory runs its own declared study: give it without --calibrate and --from-json")
     if args.second:
         return second(args, start)
     args.prereg = args.prereg or PREREGISTERED
@@ -120,6 +132,8 @@ def second(args, start: float) -> int:
     prereg = study2.load_prereg2(args.prereg)
     _check_steps(args.steps, prereg.learning.eval_every, prereg.criteria.warmup)
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
+    if args.exploratory or args.remake_incident:
+        return _rerun(args, prereg, start)
     ignored = {"--from-json": ["--json", "--env", "--controllers", "--seeds", "--steps"],
                "--calibrate": ["--env", "--controllers", "--steps", "--grid-plot", "--plot", "--markdown"]}
     for flag, given in (("--from-json", args.from_json), ("--calibrate", args.calibrate)):
@@ -167,6 +181,26 @@ def second(args, start: float) -> int:
     return 0
 
 
+def _rerun(args, prereg, start: float) -> int:
+    """``--exploratory`` or ``--remake-incident``: a second-study JSON into ``--json``, nothing else."""
+    flag = "--exploratory" if args.exploratory else "--remake-incident"
+    unused = [o for o in ("--env", "--controllers", "--seeds", "--steps", "--plot", "--grid-plot", "--markdown")
+              if getattr(args, o[2:].replace("-", "_")) is not None]
+    if unused:  # each would be ignored without a word
+        raise SuiteError(f"{flag} takes no {', '.join(unused)} (it writes --json only)")
+    inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
+    _check_outputs(args, inputs, args.exploratory, "exploratory" if args.exploratory else "second")
+    backend = get_backend(args.backend)
+    if args.exploratory:
+        result = study_runs.exploratory_target(backend, prereg, progress=policy.progress("study"))
+    else:
+        result = study_runs.remake_incident(backend, read_result(args.from_json, "second"), prereg)
+    if args.json:
+        write_text(args.json, render.strict_json(result, separators=(",", ":")))
+    print(f"{backend.name}: {flag} done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def _check_steps(steps: int | None, eval_every: int, warmup: int) -> None:
     """``--steps`` (steps per run): a multiple of the evaluation interval above the warm-up, at most MAX_STEPS."""
     if steps is not None and not (warmup < steps <= MAX_STEPS and steps % eval_every == 0):
@@ -181,7 +215,8 @@ def _as_preregistered(args) -> bool:
 #: The committed results (studies/results/) each kind of run may rewrite, by file name.
 RESULT_FILES = {"first": lambda name: name.startswith("preregistered_") and not name.startswith("preregistered_2"),
                 "second": lambda name: name.startswith("preregistered_2_") and "calibration" not in name,
-                "calibration": lambda name: name == "preregistered_2_calibration.json"}
+                "calibration": lambda name: name == "preregistered_2_calibration.json",
+                "exploratory": lambda name: name.startswith("exploratory_2_")}
 
 
 def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> None:

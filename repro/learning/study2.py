@@ -120,3 +120,13 @@ REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:4", "steps"
            "controllers": ("fixed", "original", "const:0", "const:0.001", "const:1"),
            "grid": {"kl_site": ("visited", "replay", "even"), "kl_before": (0,), "policy": ("view:1",),
                     "aux_reward": (1.0,)}}
+
+#: An exploratory run (not pre-registered: declared after the study's result, from a review of it): the second
+#: study's loop and criteria with the KL target at 1.0 instead of the learners' 0.1, on CliffWalking at the
+#: incident figure's point with the KL at the visited state or on the even states only. Its JSON is committed as
+#: :data:`EXPLORATORY_TARGET_RESULT`; the report shows it as exploratory, a warning, never as a confirmation.
+EXPLORATORY_TARGET = {"envs": ("CliffWalking-v1",), "seeds": "1000:1100", "kl_target": 1.0,
+                      "controllers": ("original", "fixed", "const:0", "const:0.05", "const:1"),
+                      "grid": {"kl_site": ("visited", "even"), "kl_before": (0,), "policy": ("view:1",),
+                               "aux_reward": (1.0,)}}
+EXPLORATORY_TARGET_RESULT = ROOT / "studies" / "results" / "exploratory_2_target1_host.json"
