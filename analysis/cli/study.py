@@ -172,9 +172,11 @@ def second(args, start: float) -> int:
                 print(f"{env:16s} {name:36s} relative {r['fraction']:6.1%} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]  "
                       f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
         figures = _draw(result, {args.plot: "second_overview", args.grid_plot: "incident"})
-        if args.markdown:
+        if args.markdown:  # the pre-registered study's section shows its committed exploratory run beside it
+            x = study2.EXPLORATORY_TARGET_RESULT
+            exploratory = read_result(x, "second") if result["as_preregistered"] and x.exists() else None
             write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures,
-                                                             second=True))
+                                                             second=True, exploratory=exploratory))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
         write_text(args.json, render.strict_json(result, separators=(",", ":")))
     print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")

@@ -17,7 +17,6 @@ from repro.learning.agent import run_loop
 from repro.learning.env import make
 from repro.learning.study2 import GRID_AXES_2, Prereg2, loop_grid, measure_of
 
-
 #: The per-step series the incident holds per arm (:class:`repro.learning.agent.Traces` fields).
 INCIDENT_SERIES = ("lam", "kl_ema", "agree_unique", "agree_odd", "log10_min_odd")
 
