@@ -164,9 +164,9 @@ def test_report_reads_committed_studies(contract, host, tmp_path, monkeypatch, r
     rep = report.measure(host, in_repo_sources(report, contract), contract, progress=lambda *_: None, studies=studies, **QUICK)
     assert rep.study2 == json.loads(studies["second"].read_text()) and rep.study2["as_preregistered"]
     assert rep.header["studies"]["second"] == "studies/results/preregistered_2_cupy.json (backend cupy, as pre-registered)"
-    from repro.learning.study2 import EXPLORATORY_TARGET_RESULT
+    from repro.learning.study2 import EXPLORATORY_RESULTS
 
-    assert rep.study2_exploratory == json.loads(EXPLORATORY_TARGET_RESULT.read_text())
+    assert rep.study2_exploratory == {k: json.loads(path.read_text()) for k, (path, _) in EXPLORATORY_RESULTS.items()}
 
 
 def test_report_cli_bad_kernel_exits_2(tmp_path, capsys, report):

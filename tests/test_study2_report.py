@@ -15,7 +15,7 @@ from analysis.judge import study_measures as sm
 from analysis.judge.study_stats import interval, mcnemar
 from analysis.present import study_section
 from repro.core.paths import ROOT
-from repro.learning.study2 import EXPLORATORY_TARGET_RESULT
+from repro.learning.study2 import EXPLORATORY_COLD_START_RESULT, EXPLORATORY_TARGET_RESULT
 
 RESULTS = ROOT / "studies" / "results"
 REGIMES = [{"kl_site": s, "kl_before": b, "points": [i]} for i, (s, b) in enumerate([("visited", 0), ("even", 0)])]
@@ -29,6 +29,11 @@ def committed():
 @pytest.fixture(scope="module")
 def exploratory():
     return json.loads(EXPLORATORY_TARGET_RESULT.read_text())
+
+
+@pytest.fixture(scope="module")
+def cold():
+    return json.loads(EXPLORATORY_COLD_START_RESULT.read_text())
 
 
 def _synthetic(hits: dict[str, dict[str, list[int]]], n: int = 40) -> dict:
@@ -109,7 +114,7 @@ def test_signature_confound_is_read_from_lambda0():
 def test_committed_section_leads_with_the_primary_criterion(committed, exploratory):
     """On the committed H200 study: the bold headline is the primary criterion's, the minimum criterion's largest
     gap follows it labelled secondary and exploratory, every criterion named in the tables carries its rank."""
-    lines = study_section.second_section(committed, exploratory)
+    lines = study_section.second_section(committed, {"target": exploratory})
     bold = next(line for line in lines if line.startswith("**"))
     assert bold == f"**{study_section.headline2(committed)}**" and "relative" in bold
     secondary = next(line for line in lines if line.startswith("**Secondary, exploratory.**"))
@@ -221,10 +226,10 @@ def test_remade_incident_is_the_committed_run(host, committed):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--second", "--exploratory", "--from-json", "x.json"], "--exploratory runs its own declared study"),
+    (["--second", "--exploratory", "target", "--from-json", "x.json"], "--exploratory runs its own declared study"),
     (["--second", "--remake-incident", "--json", "x.json"], "give --from-json and --json"),
-    (["--exploratory"], "--exploratory is the second study's"),
-    (["--second", "--exploratory", "--steps", "5200"], "--exploratory takes no --steps"),
+    (["--exploratory", "cold-start"], "--exploratory is the second study's"),
+    (["--second", "--exploratory", "target", "--steps", "5200"], "--exploratory target takes no --steps"),
 ])
 def test_cli_exploratory_and_remake_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     from analysis.cli import study as cli
@@ -233,3 +238,33 @@ def test_cli_exploratory_and_remake_bad_input_is_one_line_exit_2(tmp_path, capsy
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cold_start_check_is_stated_from_its_json(committed, cold):
+    """The signature's λ side in the first window, per task and controller as the section states it (least–greatest
+    over regimes), read from the exploratory cold-start JSON; without it the section says it did not recompute."""
+    text = "\n".join(study_section.signature_lines(committed, cold))
+    for env, block in cold["envs"].items():
+        for name, e in block["controllers"].items():
+            f = [x["fraction"] for x in e["lambda_side_first_window"]["per_regime"]]
+            shown = f"{min(f):.1%}" if min(f) == max(f) else f"{min(f):.1%}–{max(f):.1%}"
+            assert f"{'λ = 0' if name == 'const:0' else name} {shown}" in text.split(f"{env}: ")[-1]
+    assert "not recomputed here" in "\n".join(study_section.signature_lines(committed))
+
+
+def test_cold_start_window_is_the_runs_first_steps(host, committed):
+    """The cold-start check runs the first window alone: a run's first steps do not depend on its length (the
+    committed incident's first 200 steps, every series, from a 200-step run)."""
+    from repro.learning.incident import incident
+    from repro.learning.study2 import load_prereg2
+
+    inc = committed["incident"]
+    short = incident(host, load_prereg2(), inc["seed"], steps=200)
+    assert short["series"] == {a: {k: v[:200] for k, v in s.items()} for a, s in inc["series"].items()}
+
+
+@pytest.mark.slow  # about 12 s on 2 cores
+def test_cold_start_check_reproduces_its_committed_json(host, cold):
+    from analysis.cli.study_runs import exploratory_cold_start
+
+    assert json.loads(json.dumps(exploratory_cold_start(host))) == cold

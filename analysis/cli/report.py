@@ -33,7 +33,7 @@ from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning.prereg import read_result
-from repro.learning.study2 import EXPLORATORY_TARGET_RESULT, load_prereg2
+from repro.learning.study2 import EXPLORATORY_RESULTS, load_prereg2
 from repro.runners import experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
@@ -114,8 +114,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = read["first"], read["second"]
-        # the second study's exploratory run (not pre-registered), committed beside it: shown as exploratory
-        exploratory = read_result(EXPLORATORY_TARGET_RESULT, "second") if EXPLORATORY_TARGET_RESULT.exists() else None
+        # the second study's exploratory runs (not pre-registered), committed beside it: shown as exploratory
+        exploratory = {k: read_result(path, kind) for k, (path, kind) in EXPLORATORY_RESULTS.items() if path.exists()}
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
         full = backend.name == "cupy"

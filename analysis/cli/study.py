@@ -9,9 +9,11 @@ writes the report's section on the study with the figures drawn here linked; exi
 ``--second`` runs the second pre-registered study (studies/preregistered_2.toml: where the controller's
 KL is measured, criteria that can fire, paired tests) with the same output flags (``--plot``: collapse per regime,
 ``--grid-plot``: the incident figure) and ``--env``/``--controllers``/``--seeds``/``--steps``; ``--calibrate``
-runs its calibration (constant λ only, seeds 500:508) and writes ``--json``; ``--exploratory`` runs the declared
-exploratory run (:data:`repro.learning.study2.EXPLORATORY_TARGET`: the KL target at 1.0, not pre-registered) and
-writes ``--json``; ``--remake-incident`` with ``--from-json`` runs that study's incident figure again on ``--backend``
+runs its calibration (constant λ only, seeds 500:508) and writes ``--json``; ``--exploratory target`` or
+``cold-start`` runs a declared exploratory run (not pre-registered: :data:`repro.learning.study2.EXPLORATORY_TARGET`,
+the KL target at 1.0; :data:`~repro.learning.study2.EXPLORATORY_COLD_START`, the signature's λ side in the first
+evaluation window) and writes ``--json``; ``--remake-incident`` with ``--from-json`` runs that study's incident
+figure again on ``--backend``
 (refused unless every series it held comes back bit for bit) and writes the JSON with it to ``--json``.
 
 The committed CPU result is ``python -m analysis study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
@@ -62,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")
-    parser.add_argument("--exploratory", action="store_true", help="with --second: the declared exploratory run "
-                        "(KL target 1.0; not pre-registered) into --json")
+    parser.add_argument("--exploratory", choices=("target", "cold-start"), help="with --second: a declared "
+                        "exploratory run (not pre-registered) into --json: the KL target at 1.0, or the signature's λ "
+                        "side in the first evaluation window")
     parser.add_argument("--remake-incident", action="store_true", help="with --second --from-json: run its incident "
                         "again on --backend (bit for bit) and write the JSON with every incident series to --json")
     args = parser.parse_args(argv)
@@ -173,8 +176,8 @@ def second(args, start: float) -> int:
                       f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
         figures = _draw(result, {args.plot: "second_overview", args.grid_plot: "incident"})
         if args.markdown:  # the pre-registered study's section shows its committed exploratory run beside it
-            x = study2.EXPLORATORY_TARGET_RESULT
-            exploratory = read_result(x, "second") if result["as_preregistered"] and x.exists() else None
+            exploratory = {k: read_result(path, kind) for k, (path, kind) in study2.EXPLORATORY_RESULTS.items()
+                           if result["as_preregistered"] and path.exists()}
             write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures,
                                                              second=True, exploratory=exploratory))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
@@ -185,16 +188,17 @@ def second(args, start: float) -> int:
 
 def _rerun(args, prereg, start: float) -> int:
     """``--exploratory`` or ``--remake-incident``: a second-study JSON into ``--json``, nothing else."""
-    flag = "--exploratory" if args.exploratory else "--remake-incident"
+    flag = f"--exploratory {args.exploratory}" if args.exploratory else "--remake-incident"
     unused = [o for o in ("--env", "--controllers", "--seeds", "--steps", "--plot", "--grid-plot", "--markdown")
               if getattr(args, o[2:].replace("-", "_")) is not None]
     if unused:  # each would be ignored without a word
         raise SuiteError(f"{flag} takes no {', '.join(unused)} (it writes --json only)")
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
-    _check_outputs(args, inputs, args.exploratory, "exploratory" if args.exploratory else "second")
+    _check_outputs(args, inputs, bool(args.exploratory), "exploratory" if args.exploratory else "second")
     backend = get_backend(args.backend)
     if args.exploratory:
-        result = study_runs.exploratory_target(backend, prereg, progress=policy.progress("study"))
+        run = study_runs.exploratory_target if args.exploratory == "target" else study_runs.exploratory_cold_start
+        result = run(backend, prereg, progress=policy.progress("study"))
     else:
         result = study_runs.remake_incident(backend, read_result(args.from_json, "second"), prereg)
     if args.json:

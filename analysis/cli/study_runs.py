@@ -149,6 +149,29 @@ def exploratory_target(backend, prereg: Prereg2 | None = None, progress=None) ->
     return result
 
 
+def exploratory_cold_start(backend, prereg: Prereg2 | None = None, progress=None) -> dict:
+    """The exploratory check :data:`repro.learning.study2.EXPLORATORY_COLD_START` (not pre-registered): the
+    pre-registered grid and seeds for the first evaluation window, and per controller and regime the fraction of
+    runs whose signature λ side is met there."""
+    x = study2.EXPLORATORY_COLD_START
+    prereg = prereg or load_prereg2()
+    window = replace(prereg.learning, steps=prereg.learning.eval_every * x["windows"])
+    seeds, points = parse_seeds(prereg.seeds), grid_points(prereg.grid)
+    groups = [ctl.group(backend, n) for n in x["controllers"]]
+    out = {"exploratory": "not pre-registered: the signature's λ side within the first evaluation window, "
+                          "declared after the study's result", "backend": backend.name, "preregistration": prereg.path,
+           "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "steps": window.steps, "controllers": list(x["controllers"]),
+           "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}, "envs": {}}
+    for env in prereg.envs:
+        _, tables = make(env, prereg.learning.default_max_episode_steps)
+        traces = run_loop(backend, tables, groups, window, seeds, loop_grid(points, prereg.features), measure_of(prereg))
+        out["envs"][env] = second_study.cold_start_block(list(x["controllers"]), points, traces, len(seeds),
+                                                         signature_steps(prereg))
+        if progress:
+            progress(f"cold start {env}: done")
+    return out
+
+
 def remake_incident(backend, result: dict, prereg: Prereg2 | None = None) -> dict:
     """``result`` (a second study's JSON) with its incident run again on ``backend`` (same seed and steps), now
     holding every series of :data:`repro.learning.incident.INCIDENT_SERIES`. Refused (:class:`SuiteError`) unless

@@ -231,9 +231,10 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", no ".join(items[:-1]) + " and no " + items[-1]
 
 
-def signature_lines(result: dict) -> list[str]:
+def signature_lines(result: dict, cold: dict | None = None) -> list[str]:
     """The signature criterion's cold-start confound, from the study's numbers: λ held at 0 shows the whole
-    signature as often as the original, and the original's λ is at its floor from the first evaluation."""
+    signature as often as the original, and the original's λ is at its floor from the first evaluation; with
+    ``cold`` (the exploratory cold-start check's JSON) how often the λ side is met in the first window."""
     rows = sm.signature_vs_lambda0(result)
     if not rows:
         return []
@@ -248,10 +249,27 @@ def signature_lines(result: dict) -> list[str]:
             "from 0 reads as a quiet KL, and the original decays to its floor before the EMA has warmed up; λ held "
             "at 0 (no controller) then “shows the incident's whole signature” whenever its agreement is low. So the "
             "signature says little about the original's mechanism, and its p-values against the fixed kernel (whose "
-            "higher floor cannot meet the λ side) hold by construction. A review of this study found the λ side met "
-            "within the first 200 steps in 87–98 % of the original's runs; this JSON holds the λ side over the whole "
-            "run only (and the median run's λ per evaluation), so that timing is the review's finding, not "
-            "recomputed here."]
+            "higher floor cannot meet the λ side) hold by construction. " + _cold_start(cold)]
+
+
+def _cold_start(cold: dict | None) -> str:
+    if not cold:
+        return ("A review of this study found the λ side met within the first 200 steps in 87–98 % of the "
+                "original's runs; the study's JSON holds the λ side over the whole run only (and the median run's λ "
+                "per evaluation), so that timing is the review's finding, not recomputed here.")
+    per = "; ".join(
+        f"{env}: " + ", ".join(f"{'λ = 0' if n == 'const:0' else n} "
+                               f"{_range(_lo_hi([x['fraction'] for x in e['lambda_side_first_window']['per_regime']]))}"
+                               for n, e in block["controllers"].items())
+        for env, block in cold["envs"].items())
+    window = next(iter(cold["envs"].values()))["window_steps"]
+    return (f"Exploratory check (not pre-registered; backend `{cold['backend']}`, the study's grid and seeds run for "
+            f"their first {window} steps, the same steps as the full runs'): the λ side is met within the first "
+            f"{window} steps in, per regime, {per} of runs.")
+
+
+def _lo_hi(xs: list[float]) -> tuple[float, float]:
+    return min(xs), max(xs)
 
 
 def criterion_lines(result: dict) -> list[str]:
@@ -545,8 +563,10 @@ def _incident_minimum(result: dict) -> list[str]:
 
 
 def second_section(result: dict, exploratory: dict | None = None) -> list[str]:
-    """The second study's section, every number read from its JSON and, when given, the exploratory run's
-    (:func:`exploratory_lines`); its figures are the caller's to link."""
+    """The second study's section, every number read from its JSON and, when given, its exploratory runs' JSONs
+    by name (``target``: :func:`exploratory_lines`; ``cold_start``: :func:`signature_lines`); its figures are the
+    caller's to link."""
+    exploratory = exploratory or {}
     p, c = result["parameters"], result["parameters"]["criteria"]
     sig = p["signature"]
     kind = ("the pre-registered second study" if result["as_preregistered"]
@@ -554,10 +574,10 @@ def second_section(result: dict, exploratory: dict | None = None) -> list[str]:
     return ["## The second learning-loop study: where the controller's KL is measured", "",
             f"**{headline2(result)}**", "",
             f"**Secondary, exploratory.** {secondary_gap(result)}", "",
-            *signature_lines(result), "",
+            *signature_lines(result, exploratory.get("cold_start")), "",
             *(["Where the fixed kernel meets the primary criterion more often:", "", *criterion_lines(result), ""]
               if criterion_lines(result) else []),
-            *exploratory_lines(exploratory),
+            *exploratory_lines(exploratory.get("target")),
             "What the first study's design could not show: its loop measured the KL at the state just visited, so "
             "wherever π drifted from Q the KL EMA rose and λ came back; its primary criterion (mean agreement below "
             "½·1/A) could hardly fire, since a π that follows a random per-state auxiliary action still matches Q's "
@@ -596,7 +616,7 @@ def second_section(result: dict, exploratory: dict | None = None) -> list[str]:
 def document(result: dict, at: Path, data: Path | None, figures: list[Path], second: bool = False,
              exploratory: dict | None = None) -> str:
     """A study's section as a Markdown file of its own at ``at``: a title naming the backend, the section (the
-    second study's with its ``exploratory`` run's JSON, when given), and ``data`` (its JSON) and the ``figures``
+    second study's with its ``exploratory`` runs' JSONs by name, when given), and ``data`` (its JSON) and the ``figures``
     beside it linked by their paths relative to ``at``."""
     here = at.resolve().parent
     rel = lambda p: os.path.relpath(p.resolve(), here).replace(os.sep, "/")  # noqa: E731

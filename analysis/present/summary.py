@@ -169,8 +169,8 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
                    f"{SECONDARY[0]} criterion (exploratory: no α or multiplicity correction was pre-registered) the "
                    f"original's agreement collapses significantly more often in {more} of {cells} task × regime "
                    f"cells, the fixed kernel's in {fewer} (McNemar, p < {ALPHA:g} uncorrected)"
-                   + (f"; {study_section.exploratory_brief(report.study2_exploratory)}"
-                      if report.study2_exploratory else "") + ".")
+                   + (f"; {study_section.exploratory_brief(target)}"
+                      if (target := (report.study2_exploratory or {}).get("target")) else "") + ".")
     return out
 
 
