@@ -598,8 +598,8 @@ def second_section(result: dict, exploratory: dict | None = None) -> list[str]:
             "(secondary) — λ ≤ "
             f"{sig['floor_lambda']:g} for {sig['steps']} steps in a row while the KL the controller sees is below "
             f"{sig['quiet_kl']:.4g}, then the relative criterion (under the fixed kernel, whose floor is higher, "
-            "the λ side cannot happen: the signature measures the original's mechanism, not the fix's "
-            "protection of agreement). Paired: McNemar's exact test on the same seeds "
+            "the λ side cannot happen, so it cannot measure the fix's protection of agreement; what it does "
+            "measure is said above: the EMA's cold start). Paired: McNemar's exact test on the same seeds "
             "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
             "not independent).", *incident_lines(result), *ties_lines(result), "",
             "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
