@@ -33,7 +33,7 @@ from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning.prereg import read_result
-from repro.learning.study2 import load_prereg2
+from repro.learning.study2 import EXPLORATORY_RESULTS, load_prereg2
 from repro.runners import design_runs, experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
@@ -116,6 +116,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = read["first"], read["second"]
+        # the second study's exploratory runs (not pre-registered), committed beside it: shown as exploratory
+        exploratory = {k: read_result(path, kind) for k, (path, kind) in EXPLORATORY_RESULTS.items() if path.exists()}
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
         full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
@@ -125,12 +127,13 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
         study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
         where = {"first": "run here", "second": "run here"}
+        exploratory = None
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
                   robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  measures=measures, design=design)
+                  study2_exploratory=exploratory, measures=measures, design=design)
 
 
 # --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------

@@ -41,6 +41,7 @@ class Report:
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
+    study2_exploratory: dict | None = None  # its exploratory runs' JSONs by name (not pre-registered)
     measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
     design: DesignSection | None = None  # cold starts and the design measures, every controller (issue 35)
 
