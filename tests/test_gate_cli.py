@@ -3,8 +3,6 @@ root-cause rows, ``pytest --kernel``, and the CI recipe."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -18,30 +16,14 @@ import pytest
 
 from analysis.cli import gate
 from analysis.cli.evaluate import evaluate
-from analysis.cli.policy import dispatch
 from analysis.present import render
 from repro.core.contract import ROOT
 from repro.core.f32 import F32, same
 from repro.core.kernel_source import load_kernel
+from tests.commands import cli, run
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
 CONTRACT = "kernels/contracts.toml"
-
-
-def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
-    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it."""
-    prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
-    return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
-
-
-def cli(command: str, *args) -> subprocess.CompletedProcess:
-    """``python -m analysis COMMAND ARGS`` in this process: the entry's own dispatch and error policy, without
-    a process start-up (what only a real process shows, :func:`run` checks)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = dispatch([command, *map(str, args)])
-    return subprocess.CompletedProcess([command, *args], code, out.getvalue(), err.getvalue())
 
 
 def variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
