@@ -49,13 +49,14 @@ def figures(report: Report) -> dict[str, Callable]:
               for n in CONTROLLERS}
     traj = report.trajectories
     grid = [s for s in dict.fromkeys(traj.scenario) if traj.loc[traj.scenario == s, "family"].iloc[0] != "bad_values"]
+    titles = {r.scenario.name: r.scenario.title for n in CONTROLLERS for r in report.evidence[n].catalogue}
     return {
         "fig1_collapse.png": lambda: plots.collapse(traj, contracts, floors),
         "fig2_ramp_decay.png": lambda: plots.ramp_decay(traj, counts),
         "fig3_dead_zone.png": lambda: plots.dead_zone(traj, contracts),
         "fig4_noise_tolerance.png": lambda: plots.noise_tolerance(report.noise, contracts, noise_curves(report)),
         "fig5_oscillation_recovery.png": lambda: plots.oscillation_recovery(traj, report.recovery),
-        "fig6_scenarios.png": lambda: plots.scenario_grid(traj, grid),
+        "fig6_scenarios.png": lambda: plots.scenario_grid(traj, grid, titles),
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),

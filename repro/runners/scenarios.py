@@ -42,6 +42,7 @@ class Scenario:
     description: str
     params: dict = field(default_factory=dict)
     inputs: tuple[tuple[str, str], ...] = ()  # a case's unusual inputs as written: (slot, text), in order
+    title: str = ""  # a few plain words for a figure's panel (the name where empty)
 
     @property
     def steps(self) -> int:
@@ -54,6 +55,7 @@ class Scenario:
         object.__setattr__(self, "kl", kl)
         object.__setattr__(self, "target", target)
         object.__setattr__(self, "lambda0", F32(self.lambda0))
+        object.__setattr__(self, "title", self.title or self.name)
 
 
 def _const(value: float, steps: int) -> np.ndarray:
@@ -140,39 +142,48 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     rng = np.random.default_rng(seed)
     out = [
         Scenario("aligned", "sustained", _const(lo, down_steps), tgt, lam0,
-                 "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR}),
+                 "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR},
+                 title=f"KL at target/{FAR:g} (the collapse)"),
         Scenario("diverged", "sustained", _const(hi, up_steps), tgt, lam0,
-                 "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR}),
-        Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)"),
+                 "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR},
+                 title=f"KL at {FAR:g}× target"),
+        Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)",
+                 title="KL at target (the dead zone)"),
         Scenario("ramp_from_floor", "sustained", _const(hi, up_steps), tgt, low,
-                 "KL far above the band, starting at the floor (doubling, then the ceiling)"),
+                 "KL far above the band, starting at the floor (doubling, then the ceiling)",
+                 title=f"KL at {FAR:g}× target, λ from the floor"),
         Scenario("decay_from_ceiling", "sustained", _const(lo, max(1600, down_steps)), tgt, high,
-                 "KL far below the band, starting at the ceiling (halving, then the floor)"),
+                 "KL far below the band, starting at the ceiling (halving, then the floor)",
+                 title=f"KL at target/{FAR:g}, λ from the ceiling"),
     ]
     if controller.is_band:
         e = band_edges(tgt, rule)
         order = ["upper", "above", "inside_upper", "lower", "below", "inside_lower"]
         out.append(Scenario("band_edges", "band", _blocks([e[k] for k in order], 10), tgt, lam0,
                             "10 steps each at the documented band's edges and their neighbouring floats: "
-                            + ", ".join(order), {"edges": ",".join(order)}))
+                            + ", ".join(order), {"edges": ",".join(order)}, title="KL on the band's edges"))
     out += [
         Scenario("step_up", "step", np.concatenate([_const(tgt, 100), _const(hi, 100)]), tgt, lam0,
-                 "in band for 100 steps, then far above"),
+                 "in band for 100 steps, then far above", title=f"KL steps up to {FAR:g}× target"),
         Scenario("step_down", "step", np.concatenate([_const(tgt, 100), _const(lo, 400)]), tgt, lam0,
-                 "in band for 100 steps, then far below"),
+                 "in band for 100 steps, then far below", title=f"KL steps down to target/{FAR:g}"),
         Scenario("square_wave", "oscillation", np.tile(_blocks([tgt * 5, tgt / 5], 20), 10), tgt, lam0,
-                 "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0}),
+                 "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0},
+                 title="KL alternates 5× and 1/5× target"),
         Scenario("drift", "drift", (tgt * np.geomspace(0.1, 10.0, 400)).astype(F32), tgt, lam0,
-                 "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0}),
+                 "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0},
+                 title="KL drifts from target/10 to 10×"),
     ]
     for sigma in (0.25, 0.5, 1.0):
         noise = rng.standard_normal(500)
         out.append(Scenario(f"lognormal_sigma{sigma}", "noise", (tgt * np.exp(sigma * noise)).astype(F32), tgt, lam0,
-                            f"log-normal KL noise around the target, σ = {sigma}", {"sigma": sigma, "seed": seed}))
+                            f"log-normal KL noise around the target, σ = {sigma}", {"sigma": sigma, "seed": seed},
+                            title=f"KL noisy around target (σ = {sigma})"))
     base = tgt * np.exp(0.1 * rng.standard_normal(500))
     spikes = rng.random(500) < 0.02
     out.append(Scenario("spikes", "noise", np.where(spikes, base * 50, base).astype(F32), tgt, lam0,
-                        "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed}))
+                        "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed},
+                        title="KL near target, rare 50× spikes"))
     for slot in ("kl", "target"):
         out += [case(controller, f"{slot}={v}") for v in BAD_VALUES]
     out += [case(controller, f"lambda={v},kl={r}") for v in BAD_VALUES for r in REGIMES]
