@@ -248,6 +248,14 @@ def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candi
     ("kl\n0.1\n", ["--target", "0.02", "--kernel", "/no/such.cu"], "kernel file not found"),
     ("kl\n0.1\n", ["--target", "0.02", "--controller", "none"], "needs --kernel"),
     ("kl\n0.1\n", ["--target", "x"], "invalid float value"),
+    ("step,kl,KL\n1,0.1,0.2\n", ["--target", "0.02"], ":1: 2 columns named 'kl' (columns 2, 3); keep one"),
+    ("kl,kl_target,kl_target\n0.1,0.02,0.03\n", [], "2 columns named 'kl_target' (columns 2, 3)"),
+    ("kl;kl_target\n0,1;0,02\n", [], "the file looks ';'-separated: the trace format separates columns with commas"),
+    ("kl\n0.1;0.02\n", ["--target", "0.02"], ":2: not a number: '0.1;0.02'; the file looks ';'-separated"),
+    ("kl\n0.1\n0.2\n0.3\n", ["--target", "0.02", "--max-rows", "2"],
+     "more than 2 rows, the replay's limit (each million rows holds about 200 MB through both controllers); "
+     "--max-rows N raises it"),
+    ("kl\n0.1\n", ["--target", "0.02", "--max-rows", "0"], "--max-rows must be 1 to"),
 ])
 def test_replay_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, text, args, message):
     from analysis.cli import replay

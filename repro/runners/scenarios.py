@@ -9,7 +9,6 @@ controller's documented tolerance from the contract.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -21,6 +20,7 @@ from repro.core.contract import Controller
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32
 from repro.core.spec import Rule, band_edges, steps_to_double, steps_to_settle
+from repro.runners import trace_file
 
 #: The KL target the scripted training loop writes (nats). The rule is
 #: scale-free (it compares KL with target·tol), so any positive value serves.
@@ -203,85 +203,21 @@ def vanishing(controller: Controller) -> Scenario:
 
 
 def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1,
-             allow_nonfinite: bool = False) -> Scenario:
-    """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``).
+             allow_nonfinite: bool = False, max_rows: int | None = None) -> Scenario:
+    """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``),
+    read by :func:`repro.runners.trace_file.read` (its checks, its row limit unless ``max_rows``).
 
     The target comes from the ``kl_target`` column or from ``target`` (exactly one of them;
     positive and finite). NaN/inf values are refused with their line unless ``allow_nonfinite``.
     """
-    path = Path(path)
-    try:
-        if path.is_dir():
-            raise SuiteError(f"trace file {path} is a folder; name the CSV file in it")
-        if not path.is_file():
-            raise SuiteError(f"trace file {path} is not a regular file" if path.exists() else
-                             f"trace file not found: {path}")
-    except OSError as err:  # a name too long
-        raise SuiteError(f"cannot read trace file {path}: {err.strerror or err}") from None
-    if target is not None:
-        with np.errstate(over="ignore"):
-            as32 = float(F32(target))  # what the kernel reads: 1e39 would be inf, 1e-50 would be 0
-        if not (math.isfinite(as32) and as32 > 0):
-            raise SuiteError(f"--target must be a positive finite KL that float32 holds (1.4e-45 to 3.4e38), not {target!r}")
-    try:  # utf-8-sig: a byte-order mark (as spreadsheet programs save CSV) is dropped; csv reads CRLF lines
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise SuiteError(f"cannot read trace file {path}: {getattr(err, 'strerror', None) or err}") from None
-    if not rows:
-        raise SuiteError(f"{path}: empty trace file")
-    header = [c.strip().lower() for c in rows[0][1]]
-    if _is_number(rows[0][1][0]):
-        raise SuiteError(f"{path}:{rows[0][0]}: no header; the first line must name the columns (kl[,kl_target])")
-    if "kl" not in header:
-        raise SuiteError(f"{path}: no 'kl' column (columns: {', '.join(header)})")
-    kl_col = header.index("kl")
-    tgt_col = header.index("kl_target") if "kl_target" in header else None
-    if tgt_col is not None and target is not None:
-        raise SuiteError(f"{path}: has a kl_target column and --target was given; use one of them")
-    if tgt_col is None and target is None:
-        raise SuiteError(f"{path}: no 'kl_target' column; give the target (--target)")
-    kl, tg = [], []
-    for line, row in rows[1:]:
-        kl.append(_cell(row, kl_col, path, line, allow_nonfinite))
-        tg.append(target if tgt_col is None else _cell(row, tgt_col, path, line, allow_nonfinite))
-    if not kl:
-        raise SuiteError(f"{path}: no KL values")
-    with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
-        kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
-    return Scenario(path.stem, "replay", kl32, tg32, lambda0,
-                    f"recorded KL trace from {path.name}", {"file": path.name})
+    return replayed(trace_file.read(path, target, allow_nonfinite,
+                                    trace_file.MAX_ROWS if max_rows is None else max_rows), lambda0)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool) -> float:
-    """``row[col]``, refused (one line) when it is no number or when float32, as the kernel will read it, changes
-    its kind: finite to ±inf (above 3.4e38), or non-zero to 0 (below 1.4e-45). NaN/inf as written pass only with
-    ``allow_nonfinite``, and so does a finite value that overflows (it is fed as the inf it becomes)."""
-    try:
-        value = float(row[col])
-    except (IndexError, ValueError):
-        shown = row[col] if col < len(row) else "(missing)"
-        raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
-    what = f"{path}:{line}: {row[col].strip()!r}"
-    with np.errstate(over="ignore"):
-        as32 = float(F32(value))
-    if not math.isfinite(value) and not allow_nonfinite:
-        raise SuiteError(f"{what} is not finite (--allow-nonfinite feeds it as recorded)")
-    if math.isfinite(value) and not math.isfinite(as32) and not allow_nonfinite:
-        raise SuiteError(f"{what} overflows float32 (largest {float(np.finfo(F32).max):.4g}): it would be fed as inf "
-                         "(--allow-nonfinite feeds it so)")
-    if value != 0 and as32 == 0:
-        raise SuiteError(f"{what} is below float32's smallest subnormal (1.4e-45): it would be fed as 0 "
-                         "(write 0 if 0 is meant)")
-    return value
+def replayed(trace: trace_file.Trace, lambda0: float) -> Scenario:
+    """A recorded trace as the scenario it replays, from ``lambda0``."""
+    return Scenario(trace.path.stem, "replay", trace.kl, trace.target, lambda0,
+                    f"recorded KL trace from {trace.path.name}", {"file": trace.path.name})
 
 
 #: Targets (nats) at which the band is probed: the rule must not depend on scale.
