@@ -253,7 +253,7 @@ def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candi
     ("kl;kl_target\n0,1;0,02\n", [], "the file looks ';'-separated: the trace format separates columns with commas"),
     ("kl\n0.1;0.02\n", ["--target", "0.02"], ":2: not a number: '0.1;0.02'; the file looks ';'-separated"),
     ("kl\n0.1\n0.2\n0.3\n", ["--target", "0.02", "--max-rows", "2"],
-     "more than 2 rows, the replay's limit (each million rows holds about 200 MB through both controllers); "
+     "more than 2 rows, the replay's limit (a million rows hold about 60 MB, 500 MB with --csv); "
      "--max-rows N raises it"),
     ("kl\n0.1\n", ["--target", "0.02", "--max-rows", "0"], "--max-rows must be 1 to"),
 ])

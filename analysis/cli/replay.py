@@ -12,7 +12,7 @@ Each controller starts from its contract's seed λ; ``--kernel`` replays a
 candidate beside them, started from the seed λ of ``--contract`` (default fixed).
 Prints per controller: λ at the start and the end, its range, and how many steps
 ramped, decayed or held λ. The file is read in chunks, at most ``--max-rows`` data rows (10 million unless
-raised: about 2 GB of memory through both controllers); past a few seconds a progress line goes to stderr.
+raised; a million rows hold about 60 MB, 500 MB with ``--csv``); past a few seconds progress goes to stderr.
 Exit 0, or 2 with one line for anything that stops it.
 """
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     parser.add_argument("--max-rows", type=int, default=trace_file.MAX_ROWS, metavar="N",
                         help=f"refuse a trace of more than N data rows (default {trace_file.MAX_ROWS:,}, at most "
-                        f"{trace_file.MAX_ROWS_LIMIT:,}; about 200 MB of memory a million rows)")
+                        f"{trace_file.MAX_ROWS_LIMIT:,}; a million rows hold about 60 MB, 500 MB with --csv)")
     args = parser.parse_args(argv)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:
