@@ -106,6 +106,33 @@ GUARDED = (KERNEL, "kernels/contracts.toml", "studies/preregistered.toml", "stud
 FIRST, SECOND = "studies/results/preregistered_cupy.json", "studies/results/preregistered_2_cupy.json"
 
 
+@pytest.mark.parametrize("args, out", [([], "out/report"), (["--out", "reports"], "reports")])
+def test_the_report_rewrites_the_committed_one_only_when_out_names_it(monkeypatch, capsys, args, out):
+    """By default the report goes to a folder git ignores (the checkout stays clean); ``--out reports`` is the
+    one way to the committed report, whose tracked files any other folder's check would refuse."""
+    from analysis.cli import report
+
+    real, checked = report.check_outputs, []
+
+    def check(outputs, **kw):
+        checked.extend(outputs)
+        return real(checked, **kw)
+
+    def stop(*a, **k):  # the outputs passed their check: nothing is measured or written here
+        raise SuiteError("stopped after the check")
+
+    monkeypatch.setattr(report, "check_outputs", check)
+    monkeypatch.setattr(report, "measure", stop)
+    assert report.main([*args, "--backend", "host"]) == 2
+    assert capsys.readouterr().err.strip() == "report: error: stopped after the check"
+    assert report.shown(checked[0].path) == out
+    if not args:
+        done = subprocess.run(["git", "check-ignore", "-q", "out/report/summary.md"], cwd=ROOT)
+        if done.returncode == 128:
+            pytest.skip("not a git checkout: what git ignores cannot be asked")
+        assert done.returncode == 0, "out/report/ is not ignored by git"
+
+
 def _kernel_as(path):
     """A copy of the fixed kernel at ``path`` (a name a report writes: summary.md)."""
     path.write_bytes((ROOT / KERNEL).read_bytes())
