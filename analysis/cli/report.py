@@ -41,8 +41,10 @@ from repro.runners.runner import to_frame
 
 SIGMAS = tuple(np.round(np.arange(0, 1.51, 0.1), 2))
 STRETCHES = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-#: The committed report's folder: the default --out, the one tracked folder the report may rewrite.
+#: The committed report's folder: the one tracked folder the report may rewrite, and only when --out names it.
 COMMITTED = ROOT / "reports"
+#: The default --out: a folder git ignores, so the main job leaves the checkout as it found it.
+DEFAULT_OUT = ROOT / "out" / "report"
 
 
 def _git_commit() -> str:
@@ -198,24 +200,30 @@ def write(report: Report, out: Path, progress=print) -> list[Path]:
     """Figures, ``data/`` and ``summary.md`` (with the committed benchmark under ``out/bench``) into ``out``;
     the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"[4/5] figures → {out}")
+    progress(f"[4/5] figures → {shown(out)}")
     written = draw(report, out, progress)
-    progress(f"[5/5] data and summary → {out}")
+    progress(f"[5/5] data and summary → {shown(out)}")
     toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
     peers = peers_section.table(report.measures, toy)
     written += write_data(report, out, peers)
-    bench = bench_verdict.committed(out / "bench")
+    # The committed benchmark (reports/bench), linked from a summary inside the repository; one written
+    # outside it has no link that survives a move, and no benchmark section.
+    bench_dir = COMMITTED / "bench"
+    inside = Path(os.path.realpath(out)).is_relative_to(ROOT)
+    bench = bench_verdict.committed(bench_dir) if inside else None
     drift = None if bench is None or bench[1] is None else bench_verdict.run_to_run(bench[0], bench[1])
+    link = Path(os.path.relpath(bench_dir, os.path.realpath(out))).as_posix()
     (out / "summary.md").write_text(summary.text(report, report_measures.numbers(report), peers, bench, drift,
-                                                 out / "bench"))
+                                                 bench_dir, link))
     return [*written, out / "summary.md"]
 
 
 @policy.command("report")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("report", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
-                        "the committed report; a folder holding other files of the repository is refused)")
+    parser.add_argument("--out", type=policy.path, default=DEFAULT_OUT, help="output folder (default: out/report/, "
+                        "which git ignores; --out reports rewrites the committed report; any other folder holding "
+                        "files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place "
                         "(with a --contracts file that adds an entry: beside the fixed kernel, in OUT/candidate.md)")
@@ -252,6 +260,6 @@ def main(argv: list[str] | None = None) -> int:
     progress = policy.progress("report")
     report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
     figs = sum(p.suffix == ".png" for p in write(report, args.out, progress=progress))
-    print(f"done in {time.perf_counter() - start:.1f} s: {args.out / 'summary.md'}, {figs} figures, "
-          f"data in {args.out / 'data'}")
+    print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
+          f"data in {shown(args.out / 'data')}")
     return 0

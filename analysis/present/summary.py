@@ -50,13 +50,14 @@ def figures(report: Report) -> dict[str, Callable]:
               for n in CONTROLLERS}
     traj = report.trajectories
     grid = [s for s in dict.fromkeys(traj.scenario) if traj.loc[traj.scenario == s, "family"].iloc[0] != "bad_values"]
+    titles = {r.scenario.name: r.scenario.title for n in CONTROLLERS for r in report.evidence[n].catalogue}
     return {
         "fig1_collapse.png": lambda: plots.collapse(traj, contracts, floors),
         "fig2_ramp_decay.png": lambda: plots.ramp_decay(traj, counts),
         "fig3_dead_zone.png": lambda: plots.dead_zone(traj, contracts),
         "fig4_noise_tolerance.png": lambda: plots.noise_tolerance(report.noise, contracts, noise_curves(report)),
         "fig5_oscillation_recovery.png": lambda: plots.oscillation_recovery(traj, report.recovery),
-        "fig6_scenarios.png": lambda: plots.scenario_grid(traj, grid),
+        "fig6_scenarios.png": lambda: plots.scenario_grid(traj, grid, titles),
         "fig7_bad_input.png": lambda: plots.bad_input(report.outcomes),
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
@@ -72,10 +73,12 @@ def figures(report: Report) -> dict[str, Callable]:
 
 
 def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | None = None,
-         drift: dict[str, dict[str, float]] | None = None, bench_dir: Path | None = None) -> str:
+         drift: dict[str, dict[str, float]] | None = None, bench_dir: Path | None = None,
+         bench_link: str = "bench") -> str:
     """summary.md's text; every number is one of the report's measurements, ``numbers``, the peer table
     (:func:`analysis.present.peers_section.table`) or ``bench``: the committed benchmark runs under ``bench_dir``
-    (:func:`analysis.judge.bench_verdict.committed`) with ``drift``, their run-to-run changes."""
+    (:func:`analysis.judge.bench_verdict.committed`) with ``drift``, their run-to-run changes; ``bench_link``:
+    ``bench_dir`` as the summary's links reach it (relative to the summary's folder, POSIX)."""
     h, v = report.header, report.verdicts
     lines = [
         "# λ-controller report: the collapse and the fix",
@@ -117,7 +120,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(FIGURES.items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", "", *_figure_notes(report, numbers, name)]
-    lines += _bench_section(bench, drift, bench_dir) if bench else []
+    lines += _bench_section(bench, drift, bench_dir, bench_link) if bench else []
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
               "backend, scenario, step, kl, kl_target, lambda, …), `properties.json` (every measured property), "
               "`noise_tolerance.csv`, `recovery.csv`, `bad_inputs.csv`.", ""]
@@ -225,12 +228,14 @@ def _figure_notes(report: Report, numbers: Numbers, name: str) -> list[str]:
     return []
 
 
-def _bench_section(bench: tuple, drift: dict[str, dict[str, float]] | None, bench_dir: Path) -> list[str]:
-    """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``."""
+def _bench_section(bench: tuple, drift: dict[str, dict[str, float]] | None, bench_dir: Path,
+                   link: str = "bench") -> list[str]:
+    """The benchmark's table and figure, from the committed baseline runs of the reference GPU under ``bench_dir``
+    (reached from the summary as ``link``)."""
     df, _, machine, paths, checks = bench
     gpu = machine.get("gpu", {})
     where = f"{gpu['name']}, CuPy {gpu['cupy']}" if gpu else machine.get("cpu", {}).get("brand_raw", "CPU")
-    runs = " and ".join(f"`bench/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
+    runs = " and ".join(f"`{link}/{p.relative_to(bench_dir).as_posix()}`" for p in paths)
     return ["## Launch overhead (benchmark)", "",
             f"From the benchmark runs {runs} ({where}; pytest-benchmark JSON; a separate job, `tox -e bench`).", "",
-            bench_report.table(df, drift, checks), "", "![launch overhead](bench/bench.png)", ""]
+            bench_report.table(df, drift, checks), "", f"![launch overhead]({link}/bench.png)", ""]
