@@ -22,8 +22,7 @@ def subjects(contract: Contract) -> list[str]:
     """The suite's own controllers, in file order: every contract entry that is not a peer (a peer carries a
     ``source``; tests/test_peers.py judges those). A new controller entry in kernels/contracts.toml is a subject of
     the property and agreement tests with nothing else to edit."""
-    peers = set(contract.peers())
-    return [name for name in contract.controllers if name not in peers]
+    return [name for name, entry in contract.controllers.items() if not entry.source]
 
 
 def header(path: Path) -> dict[str, str]:

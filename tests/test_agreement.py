@@ -26,7 +26,7 @@ def runs(contract):
     def get(backend, controller: str, mode: str) -> dict:
         key = (controller, backend.name, mode)
         if key not in made:
-            kernel = backend.compile(contract.source(controller), contract.slots)
+            kernel = backend.compile(contract.source(controller), contract.slots_of(controller))
             made[key] = {r.scenario.name: r for r in run_scenarios(kernel, catalogue(contract.controller(controller)),
                                                                   mode)}
         return made[key]

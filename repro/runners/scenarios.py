@@ -153,7 +153,7 @@ def warm_up(controller: Controller, alpha: float, level: float = WARM_UP_LEVEL, 
                     controller.value("seed_lambda"),
                     f"cold start: the KL EMA warming up from 0 at rate {alpha:g} toward {level:g}·target",
                     {"alpha": alpha, "level": level, "restart": 0, "warm_up_steps": warm_up_steps(alpha)},
-                    title=f"cold start: KL EMA from 0 at rate {alpha:g}")
+                    title=f"KL EMA from 0 at rate {alpha:g} (cold start)")
 
 
 def resumes(controller: Controller) -> list[Scenario]:
@@ -167,10 +167,10 @@ def resumes(controller: Controller) -> list[Scenario]:
                  f"{RESUME_AFTER} steps at {level:g}·target, then a resume that restores λ while the KL EMA restarts "
                  f"from 0 at rate {a:g}", {"alpha": a, "level": level, "restart": RESUME_AFTER,
                                            "warm_up_steps": warm_up_steps(a)},
-                 title="resume: λ restored, KL EMA from 0"),
+                 title="KL EMA from 0 after a resume, λ restored"),
         Scenario("resume_lambda_reset", "resume", _const(level * tgt, n), tgt, lam0,
                  f"a resume that restarts λ from its seed while the KL EMA is kept at {level:g}·target",
-                 {"level": level}, title="resume: λ from its seed, KL EMA kept"),
+                 {"level": level}, title="KL EMA kept after a resume, λ from its seed"),
     ]
 
 
