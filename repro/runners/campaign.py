@@ -18,7 +18,17 @@ from repro.core.contract import Controller, Slots
 from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
-from repro.runners.scenarios import REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases, onset_targets, vanishing
+from repro.runners.scenarios import (
+    REF_TARGET,
+    Scenario,
+    case,
+    catalogue,
+    dead_zone_probes,
+    guard_cases,
+    onset_targets,
+    start_cases,
+    vanishing,
+)
 
 
 def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[list[Scenario], str]]:
@@ -45,6 +55,7 @@ def _scenario_groups(controller: Controller, seed: int) -> dict[str, tuple[list[
         "nonfinite": ([case(controller, c, steps=1) for c in controller.nonfinite], "looped"),
         "dead_zone": (dead_zone_probes(controller) if controller.is_band else [], "looped"),
         "vanishing": ([vanishing(controller)] if controller.bound("floor") is None else [], "looped"),
+        "starts": (start_cases(controller), "looped"),
     }
 
 
@@ -53,8 +64,15 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
     """The raw result of one group (or of the scenarios ``only`` of a scenario group, in that order), small
     enough to pickle.
 
-    Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`.
+    Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`;
+    ``state`` the build's writable data against its load image (:class:`repro.backends.host_state.HostState`, or
+    ``False`` where the backend cannot read it), after one more pass of the catalogue, so that it is never read
+    on no runs (a fresh worker): it runs last, after every other group in the same worker.
     """
+    if group == "state":
+        run_scenarios(kernel, scenario_groups(controller, seed)["catalogue"][0], "looped")
+        found = kernel.outside_state()
+        return False if found is None else found
     if group == "onsets":
         return onsets(kernel, onset_targets(controller), controller.value("seed_lambda"))
     if group == "threads":
@@ -85,6 +103,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         onsets=results.get("onsets", missing),
         lambda_slot=slots.lambda_,
         threads=results.get("threads"),
+        state=results.get("state") or None,
         faults=list(faults),
         isv_len=slots.isv_len,
         groups_run=frozenset(g for g in GROUPS if g in results and (results[g] not in ({}, [])

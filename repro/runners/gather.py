@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from repro.backends import Backend, get_backend, ptx
+from repro.backends import Backend, device_view, get_backend, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -59,6 +60,17 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     say = progress or (lambda _line: None)
     notes, unavailable = [], set()
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
+    # The candidate as the device compilers and the host build preprocess it: subprocesses of the host's compiler,
+    # started now and read at the end (they overlap the runs; nothing of the candidate runs in them).
+    try:
+        cxx = get_backend("host").cxx
+    except BackendUnavailable as err:
+        cxx = None
+        notes.append(f"device and host views not compared: {err}")
+        unavailable.add("device_view")
+    pool = ThreadPoolExecutor(1)
+    views = pool.submit(device_view.measure, cxx, source) if cxx else None
+    pool.shutdown(wait=False)
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.nvrtc_unavailable()
@@ -131,5 +143,6 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         listed = ", ".join(f"{name} (line {line})" for name, line in approx)
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
     return replace(evidence, static=static_report, coverage=coverage_report, sanitizer=reports, faults=faults,
+                   device_views=views.result() if views is not None else None,
                    notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name,
                    device=backend.describe())

@@ -1,0 +1,142 @@
+"""The candidate as the device compilers see it, against the host build's view: the C preprocessor, no GPU.
+
+The host backend compiles the candidate with the C++ compiler and ``kernels/host_shim.h``; the GPU compiles
+it with NVRTC or nvcc's device pass, which define ``__CUDA_ARCH__``, ``__CUDACC__`` and ``__CUDACC_RTC__``
+(NVRTC) or ``__NVCC__`` (nvcc). A candidate whose own text preprocesses differently under those macros runs
+code on the GPU that no CPU run measured. :func:`views` preprocesses the candidate once as the host build sees
+it and once per device view (the host C preprocessor, ``-E -dD``: deterministic, with the shim and the
+stand-in headers of every host build, so that the only difference between two views is the device
+macros), and keeps the tokens of the candidate's own file, each with its line. Nothing of the candidate runs.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM
+from repro.core.kernel_source import KernelSource, code_only
+
+#: The GPU architectures the team builds for (``__CUDA_ARCH__``): A100 (sm_80) and H100/H200 (sm_90).
+DEVICE_ARCHS = (800, 900)
+
+#: Each device compiler's predefined macros that decide what a candidate's text preprocesses to.
+DEVICE_COMPILERS = {
+    "NVRTC": ("__CUDACC__", "__CUDACC_RTC__"),
+    "nvcc": ("__CUDACC__", "__NVCC__"),
+}
+
+# The candidate's text goes in on stdin: its lines in the output carry this name in the line markers.
+_STDIN = "<stdin>"
+_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
+# C/C++ preprocessing tokens, enough to compare two outputs of one preprocessor: literals whole, then
+# identifiers, numbers, and punctuators (the longest first).
+_TOKEN = re.compile(r"""
+    (?:u8|[uUL])?R"(?P<delim>[^()\\\s]{0,16})\(.*?\)(?P=delim)"   # raw string
+  | (?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"                               # string
+  | (?:u8|[uUL])?'(?:[^'\\\n]|\\.)*'                               # character
+  | \.?\d(?:[eEpP][+-]|[\w.'])*                                      # pp-number
+  | [A-Za-z_]\w*
+  | %:%:|\.\.\.|<<=|>>=|->\*|<=>|::|\#\#|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^!=<>]=|\.\*
+  | \S""", re.X | re.S)
+
+
+@dataclass(frozen=True)
+class View:
+    """The candidate's own tokens under one set of predefined macros (``tokens``: ``(line, token)``, in order),
+    or the preprocessor's first error line where it stopped (``error``)."""
+
+    name: str  # "host", or "NVRTC sm_90", "nvcc sm_80", …
+    macros: tuple[str, ...]  # -D arguments (NAME or NAME=VALUE)
+    tokens: tuple[tuple[int, str], ...] = ()
+    error: str = ""
+
+
+def device_macros() -> dict[str, tuple[str, ...]]:
+    """Each device view's name and its predefined macros (every compiler × every arch in :data:`DEVICE_ARCHS`)."""
+    return {f"{compiler} sm_{arch // 10}": (*names, f"__CUDA_ARCH__={arch}")
+            for compiler, names in DEVICE_COMPILERS.items() for arch in DEVICE_ARCHS}
+
+
+def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
+    """``(line, token)`` for every token the preprocessor's output attributes to the candidate's own file
+    (``-dD`` keeps its ``#define``/``#undef`` lines as tokens too: a macro defined differently shows where)."""
+    out, current, line = [], None, 0
+    for text in output.splitlines():
+        marker = _MARKER.match(text)
+        if marker:
+            line, current = int(marker.group(1)), marker.group(2)
+            continue
+        if current == _STDIN and text.strip():
+            out += [(line, m.group(0)) for m in _TOKEN.finditer(text)]
+        line += 1
+    return tuple(out)
+
+
+def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ...]) -> View:
+    cmd = [cxx, "-E", "-dD", "-std=c++17", "-x", "c++", "-I", str(HOST_INCLUDE), "-include", str(HOST_SHIM),
+           *(f"-D{m}" for m in macros), "-"]
+    done = subprocess.run(cmd, input=source.text, capture_output=True, text=True)
+    if done.returncode != 0:
+        first = next((ln.strip() for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
+        return View(name, macros, error=first.replace(_STDIN, source.origin))
+    return View(name, macros, own_tokens(done.stdout))
+
+
+def views(cxx: str, source: KernelSource) -> tuple[View, ...]:
+    """The host view first, then each device view of :func:`device_macros` (run side by side: about 0.1 s each)."""
+    wanted = {"host": (), **device_macros()}
+    with ThreadPoolExecutor(len(wanted)) as pool:
+        return tuple(pool.map(lambda item: _preprocess(cxx, source, *item), wanted.items()))
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """One ``#if``/``#ifdef``/``#ifndef`` … ``#endif`` group of the candidate's text (1-based lines)."""
+
+    first: int
+    last: int
+    directive: str  # the opening line as written, e.g. ``#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800``
+
+
+@dataclass(frozen=True)
+class DeviceViews:
+    """The host view and each device view of the candidate (:func:`views`), and its conditional groups."""
+
+    views: tuple[View, ...]
+    conditionals: tuple[Conditional, ...]
+
+    @property
+    def host(self) -> View:
+        return self.views[0]
+
+    @property
+    def devices(self) -> tuple[View, ...]:
+        return self.views[1:]
+
+
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|endif)\b")
+
+
+def conditionals(text: str) -> tuple[Conditional, ...]:
+    """The conditional groups of ``text`` (comments ignored), outermost first where they nest."""
+    lines = code_only(text).splitlines()
+    opened, out = [], []
+    for number, code in enumerate(lines, 1):
+        found = _DIRECTIVE.match(code)
+        if not found:
+            continue
+        if found.group(1) == "endif":
+            if opened:
+                first = opened.pop()
+                out.append(Conditional(first, number, text.splitlines()[first - 1].strip()))
+        else:
+            opened.append(number)
+    return tuple(sorted(out, key=lambda c: (c.first, -c.last)))
+
+
+def measure(cxx: str, source: KernelSource) -> DeviceViews:
+    """:func:`views` and :func:`conditionals` of ``source``."""
+    return DeviceViews(views(cxx, source), conditionals(source.text))
