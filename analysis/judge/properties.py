@@ -301,11 +301,13 @@ def _starts_measured(f: Finding) -> str:
 
 
 def _start_differences(row: Finding, kind: str) -> list[Difference]:
-    """A failing row's cases from other starting λ (three at most) as differences."""
+    """A failing row's cases from other starting λ as differences (three at most; a case that already fails
+    from the seed λ is said once, by the pinned case)."""
+    said = {case for case, _, _ in (row.where.cases if row.where else ())} | set(row.detail.get("broken", []))
     return [Difference(kind=kind, name=b["case"], documented=b["spec"], measured=b["lambda"],
                        note=f"from λ0 {g(b['lambda0'])} ({b['start']}): λ {g(b['lambda'])} at step {b['step']} where the "
-                       f"spec model gives {g(b['spec'])} (from the seed λ the two agree)")
-            for b in row.detail.get("start_broken", [])[:3]]
+                       f"spec model gives {g(b['spec'])}")
+            for b in row.detail.get("start_broken", []) if b["case"] not in said][:3]
 
 
 def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
@@ -323,13 +325,25 @@ def isolation(ev: Evidence) -> Finding:
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
     outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
     first = outside or (stray[0] if stray else None)
-    where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
+    mine = _own_writes(ev, stray)
+    where = Where(scenario=first.scenario.name, event="stray", slots=tuple(s for s in first.stray if mine(s)),
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
-    written = sorted({s for r in stray for s in r.stray})
+    written = sorted({s for r in stray for s in r.stray if mine(s)})
     return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
                    measured=n - len(stray), detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
+
+
+def _own_writes(ev: Evidence, stray: list[Run]) -> Callable[[int], bool]:
+    """Whether a slot a run shows written is the candidate's own index rather than a neighbour's write outside its
+    ISV: the looped harness lays the runs' ISVs end to end, so ``isv[-3]`` of one run is slot 509 of the run before
+    it. A slot that such an offset, seen outside an ISV, explains (509 = 512 − 3) is a neighbour's, unless a run
+    launched in a window of its own (``per_step``) writes it too."""
+    n = ev.isv_len
+    outside = {i for r in stray for i in r.stray if i < 0 or i >= n}
+    alone = {i for r in ev.per_step for i in r.stray}
+    return lambda s: not (0 <= s < n and s not in alone and (s - n in outside or s + n in outside))
 
 
 def stray_write_causes(f: Finding, text: str) -> list[Difference]:

@@ -11,6 +11,7 @@ macros), and keeps the tokens of the candidate's own file, each with its line. N
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -137,6 +138,7 @@ def conditionals(text: str) -> tuple[Conditional, ...]:
     return tuple(sorted(out, key=lambda c: (c.first, -c.last)))
 
 
+@functools.lru_cache(maxsize=128)  # a pure function of the source and the compiler: a test session asks again
 def measure(cxx: str, source: KernelSource) -> DeviceViews:
     """:func:`views` and :func:`conditionals` of ``source``."""
     return DeviceViews(views(cxx, source), conditionals(source.text))
