@@ -28,7 +28,6 @@ from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
-from repro.runners.scenarios import start_kind
 
 
 def _f(x) -> float | None:
@@ -274,9 +273,9 @@ def guards(ev: Evidence) -> Finding:
 
 
 def _from_starts(ev: Evidence, row: str) -> tuple[list[Run], list[tuple[Run, Where]]]:
-    """The ``starts`` runs this row judges (:func:`repro.runners.scenarios.start_kind`), and those that differ
+    """The ``starts`` runs this row judges (their ``row`` parameter), and those that differ
     from the spec model of the contract's rule, bit for bit (a NaN matches a NaN), with where they first do."""
-    runs = [r for r in ev.starts if start_kind(r.scenario.params["case"]) == row]
+    runs = [r for r in ev.starts if r.scenario.params["row"] == row]
     expected = spec.run_each(Rule.of(ev.controller), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in runs])
     found = [(r, _differs(r, want, "spec", differs_beyond_nan(r.lam, want))) for r, want in zip(runs, expected, strict=True)]
     return runs, [(r, where) for r, where in found if where is not None]

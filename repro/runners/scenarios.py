@@ -362,7 +362,7 @@ def start_lambdas(controller: Controller) -> dict[str, np.float32]:
 def start_cases(controller: Controller, steps: int = 4) -> list[Scenario]:
     """The guard cases and the non-finite cases that leave λ valid (every case naming KL or the target, each
     catalogue bad value of KL and of the target), from each of :func:`start_lambdas`. Named
-    ``CASE from λ0 VALUE (START)``; ``params``: the case, the start's name."""
+    ``CASE from λ0 VALUE (START)``; ``params``: the case, the start's name, the row that judges it (:func:`start_kind`)."""
     names = [*guard_cases(), *controller.nonfinite, *(f"{slot}={v}" for slot in ("kl", "target") for v in BAD_VALUES)]
     specs = [c for c in dict.fromkeys(names) if not c.startswith("lambda=") and start_kind(c)]
     out = []
@@ -371,8 +371,8 @@ def start_cases(controller: Controller, steps: int = 4) -> list[Scenario]:
         for spec in specs:
             sc = case(controller, f"lambda={text},{spec}", steps)
             out.append(Scenario(f"{spec} from λ0 {text} ({start})", "bad_starts", sc.kl, sc.target, sc.lambda0,
-                                f"unusual input {spec} from λ0 {text} ({start})", {"case": spec, "start": start},
-                                sc.inputs[1:]))
+                                f"unusual input {spec} from λ0 {text} ({start})",
+                                {"case": spec, "start": start, "row": start_kind(spec)}, sc.inputs[1:]))
     return out
 
 
