@@ -40,8 +40,9 @@ def line_of(source: KernelSource, text: str) -> int:
 
 @pytest.fixture(scope="module")
 def fixed_evidence(contract, host):
-    return gather(host, contract.source("fixed"), contract.slots, contract.controller("fixed"), static=False,
-                  coverage=False, isolate=False)
+    """The fixed kernel's evidence with the static checks (the preprocessor's views; NVRTC's where installed)."""
+    return gather(host, contract.source("fixed"), contract.slots, contract.controller("fixed"), coverage=False,
+                  isolate=False)
 
 
 def judged_views(evidence, host, source: KernelSource):
@@ -103,12 +104,19 @@ def test_ptx_stores_not_through_a_parameter_are_outside_the_isv():
     assert outside_stores(ptx) == ("st.global.f32 [g_last_kl]", "st.f32 [%rd3+4]")
 
 
+def rows_of(contract, host, name: str) -> dict:
+    """The rows of candidate ``name`` judged in process (no NVRTC, no coverage, no inference)."""
+    evidence = gather(host, candidate(name), contract.slots, contract.controller("fixed"), static=False,
+                      coverage=False, isolate=False)
+    return {f.key: f for f in judge_rows(evidence)}
+
+
 @pytest.mark.parametrize("name", ["device_global_kl", "call_counter"])
 def test_state_outside_the_isv_fails_on_the_cpu(contract, host, name):
-    verdict = evaluate(candidate(name), "fixed", host, contract, static=False, coverage=False, isolate=False)
-    row = verdict.finding("outside_state")
+    rows = rows_of(contract, host, name)
+    row = rows["outside_state"]
     assert not row.ok and row.detail["changed"] and row.detail["sources"] == ["host build's data"]
-    assert verdict.finding("isolation").ok  # the ISV itself is left intact: this is the row that sees it
+    assert rows["isolation"].ok  # the ISV itself is left intact: this is the row that sees it
 
 
 def test_nonfinite_cases_from_other_starting_lambdas_are_judged_by_the_spec(contract, host, fixed_evidence):
@@ -119,17 +127,14 @@ def test_nonfinite_cases_from_other_starting_lambdas_are_judged_by_the_spec(cont
         starts = rows[key].detail["starts"]
         assert {F32(starts["floor"]), F32(starts["ceiling"])} == {F32(ctrl.value("floor")), F32(ctrl.value("ceiling"))}
         assert F32(starts["above floor"]) == np.nextafter(F32(ctrl.value("floor")), F32(np.inf))
-    verdict = evaluate(candidate("nan_reset"), "fixed", host, contract, static=False, coverage=False, isolate=False)
-    row = verdict.finding("nonfinite")
+    row = rows_of(contract, host, "nan_reset")["nonfinite"]
     assert not row.ok and row.measured == row.documented  # every pinned case holds: only other λ0 show it
     assert row.where.scenario.startswith("kl=nan from λ0")
 
 
 def test_a_write_before_the_isv_is_not_reported_as_the_neighbours_slot(contract, host):
     source = candidate("oob_before_3")
-    evidence = gather(host, source, contract.slots, contract.controller("fixed"), static=False, coverage=False,
-                      isolate=False)  # no inference: its unpadded ISV would put isv[-3] in a guard page, here
-    row = next(f for f in judge_rows(evidence) if f.key == "isolation")
+    row = rows_of(contract, host, "oob_before_3")["isolation"]  # no inference: its unpadded ISV faults, here
     offset = -int(source.text.split("isv[-", 1)[1].split("]", 1)[0])
     assert not row.ok and row.detail["written"] == [offset] and row.where.slots == (offset,)
 

@@ -52,7 +52,9 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     Compiles first (a compile error is the caller's to report: :class:`SuiteError`, exit 2). ``isolate``:
     the candidate's code runs in child processes only, each request under a limit (``timeout`` s: a
     fixed limit, the ``--timeout`` override; None: derived from the reference); ``isolate=False`` runs it
-    here, unprotected (trusted kernels only). ``static``: NVRTC's PTX rules where NVRTC is installed.
+    here, unprotected (trusted kernels only). ``static``: the static checks of the source: the candidate
+    preprocessed as the device compilers and the host build see it (the device_view row; needs the host's C++
+    compiler), and NVRTC's PTX rules where NVRTC is installed.
     ``coverage``: gcov line and branch counts where g++ and gcov are. ``inference``: the rule the kernel
     behaves as. ``sanitize``: compute-sanitizer's memcheck and initcheck (needs a GPU). ``progress``
     receives one line per experiment group.
@@ -60,17 +62,20 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     say = progress or (lambda _line: None)
     notes, unavailable = [], set()
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
-    # The candidate as the device compilers and the host build preprocess it: subprocesses of the host's compiler,
-    # started now and read at the end (they overlap the runs; nothing of the candidate runs in them).
-    try:
-        cxx = get_backend("host").cxx
-    except BackendUnavailable as err:
-        cxx = None
-        notes.append(f"device and host views not compared: {err}")
-        unavailable.add("device_view")
-    pool = ThreadPoolExecutor(1)
-    views = pool.submit(device_view.measure, cxx, source) if cxx else None
-    pool.shutdown(wait=False)
+    # The candidate as the device compilers and the host build preprocess it (a static check of the source, with
+    # the PTX rules): subprocesses of the host's compiler, started now and read at the end (they overlap the runs;
+    # nothing of the candidate runs in them).
+    views, cxx = None, None
+    if static:
+        try:
+            cxx = get_backend("host").cxx
+        except BackendUnavailable as err:
+            notes.append(f"device and host views not compared: {err}")
+            unavailable.add("device_view")
+    if cxx:
+        pool = ThreadPoolExecutor(1)
+        views = pool.submit(device_view.measure, cxx, source)
+        pool.shutdown(wait=False)
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.nvrtc_unavailable()
