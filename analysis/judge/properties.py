@@ -622,7 +622,7 @@ def outside_state(ev: Evidence) -> Finding:
     """The kernel keeps no state outside the ISV: on the host build, none of its own writable data objects (a
     ``__device__`` or ``__constant__`` variable, a ``static``) changed over the runs; in the PTX (where NVRTC ran),
     no store goes anywhere but through the ISV pointer."""
-    st, static = ev.state, ev.static
+    st, static = (ev.state if ev.state is not None and ev.state.measured else None), ev.static
     changed = [list(c) for c in st.changed] if st is not None else []
     stores = list(static.outside_stores) if static is not None else []
     sources = (["host build's data"] if st is not None else []) + (["PTX"] if static is not None else [])
@@ -631,7 +631,7 @@ def outside_state(ev: Evidence) -> Finding:
     if not sources:
         detail["not_measured"] = ("this backend's build cannot be read for its data, and NVRTC is not available "
                                   "for the PTX rule")
-    bad = [f"{name} ({n} byte(s) changed)" for name, n in changed] + [f"PTX {s}" for s in stores]
+    bad = [f"{name} differs from its load image" for name, _ in changed] + [f"PTX {s}" for s in stores]
     where = Where(scenario="state outside the ISV: " + "; ".join(bad[:4]), event="state") if bad else None
     return Finding(key="outside_state", title="no state outside the ISV (device variables, statics)",
                    ok=bool(sources) and not bad, unit="objects", documented=0, predicted=0, measured=len(bad),
@@ -640,8 +640,9 @@ def outside_state(ev: Evidence) -> Finding:
 
 def outside_state_causes(f: Finding, text: str) -> list[Difference]:
     """A failing outside_state row's cause: the first line that declares one of the objects written."""
-    names = [name.split("::")[-1].split("(")[0] for name, _ in f.detail.get("changed", [])]
-    names += [m.group(1) for s in f.detail.get("stores", []) for m in [re.search(r"\[([A-Za-z_]\w*)", s)] if m]
+    names = [name for name, _ in f.detail.get("changed", [])]
+    names += [m.group(1) for s in f.detail.get("stores", []) for m in [re.search(r"\[([A-Za-z_][\w:]*)", s)] if m]
+    names = [name.split("::")[-1] for name in names]  # a function-local static: the function's name, then its own
     if f.ok or not names:
         return []
     lines = code_lines(text)

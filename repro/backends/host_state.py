@@ -111,11 +111,11 @@ def changed_objects(library: Path, function) -> HostState:
         diff = sum(a != b for a, b in zip(now, obj.initial, strict=True))
         if diff:
             changed.append((obj.name, diff))
-    names = _demangled([o.name for o in objects])
+    names = demangled([o.name for o in objects])
     return HostState(tuple(names.values()), tuple((names[n], d) for n, d in changed))
 
 
-def _demangled(names: list[str]) -> dict[str, str]:
+def demangled(names: list[str]) -> dict[str, str]:
     """Each C++ symbol as its source spells it (``rl_q_distill_lambda_controller::calls`` for a function-local
     static), where c++filt is installed; else as the symbol table has it."""
     tool = shutil.which("c++filt")

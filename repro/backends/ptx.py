@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from repro.backends.host_state import demangled
 from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
@@ -124,6 +125,13 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     return ptx.decode(errors="replace").rstrip("\x00"), log_text
 
 
+def _readable(stores: tuple[str, ...]) -> tuple[str, ...]:
+    """The stores with a C++ symbol as its source spells it (``[_ZZ…E5calls]`` → ``[rl_q_…::calls]``)."""
+    symbols = sorted({m.group(1) for s in stores for m in [re.search(r"\[(_Z\w+)", s)] if m})
+    names = demangled(symbols)
+    return tuple(re.sub(r"\[(_Z\w+)", lambda m: "[" + names.get(m.group(1), m.group(1)), s) for s in stores)
+
+
 def _ptxas_number(log: str, pattern: str) -> int | None:
     found = re.findall(pattern, log)
     return sum(int(x) for x in found) if found else None
@@ -142,7 +150,7 @@ def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
         atomics=tuple(sorted(set(_ATOMIC.findall(ptx)))),
         local_accesses=len(_LOCAL.findall(ptx)),
         global_stores=len(_GLOBAL_STORE.findall(ptx)),
-        outside_stores=outside_stores(ptx),
+        outside_stores=_readable(outside_stores(ptx)),
         registers=_ptxas_number(block, r"Used (\d+) registers"),
         stack_bytes=_ptxas_number(block, r"(\d+) bytes stack frame"),
         spill_bytes=None if None in spills else sum(spills),
