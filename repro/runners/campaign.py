@@ -11,6 +11,8 @@ or hangs, re-run its scenarios one by one to find the culprit.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from repro.backends.base import CompiledKernel
@@ -42,6 +44,9 @@ def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[li
     return held[1]
 
 
+#: Groups run per (process, kernel source): the ``state`` group runs the catalogue itself where none ran.
+_SERVED: dict[tuple[int, str], int] = {}
+
 #: scenario_groups' answers by (id of the controller, seed), with the controller kept so that the id stays its own.
 _GROUPS: dict[tuple[int, int], tuple[Controller, dict]] = {}
 
@@ -66,13 +71,17 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
 
     Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`;
     ``state`` the build's writable data against its load image (:class:`repro.backends.host_state.HostState`, or
-    ``False`` where the backend cannot read it), after one more pass of the catalogue, so that it is never read
-    on no runs (a fresh worker): it runs last, after every other group in the same worker.
+    ``False`` where the backend cannot read it): it runs last, after every other group in the same worker; in a
+    process that has run no group of this kernel yet, after one pass of the catalogue, so that it never reads a
+    library no run touched.
     """
+    served = (os.getpid(), kernel.source.sha256)  # a forked worker is a process of its own: it starts at none
     if group == "state":
-        run_scenarios(kernel, scenario_groups(controller, seed)["catalogue"][0], "looped")
+        if not _SERVED.get(served):  # a fresh worker (one replaced after a crash): the catalogue once, read after it
+            run_scenarios(kernel, scenario_groups(controller, seed)["catalogue"][0], "looped")
         found = kernel.outside_state()
         return False if found is None else found
+    _SERVED[served] = _SERVED.get(served, 0) + 1
     if group == "onsets":
         return onsets(kernel, onset_targets(controller), controller.value("seed_lambda"))
     if group == "threads":
