@@ -87,8 +87,9 @@ def test_host_state_names_the_device_variables_a_run_changed(contract, host):
     controller = contract.controller("fixed")
     for name, changed in (("device_global_kl", {"g_last_kl"}), ("call_counter", {"g_calls"}), ("constant_memory", set())):
         kernel = host.compile(candidate(name), contract.slots)
+        run_group(kernel, controller, "catalogue")
         state = run_group(kernel, controller, "state")
-        assert state.measured and state.objects, name
+        assert state.measured and state.objects and state.runs, name
         assert {n for n, _ in state.changed} == changed, name
     assert run_group(host.compile(contract.source("fixed"), contract.slots), controller, "state").objects == ()
 

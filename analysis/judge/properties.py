@@ -622,15 +622,19 @@ def outside_state(ev: Evidence) -> Finding:
     """The kernel keeps no state outside the ISV: on the host build, none of its own writable data objects (a
     ``__device__`` or ``__constant__`` variable, a ``static``) changed over the runs; in the PTX (where NVRTC ran),
     no store goes anywhere but through the ISV pointer."""
-    st, static = (ev.state if ev.state is not None and ev.state.measured else None), ev.static
+    st, static = ev.state, ev.static
+    unread = ("" if st is not None and st.measured and st.runs else
+              "this backend's build cannot be read for its data" if st is None else
+              f"the host build's data could not be read ({st.why})" if not st.measured else
+              "the host build's data was read in a worker that ran no experiment (started after a hang)")
+    st = None if unread else st
     changed = [list(c) for c in st.changed] if st is not None else []
     stores = list(static.outside_stores) if static is not None else []
     sources = (["host build's data"] if st is not None else []) + (["PTX"] if static is not None else [])
     detail = {"changed": changed, "objects": list(st.objects) if st is not None else [], "stores": stores,
-              "sources": sources}
+              "sources": sources, **({"unread": unread} if unread else {})}
     if not sources:
-        detail["not_measured"] = ("this backend's build cannot be read for its data, and NVRTC is not available "
-                                  "for the PTX rule")
+        detail["not_measured"] = f"{unread}, and NVRTC's PTX rule did not run"
     bad = [f"{name} differs from its load image" for name, _ in changed] + [f"PTX {s}" for s in stores]
     where = Where(scenario="state outside the ISV: " + "; ".join(bad[:4]), event="state") if bad else None
     return Finding(key="outside_state", title="no state outside the ISV (device variables, statics)",

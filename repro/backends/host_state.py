@@ -45,6 +45,7 @@ class HostState:
     changed: tuple[tuple[str, int], ...]
     measured: bool = True  # False: this build's data could not be read (not an ELF64 little-endian library)
     why: str = ""
+    runs: int = 0  # experiment groups this process ran on the kernel before reading it (0: the read shows nothing)
 
 
 def data_objects(path: Path) -> tuple[DataObject, ...] | None:

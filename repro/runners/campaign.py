@@ -12,6 +12,7 @@ or hangs, re-run its scenarios one by one to find the culprit.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[li
     return held[1]
 
 
-#: Groups run per (process, kernel source): the ``state`` group runs the catalogue itself where none ran.
+#: Groups run per (process, kernel source): what the ``state`` group's read comes after.
 _SERVED: dict[tuple[int, str], int] = {}
 
 #: scenario_groups' answers by (id of the controller, seed), with the controller kept so that the id stays its own.
@@ -71,16 +72,14 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
 
     Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`;
     ``state`` the build's writable data against its load image (:class:`repro.backends.host_state.HostState`, or
-    ``False`` where the backend cannot read it): it runs last, after every other group in the same worker; in a
-    process that has run no group of this kernel yet, after one pass of the catalogue, so that it never reads a
-    library no run touched.
+    ``False`` where the backend cannot read it), with the number of groups this process ran on the kernel before
+    (it runs last, after every other group in the same worker; a worker started after a hang ran none: its read
+    shows nothing, and the row says so). It runs nothing itself: a scenario that hangs or crashes is not met again.
     """
     served = (os.getpid(), kernel.source.sha256)  # a forked worker is a process of its own: it starts at none
     if group == "state":
-        if not _SERVED.get(served):  # a fresh worker (one replaced after a crash): the catalogue once, read after it
-            run_scenarios(kernel, scenario_groups(controller, seed)["catalogue"][0], "looped")
         found = kernel.outside_state()
-        return False if found is None else found
+        return False if found is None else replace(found, runs=_SERVED.get(served, 0))
     _SERVED[served] = _SERVED.get(served, 0) + 1
     if group == "onsets":
         return onsets(kernel, onset_targets(controller), controller.value("seed_lambda"))
