@@ -8,7 +8,8 @@ loads it as (its initial bytes; zeros in ``.bss``). Any byte changed is state ke
 symbol. The harness and the shim define no such object (their launch coordinates are thread-local); the
 toolchain's (``completed.0``, written only when the library unloads) are left out by name.
 
-Reads only the library file and this process's memory at the symbols' addresses; no candidate code runs here.
+Reads only the library file and this process's memory at the symbols' addresses; no candidate code runs here,
+and no process starts (it runs in the sandboxed worker; :func:`readable` names the symbols in the gate's process).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import ctypes
 import shutil
 import struct
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 _SHF_WRITE, _SHF_TLS = 0x1, 0x400
@@ -112,8 +113,15 @@ def changed_objects(library: Path, function) -> HostState:
         diff = sum(a != b for a, b in zip(now, obj.initial, strict=True))
         if diff:
             changed.append((obj.name, diff))
-    names = demangled([o.name for o in objects])
-    return HostState(tuple(names.values()), tuple((names[n], d) for n, d in changed))
+    return HostState(tuple(o.name for o in objects), tuple(changed))
+
+
+def readable(state: HostState) -> HostState:
+    """``state`` with its C++ symbols as the source spells them (:func:`demangled`). Not in the worker that read
+    it: the sandbox lets no worker start a process, and c++filt is one."""
+    names = demangled([*state.objects, *(n for n, _ in state.changed)])
+    return replace(state, objects=tuple(names[n] for n in state.objects),
+                   changed=tuple((names[n], d) for n, d in state.changed))
 
 
 def demangled(names: list[str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from repro.backends import Backend, device_view, get_backend, ptx
+from repro.backends import Backend, device_view, get_backend, host_state, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -150,5 +150,6 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
     return replace(evidence, static=static_report, coverage=coverage_report, sanitizer=reports, faults=faults,
                    device_views=views.result() if views is not None else None,
+                   state=host_state.readable(evidence.state) if evidence.state is not None else None,
                    notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name,
                    device=backend.describe())
