@@ -226,24 +226,34 @@ def scenario_grid(traj, scenarios: list[str], titles: dict[str, str] | None = No
 
 
 def bad_input(outcomes: pd.DataFrame):
-    """Figure 7: what one step does to λ for each unusual value, per slot and KL regime, per controller."""
-    columns = list(dict.fromkeys(outcomes.column))
+    """Figure 7: what one step does to λ for each unusual value, per slot and KL regime, per controller; the KL
+    and target values from each starting λ (the floor, just above it, the seed, mid-band, the ceiling)."""
+    order = ("floor", "above floor", "seed", "mid-band", "ceiling")
+    outcomes = outcomes.assign(rank=[order.index(s) if s in order else len(order) for s in outcomes.start])
+    outcomes = outcomes.sort_values("rank", kind="stable")
+    keys = list(dict.fromkeys(zip(outcomes.column, outcomes.start, strict=True)))
+    keys.sort(key=lambda k: (0 if k[0] == "KL" else 1 if k[0] == "target" else 2))  # stable: starts in order
     values = list(dict.fromkeys(outcomes.value))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.95 * len(keys) + 2), 9.5))
     for ax, name in zip(axes, ("original", "fixed"), strict=True):
         d = outcomes[outcomes.controller == name]
-        ax.set(xlim=(0, len(columns)), ylim=(len(values), 0))
+        ax.set(xlim=(0, len(keys)), ylim=(len(values), 0))
         for _, r in d.iterrows():
-            i, j = values.index(r.value), columns.index(r.column)
+            i, j = values.index(r.value), keys.index((r.column, r.start))
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=OUTCOME_COLORS.get(r.outcome, "#fb6a4a"), ec="white"))
-            ax.text(j + 0.5, i + 0.5, r.outcome, ha="center", va="center", fontsize=8)
-        ax.set_xticks(np.arange(len(columns)) + 0.5, columns, fontsize=8)
+            ax.text(j + 0.5, i + 0.5, r.outcome, ha="center", va="center", fontsize=7)
+        lambda0 = {(c, s): v for c, s, v in zip(d.column, d.start, d.lambda0, strict=True)}
+        labels = [column if column.startswith("λ") else
+                  f"{column}\nλ0 {np.format_float_positional(np.float32(lambda0.get((column, start), np.nan)), unique=True)}"
+                  f"\n({start})" for column, start in keys]
+        ax.set_xticks(np.arange(len(keys)) + 0.5, labels, fontsize=7)
         ax.set_yticks(np.arange(len(values)) + 0.5, values, fontsize=8)
         ax.tick_params(length=0)
         ax.grid(False)
         ax.set_title(LABELS[name], color=COLORS[name])
-    axes[0].set_ylabel("the unusual value")
-    fig.suptitle("Bad input: what one step does to λ (other inputs valid: seed λ, target, KL in the named regime)")
+        ax.set_ylabel("the unusual value")
+    fig.suptitle("Bad input: what one step does to λ, from several starting λ (other inputs valid: target, KL in the "
+                 "named regime)")
     return tight(fig)
 
 

@@ -29,7 +29,8 @@ FIGURES = {
     "fig5_oscillation_recovery.png": "Oscillation and recovery: the square-wave sawtooth, and the steps needed "
     "to regain the seed λ after an aligned stretch.",
     "fig6_scenarios.png": "The scenario grid: every catalogue scenario, both controllers.",
-    "fig7_bad_input.png": "Bad input: what one step does to λ for NaN, ±inf, 0, −0, negative and subnormal inputs.",
+    "fig7_bad_input.png": ("Bad input: what one step does to λ for NaN, ±inf, 0, −0, negative and subnormal inputs, "
+                           "from several starting λ."),
     "fig8_closed_loop.png": "Closed loop: λ and q_pi_agree over steps with each controller kernel driving the "
     "distillation toy (repro/toy/), default parameters, seed 0.",
     "fig9_ablation.png": "Which fix matters: collapse fraction for all 16 combinations of the four changes, over the "

@@ -349,3 +349,41 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
                          target, lam, "constant KL inside the band", {"target": target, "kl": float(kl)})
                 for kl in kls for lam in lambdas]
     return out
+
+
+def start_lambdas(controller: Controller) -> dict[str, np.float32]:
+    """The starting λ the guard and non-finite cases are also run from, besides the seed (the pinned cases'):
+    the floor, the float just above it, mid-band (halfway between floor and ceiling) and the ceiling (where a
+    rule has no floor or ceiling, :func:`start_points`' stand-ins). A start equal to the seed is left out."""
+    low, high = (F32(x) for x in start_points(controller))
+    starts = {"floor": low, "above floor": np.nextafter(low, F32(np.inf)), "mid-band": F32((float(low) + float(high)) / 2),
+              "ceiling": high}
+    seed = F32(controller.value("seed_lambda"))
+    return {name: lam for name, lam in starts.items() if lam.view(np.uint32) != seed.view(np.uint32)}
+
+
+def start_cases(controller: Controller, steps: int = 4) -> list[Scenario]:
+    """The guard cases and the non-finite cases that leave λ valid (every case naming KL or the target, each
+    catalogue bad value of KL and of the target), from each of :func:`start_lambdas`. Named
+    ``CASE from λ0 VALUE (START)``; ``params``: the case, the start's name, the row that judges it (:func:`start_kind`)."""
+    names = [*guard_cases(), *controller.nonfinite, *(f"{slot}={v}" for slot in ("kl", "target") for v in BAD_VALUES)]
+    specs = [c for c in dict.fromkeys(names) if not c.startswith("lambda=") and start_kind(c)]
+    out = []
+    for start, lam in start_lambdas(controller).items():
+        text = np.format_float_positional(lam, unique=True, trim="-")
+        for spec in specs:
+            sc = case(controller, f"lambda={text},{spec}", steps)
+            out.append(Scenario(f"{spec} from λ0 {text} ({start})", "bad_starts", sc.kl, sc.target, sc.lambda0,
+                                f"unusual input {spec} from λ0 {text} ({start})",
+                                {"case": spec, "start": start, "row": start_kind(spec)}, sc.inputs[1:]))
+    return out
+
+
+def start_kind(spec: str) -> str:
+    """Which row judges a case from other starting λ: ``nonfinite`` (a NaN or ±inf input), ``guards`` (a value
+    ≤ 0), "" (neither: an ordinary value, left to the catalogue)."""
+    values = [float(raw) for key, _, raw in (p.partition("=") for p in spec.split(","))
+              if not (key.strip() == "kl" and raw.strip() in REGIMES)]
+    if any(not math.isfinite(v) for v in values):
+        return "nonfinite"
+    return "guards" if any(v <= 0 for v in values) else ""
