@@ -46,11 +46,12 @@ def test_an_unknown_key_or_table_is_an_error_naming_its_line(tmp_path, old, new,
 def test_a_typo_inside_a_property_or_release_is_an_error(tmp_path):
     bad = tmp_path / "c.toml"
     for old, new, word in (("floor = { value = 0.05,", "floor = { valeu = 0.05, value = 0.05,", "valeu"),
-                           ('release = { project = "joschu/modular_rl",', 'release = { projet = "x", project = "joschu/modular_rl",', "projet"),
+                           ('release = { project = "joschu/modular_rl",',
+                            'release = { projet = "x", project = "joschu/modular_rl",', "projet"),
                            ('horizon = { value = 10000.0,', 'horizn = { value = 10000.0,', "horizn")):
         text = TEXT.replace(old, new, 1)
         bad.write_text(text, encoding="utf-8")
-        with pytest.raises(SuiteError, match=rf":{_line_of(text, next(l for l in text.splitlines() if word in l))}: "
+        with pytest.raises(SuiteError, match=rf":{_line_of(text, next(line for line in text.splitlines() if word in line))}: "
                            rf"unknown .*'{word}'"):
             load(bad)
 

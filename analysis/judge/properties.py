@@ -92,8 +92,8 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
         ok = where is None
     else:
         ok = where is None and extreme == bound
-    return Finding(key=key, title=f"{key} (never crossed{'' if ev.controller.stateful else ', reached and held'})", ok=ok, unit="λ", documented=doc.value,
-                   predicted=bound, measured=extreme,
+    title = f"{key} (never crossed{'' if ev.controller.stateful else ', reached and held'})"
+    return Finding(key=key, title=title, ok=ok, unit="λ", documented=doc.value, predicted=bound, measured=extreme,
                    detail={"extreme": "lowest" if lowest else "highest", "held_from": held}, where=where,
                    line=doc.line, doc=doc.doc)
 
