@@ -106,6 +106,13 @@ def test_the_gate_judges_against_the_users_file_and_names_its_line(tmp_path, cap
     assert f"{mine}:{line}" in out, out
     assert CONTRACTS.read_bytes() == before
     assert contract_module.current() == CONTRACTS  # the choice ended with the command
+    # and nothing measured under the user's values is reused for the tracked entry of the same name
+    from analysis.cli.evaluate import evaluate
+    from repro.backends import get_backend
+
+    tracked = load()
+    verdict = evaluate(tracked.source("fixed"), "fixed", get_backend("host"), tracked, coverage=False)
+    assert [f.key for f in verdict.findings if not f.ok] == []
 
 
 def test_replay_reads_the_chosen_file(tmp_path, capsys):

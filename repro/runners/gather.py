@@ -97,7 +97,8 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     else:
         ref = load_kernel(controller.kernel, controller.symbol)
         start = time.perf_counter()
-        times, results = _reference((backend.name, ref.sha256, controller.name, seed, inference, slots),
+        # the entry's values, not its name, key the reuse: a --contracts file may give "fixed" other values
+        times, results = _reference((backend.name, ref.sha256, repr(controller), seed, inference, slots),
                                     lambda: time_reference(backend, ref, slots, controller, seed, inference))
         say(f"reference {ref.origin}: {sum(times.values()):.2f} s in all (timed {time.perf_counter() - start:.2f} s ago)")
         budget = derive_budget(times)
@@ -123,7 +124,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
                 ref_times = None
                 if timeout is None:
                     ref = ref or load_kernel(controller.kernel, controller.symbol)
-                    ref_times = _reference(("coverage", ref.sha256, controller.name, seed, slots),
+                    ref_times = _reference(("coverage", ref.sha256, repr(controller), seed, slots),
                                            lambda: cov.reference_times(host, ref, slots, controller, seed))
                 coverage_report = cov.measure(host, source, slots, controller, timeout, seed,
                                               skip=frozenset(f.group for f in evidence.faults),
