@@ -287,7 +287,7 @@ class DeepLoop:
             self.advance(n)
             done += n
             if done % cfg.eval_every == 0:
-                if done == cfg.warmup:
+                if self.probe_obs is None and done >= cfg.warmup:  # the first evaluation at or after the warm-up
                     self.draw_probe()
                 records.append(self.evaluate())
                 steps_at.append(done)

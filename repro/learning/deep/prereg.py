@@ -64,6 +64,7 @@ class Prereg3:
     trim_order: tuple[str, ...]
     reduced: dict
     env_overrides: dict
+    min_original_fraction: float
     path: str
 
     def loop_config(self, cell: Cell, **changes) -> LoopConfig:
@@ -105,7 +106,8 @@ def load(path: Path | str = PREREGISTERED_3) -> Prereg3:
             raise SuiteError(f"{path}: cell names repeat")
         loop = replace(loop, region_threshold=cal["region_threshold"])
         return Prereg3(loop, cal["beta"], cal["tau_unit"], data["study"]["seed"], tuple(cells), endpoint,
-                       tuple(data["trim"]["order"]), data.get("reduced", {}), data.get("env", {}), path.resolve().relative_to(ROOT).as_posix()
+                       tuple(data["trim"]["order"]), data.get("reduced", {}), data.get("env", {}),
+                       data["falsification"]["min_original_fraction"], path.resolve().relative_to(ROOT).as_posix()
                        if path.resolve().is_relative_to(ROOT) else str(path))
     except KeyError as err:
         raise SuiteError(f"{path}: missing key {err}") from None

@@ -59,22 +59,70 @@ def build_rows(backend, cells, seeds: int, arms_of, beta: float, tau_unit: float
 
 
 def run(backend, cfg: LoopConfig, cells, seeds: int, arms_of, beta: float, tau_unit: float, seed: int,
-        device="cpu", mode="batched", graph=False, candidate=None, trace_per_arm: int = 0, progress=None) -> dict:
-    """One batched loop over ``cells`` (all of one task); returns the entries and the per-run series."""
-    envs = {c.env for c in cells}
-    if len(envs) != 1:
-        raise SuiteError("one loop runs one task: split the cells by env")
-    cfg = LoopConfig(**{**cfg.__dict__, "env": envs.pop()})
+        device="cpu", mode="batched", graph=False, candidate=None, trace_of=None, progress=None) -> dict:
+    """One batched loop over ``cells`` (all of one task and π width); returns its entries and per-run series.
+
+    ``trace_of(arm, cell, i)`` picks the runs whose λ and KL EMA are kept at every step.
+    """
     rows, entries = build_rows(backend, cells, seeds, arms_of, beta, tau_unit, cfg.steps, candidate)
     trace_rows = None
-    if trace_per_arm:
-        trace_rows = np.array([k for a in rows.arms for k in range(a.start, min(a.stop, a.start + trace_per_arm))])
+    if trace_of is not None:
+        trace_rows = np.array([k for k, (arm, cell, _, i) in enumerate(entries) if trace_of(arm, cell, i)], dtype=int)
+        trace_rows = trace_rows if trace_rows.size else None
     loop = DeepLoop(cfg, rows, backend, backend_slots(), device=device, mode=mode, seed=seed, trace_rows=trace_rows)
     out = loop.run(graph=graph, progress=progress)
     series = {k: out[k] for k in KEPT if k in out}
-    return {"entries": entries, "series": series, "eval_steps": out["eval_steps"], "seconds": float(out["seconds"]),
+    return {"entries": [(arm, cell.name, u, i) for arm, cell, u, i in entries], "series": series,
+            "eval_steps": out["eval_steps"], "seconds": float(out["seconds"]),
             "trace_rows": trace_rows, "trace_kl": out.get("trace_kl"), "trace_lambda": out.get("trace_lambda"),
-            "rows": rows}
+            "cfg": cfg}
+
+
+def run_study(backend, prereg, device="cpu", graph=False, reduced=False, candidate=None, cells=None,
+              seeds=None, steps=None, mode="batched", trace_of=None, progress=None, deadline=None) -> dict:
+    """The pre-registered study (or its ``reduced`` form; or ``candidate`` beside the fixed kernel): one loop per
+    ``task/π width`` in the pre-registered order. ``deadline`` (time.perf_counter seconds): a loop that would start
+    after it is not run (reported as such). Returns ``{loop key: run() result}`` and the loops not run."""
+    import time
+
+    chosen = list(prereg.cells)
+    red = prereg.reduced if reduced else {}
+    if red:
+        chosen = [c for c in chosen if c.name in red["cells"]]
+    if cells:
+        unknown = set(cells) - {c.name for c in prereg.cells}
+        if unknown:
+            raise SuiteError(f"unknown cell(s) {', '.join(sorted(unknown))} (declared: "
+                             f"{', '.join(c.name for c in prereg.cells)})")
+        chosen = [c for c in chosen if c.name in cells]
+    if candidate is not None:
+        arms_of = lambda cell: ("candidate", "fixed")
+    elif red:
+        arms_of = lambda cell: tuple(a for a in (*cell.arms, *cell.exploratory_arms) if a in red["arms"])
+    else:
+        arms_of = lambda cell: (*cell.arms, *cell.exploratory_arms)
+    n_seeds = seeds or red.get("seeds") or prereg.endpoint.seeds
+    changes = {k: red[k] for k in ("steps", "warmup", "replay") if k in red}
+    if steps:
+        changes["steps"] = steps
+    loops, skipped = {}, []
+    order = [k for k in prereg.trim_order if any(c.loop_key == k for c in chosen)]
+    for n, key in enumerate(order):
+        group = [c for c in chosen if c.loop_key == key]
+        if deadline is not None and time.perf_counter() > deadline:
+            skipped.append(key)
+            continue
+        cfg = prereg.loop_config(group[0], **changes)
+        if progress:
+            runs = sum(len(arms_of(c)) for c in group) * n_seeds
+            progress(f"[{n + 1}/{len(order)}] {key}: {len(group)} cell(s), {runs} runs × {cfg.steps} steps on "
+                     f"{backend.name} ({device}, {'graph' if graph else 'eager'}) …")
+        loops[key] = run(backend, cfg, group, n_seeds, arms_of, prereg.beta, prereg.tau_unit,
+                         prereg.seed + 7919 * prereg.trim_order.index(key), device=device, mode=mode, graph=graph,
+                         candidate=candidate, trace_of=trace_of, progress=progress)
+        if progress:
+            progress(f"[{n + 1}/{len(order)}] {key} done in {loops[key]['seconds']:.1f} s")
+    return {"loops": loops, "not_run": skipped, "seeds": n_seeds}
 
 
 def backend_slots():
