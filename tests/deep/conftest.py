@@ -1,20 +1,21 @@
-"""Fixtures of the deep loop's tests (issue 34): PyTorch is optional (the ``deep`` dependency group); without it
-every test here is skipped with that reason."""
+"""Fixtures of the deep loop's tests (issue 34). PyTorch is optional (the ``deep`` dependency group): nothing here
+imports it at module level; each test module skips itself, with the reason, where it does not import."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the deep study needs PyTorch (pip install --group deep)")
+from repro.backends import get_backend
+from repro.core.contract import load
 
-from repro.backends import get_backend  # noqa: E402
-from repro.core.contract import load  # noqa: E402
-from repro.learning.deep.loop import LoopConfig  # noqa: E402
-from repro.learning.deep.study import small_loop  # noqa: E402
 
-#: Small enough for the CPU suite: 2 controllers × 3 seeds, 400 steps, a resume event at 200.
-SMALL = LoopConfig(steps=400, eval_every=100, warmup=200, replay=400, batch=16, probe=32, hidden=16, pi_hidden=16)
+@pytest.fixture(scope="session")
+def small():
+    """Small enough for the CPU suite: 400 steps, warm-up 200, 16-unit nets."""
+    from repro.learning.deep.loop import LoopConfig
+
+    return LoopConfig(steps=400, eval_every=100, warmup=200, replay=400, batch=16, probe=32, hidden=16, pi_hidden=16)
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +24,15 @@ def contract():
 
 
 @pytest.fixture(scope="session")
-def host_run():
-    """One small loop on the CPU through the host backend, per-row launches, with its per-step traces."""
+def host_run(small):
+    """One small loop on the CPU through the host backend, per-row launches, with its per-step traces: 2
+    controllers × 3 seeds, a resume event at step 200."""
+    import torch
+
+    from repro.learning.deep.study import small_loop
+
     torch.set_num_threads(1)
-    loop = small_loop(get_backend("host"), ["original", "fixed"], 3, SMALL, mode="per_row", resume=200)
+    loop = small_loop(get_backend("host"), ["original", "fixed"], 3, small, mode="per_row", resume=200)
     out = loop.run()
     return loop, out
 
