@@ -72,7 +72,6 @@ def body(argv: list[str]) -> int:
         raise SuiteError("--cells needs at least one name")
     if args.seeds is not None and not 2 <= args.seeds <= 1000:
         raise SuiteError("--seeds must lie in 2..1000")
-    loop_steps = prereg.reduced.get("steps", prereg.loop.steps) if args.reduced else prereg.loop.steps
     warmup = prereg.reduced.get("warmup", prereg.loop.warmup) if args.reduced else prereg.loop.warmup
     if args.steps is not None and not (warmup < args.steps <= 10**6 and args.steps % prereg.loop.eval_every == 0):
         raise SuiteError(f"--steps must be a multiple of {prereg.loop.eval_every} above the warm-up ({warmup}), "
@@ -81,7 +80,8 @@ def body(argv: list[str]) -> int:
     committed = [p for p in (args.json, args.traces) if p and as_preregistered
                  and Path(p).name.startswith("preregistered_3_")
                  and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
-    if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(os.path.realpath(ROOT / "tests" / "data")):
+    data = os.path.realpath(ROOT / "tests" / "data")
+    if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
     inputs = [("pre-registration", args.prereg or prereg3.PREREGISTERED_3)] + ([("kernel", args.kernel)] if args.kernel else [])
     check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz")], inputs=inputs,
@@ -122,9 +122,13 @@ def body(argv: list[str]) -> int:
                 + (f" p_holm {m['p_holm']:.3g}" if "p_holm" in m else " (exploratory)")) if m else ""
         print(f"{name:12s} {arms}{test}")
     h = result["headline"]
-    print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}"
-          + (" [reduced or partial run: a smoke test, not the pre-registered evidence]" if not as_preregistered else "")
-          + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
+    note = " [reduced or partial run: a smoke test, not the pre-registered evidence]" if not as_preregistered else ""
+    if candidate is None:
+        print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
+              + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
+    elif "p" in h:
+        print(f"candidate vs fixed, primary cell: {h['first']:.1%} vs {h['second']:.1%} collapse, discordant "
+              f"{h['discordant'][0]}:{h['discordant'][1]}, exact McNemar p {h['p']:.3g}{note}")
     if result["not_run"]:
         print(f"not run (budget): {', '.join(result['not_run'])}")
     if args.json:
@@ -149,7 +153,7 @@ def write_traces(path: Path, raw: dict) -> None:
     import numpy as np
 
     arrays = {}
-    for key, loop in raw["loops"].items():
+    for loop in raw["loops"].values():
         if loop.get("trace_rows") is None:
             continue
         rows = list(loop["trace_rows"])

@@ -20,7 +20,6 @@ last finished episode's return. On CUDA the step is captured whole in a CUDA gra
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
