@@ -30,7 +30,8 @@ def test_host_replays_the_recorded_lambda_bits(kernel, window):
     isv0 = np.zeros((1, contract.slots.isv_len), np.float32)
     isv0[0, contract.slots.lambda_] = sc.lambda0
     lam, _ = compiled.run_looped(isv0, sc.kl[:, None], sc.target[:, None])
-    want = rec["lambda"] if window == "cold" else rec["lambda"][1:]
+    span = rec["lambda"][loop_traces.SPANS[window]]
+    want = span if window == "cold" else span[1:]
     np.testing.assert_array_equal(lam[:, 0].view(np.uint32), want.astype(np.float32).view(np.uint32))
 
 
@@ -47,7 +48,7 @@ def test_gate_groups_carry_them(name):
 def test_a_new_recording_alone_becomes_a_scenario(tmp_path):
     """The registry is the file: one more (kernel, window) in it is one more scenario, nothing else edited."""
     path = tmp_path / "t.npz"
-    kl = np.full(5, 0.2, np.float32)
+    kl = np.full(700, 0.2, np.float32)
     np.savez(path, **{"fixed__cold__kl": kl, "fixed__cold__lambda": kl, "fixed__cold__start": np.int64(0)})
     got = loop_traces.scenarios(load().controller("fixed"), path)
-    assert [s.name for s in got] == ["deep_fixed_cold"] and got[0].steps == 5
+    assert [s.name for s in got] == ["deep_fixed_cold"] and got[0].steps == loop_traces.SPANS["cold"].stop

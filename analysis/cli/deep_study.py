@@ -48,6 +48,8 @@ def parser() -> policy.Parser:
     p.add_argument("--eager", action="store_true", help="no CUDA graph (GPU)")
     p.add_argument("--budget", type=float, help="seconds after which no further loop starts (see [trim])")
     p.add_argument("--prereg", type=policy.path, help="pre-registration TOML (default studies/preregistered_3.toml)")
+    p.add_argument("--markdown", type=policy.path, help="write the study's section here, its two figures beside it")
+    p.add_argument("--from-json", type=policy.path, help="with --markdown: draw from this study JSON instead of running")
     return p
 
 
@@ -66,6 +68,8 @@ def body(argv: list[str]) -> int:
     from repro.learning.deep import prereg as prereg3
     from repro.learning.deep import study
 
+    if args.from_json:
+        return from_json(args)
     prereg = prereg3.load(args.prereg or prereg3.PREREGISTERED_3)
     cells = [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells is not None else None
     if cells == []:
@@ -84,8 +88,8 @@ def body(argv: list[str]) -> int:
     if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
     inputs = [("pre-registration", args.prereg or prereg3.PREREGISTERED_3)] + ([("kernel", args.kernel)] if args.kernel else [])
-    check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz")], inputs=inputs,
-                  committed=committed)
+    check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz"),
+                   Output("--markdown", args.markdown, suffix=".md")], inputs=inputs, committed=committed)
     candidate = None
     if args.kernel:
         candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
@@ -135,6 +139,8 @@ def body(argv: list[str]) -> int:
         write_text(args.json, render.strict_json(result, separators=(",", ":")))
     if args.traces:
         write_traces(args.traces, result_raw)
+    if args.markdown:
+        write_markdown(args.markdown, result)
     print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
     if candidate is not None and "mcnemar" in result["cells"].get("primary", {}):
         c = result["cells"]["primary"]
@@ -175,3 +181,42 @@ def write_traces(path: Path, raw: dict) -> None:
     np.savez_compressed(buf, **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buf.getvalue())
+
+
+def write_markdown(path: Path, result: dict) -> None:
+    """The report's section on the study, with its figures drawn beside ``path`` (``<stem>_<figure>``)."""
+    from analysis.present import deep_plots, deep_section, plots
+
+    drawn = {}
+    for name, draw in (("cells", lambda: deep_plots.cells(result)),
+                       ("incident", lambda: deep_plots.incident(result, deep_section.primary_kl_target()))):
+        target = path.with_name(f"{path.stem}_{name}.png")
+        plots.save(draw(), target)
+        drawn[name] = target.name
+    lines = deep_section.section(result, figures=False)
+    lines += [f"![{deep_section.FIGURES['fig_deep_' + k + '.png']}]({v})" for k, v in drawn.items()] + [""]
+    write_text(path, "\n".join(lines))
+
+
+def from_json(args) -> int:
+    """``--from-json J --markdown M``: the section and figures of a study already run (no loop runs)."""
+    import json
+
+    if not args.markdown:
+        raise SuiteError("--from-json draws the section: give --markdown")
+    given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget") if getattr(args, o)]
+    if given or args.reduced:
+        raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
+    committed = [args.markdown] if Path(os.path.realpath(args.markdown)).is_relative_to(os.path.realpath(RESULTS)) \
+        and args.markdown.name.startswith("preregistered_3_") else []
+    check_outputs([Output("--markdown", args.markdown, suffix=".md")], inputs=[("study JSON", args.from_json)],
+                  committed=committed)
+    try:
+        result = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SuiteError(f"--from-json {args.from_json}: cannot read the study JSON ({err})") from None
+    if result.get("study") != "preregistered_3":
+        raise SuiteError(f"--from-json {args.from_json}: not a third-study JSON")
+    write_markdown(args.markdown, result)
+    print(f"wrote {args.markdown}")
+    return 0

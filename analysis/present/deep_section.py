@@ -124,6 +124,45 @@ def fix_worse(result: dict) -> list[str]:
             + (", ".join(better) if better else "none") + "."]
 
 
+def _final(a: dict, key: str) -> float:
+    """The last finite value of an arm's median series ``key``."""
+    xs = [x for x in a["median_series"][key] if x is not None]
+    return xs[-1] if xs else float("nan")
+
+
+def reading(result: dict) -> list[str]:
+    """What the cells say, each number read from the JSON: where λ went, the constant-λ bracket, the cells where λ
+    sat at the floors."""
+    first, second = result["pair"]
+    p = result["cells"].get("primary")
+    if not p or first not in p["arms"]:
+        return []
+    arms = p["arms"]
+    out = [f"- **Where λ went (primary cell).** Median final λ: {first} {_median(arms[first]['per_seed']['final_lambda']):.3g}, "
+           f"{second} {_median(arms[second]['per_seed']['final_lambda']):.3g}; the median KL EMA they saw at the end: "
+           f"{_final(arms[first], 'kl_ema'):.3g} and {_final(arms[second], 'kl_ema'):.3g} nats (KL target "
+           f"{primary_kl_target()}): neither kernel's λ stayed low here, so the decay towards the floor that the "
+           f"incident needs did not happen in this cell."]
+    lost = [a for a, v in arms.items() if math.isnan(_median(v["per_seed"]["final_lambda"]))]
+    if lost:
+        out.append(f"- **λ lost (exploratory arms):** {', '.join(lost)}: median final λ not a finite float32 "
+                   "(no guard, no bound in these rules); their runs' π is then not finite either.")
+    bracket = [f"λ = {a.split(':')[1]} {_ci(arms[a])}" for a in ("const:0", "const:0.05", "const:1") if a in arms]
+    if bracket:
+        out.append("- **The constant-λ bracket (primary cell):** " + ", ".join(bracket) + ": the endpoint fires without "
+                   "distillation and with λ held at the fixed kernel's floor; it does not fire at λ = 1.")
+    floors = [(n, c) for n, c in result["cells"].items() if first in c["arms"] and second in c["arms"]
+              and _median(c["arms"][first]["per_seed"]["final_lambda"]) < 0.01]
+    for n, c in floors:
+        a, b = c["arms"][first], c["arms"][second]
+        const = c["arms"].get("const:0.05")
+        out.append(f"- **Where the original's λ ended at its floor ({n}: median final λ "
+                   f"{_median(a['per_seed']['final_lambda']):.3g} / {_median(b['per_seed']['final_lambda']):.3g}):** "
+                   f"{first} {_ci(a)}, {second} {_ci(b)}" + (f", λ = 0.05 held {_ci(const)}" if const else "")
+                   + f"; discordant {c['mcnemar']['only_first']}:{c['mcnemar']['only_second']}.")
+    return out
+
+
 def section(result: dict | None, figures: bool = True) -> list[str]:
     """The section's markdown lines."""
     if not result:
@@ -140,7 +179,12 @@ def section(result: dict | None, figures: bool = True) -> list[str]:
            f"launch {result['mode']}): " + ", ".join(f"{k} {v:.1f} s" for k, v in secs.items())
            + (f"; not run: {', '.join(result['not_run'])}" if result.get("not_run") else "") + ".", "",
            "### Per cell (primary endpoint; secondary endpoints labelled)", "", *cell_table(result), "",
-           *where_lambda_went(result), "", *fix_worse(result), "",
+           *where_lambda_went(result), "", *fix_worse(result), "", *reading(result), "",
+           "Caveats, from the pre-registration: the calibration's positive control (λ = 0) met the endpoint in a "
+           "minority of its runs; the region R's threshold is the pilot's, not the calibration rule's; CartPole's "
+           "region and τ were not calibrated (exploratory). Trimmed before the run: the KL "
+           "sites 'recent on-policy steps' and 'oldest half of the replay'. The incident figure shows the run the "
+           "pre-registered rule picks; where no run of the original collapses it is labelled so.", "",
            "### Primary cell, every arm (constant λ the bracket; single fixes and peers exploratory)", "",
            *arm_table(result), ""]
     if figures:

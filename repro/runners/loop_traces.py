@@ -25,9 +25,14 @@ from repro.runners.scenarios import Scenario
 
 TRACES = ROOT / "tests" / "data" / "deep_kl_traces.npz"
 TARGET = 0.1  # the primary cell's KL target (studies/preregistered_3.toml)
-WINDOWS = {"cold": "the loop's first steps, the EMA starting from 0",
-           "resume": "around a mid-run EMA restart from 0 with λ kept (a checkpoint without the EMA)",
-           "steady": "the last steps of a 20000-step run"}
+WINDOWS = {"cold": "the loop's first 600 steps, the EMA starting from 0",
+           "resume": "100 steps before to 500 after a mid-run EMA restart from 0 with λ kept (a checkpoint without "
+                     "the EMA)",
+           "steady": "the last 500 steps of a 20000-step run"}
+#: The part of each recorded window the gate replays (the file keeps 2000 steps each): the cold start's ramp, the
+#: restart and its recovery, a stretch of the steady state — short, since every candidate replays them in both
+#: launch modes (3200 steps for the two recording kernels, beside the catalogue's 6640).
+SPANS = {"cold": slice(0, 600), "resume": slice(400, 1000), "steady": slice(-500, None)}
 
 
 @lru_cache(maxsize=4)
@@ -47,12 +52,13 @@ def scenarios(controller: Controller, path: Path = TRACES) -> list[Scenario]:
     """One scenario per recorded (kernel, window), for ``controller``."""
     out = []
     for (kernel, window), rec in sorted(recorded(path).items()):
-        kl, lam = rec["kl"], rec["lambda"]
+        kl, lam = rec["kl"][SPANS[window]], rec["lambda"][SPANS[window]]
         if window == "cold":
             trace, lambda0 = kl, controller.value("seed_lambda")
         else:
             trace, lambda0 = kl[1:], float(lam[0])
         out.append(Scenario(f"deep_{kernel}_{window}", "deep_loop", trace, TARGET, lambda0,
                             f"KL EMA recorded in the deep loop under the {kernel} kernel: {WINDOWS[window]}",
-                            {"recorded_under": kernel, "window": window, "first_step": int(rec["start"])}))
+                            {"recorded_under": kernel, "window": window,
+                             "first_step": int(rec["start"]) + (SPANS[window].start or 0) % max(1, rec["kl"].size)}))
     return out
