@@ -66,7 +66,7 @@ def headline(result: dict) -> str:
     m = c["mcnemar"]
     verdict = {"not reproduced": "**not reproduced**", "reproduced and supported": "**reproduced, and the fix prevents it**",
                "contradicted": "**contradicted: the fix collapses more**"}.get(h["verdict"], h["verdict"])
-    return (f"In the deep loop's primary cell ({a['runs']} seeds) the original collapses in {_ci(a)} of runs, the "
+    return (f"primary cell ({a['runs']} seeds): the original collapses in {_ci(a)} of runs, the "
             f"fixed kernel in {_ci(b)} (discordant {m['only_first']}:{m['only_second']}, exact McNemar p "
             f"{_p(m['p'])}, Holm {_p(m.get('p_holm'))}): {verdict}.")
 
@@ -170,7 +170,7 @@ def section(result: dict | None, figures: bool = True) -> list[str]:
                 "No committed result (studies/results/preregistered_3_cupy.json)."]
     secs = result.get("loop_seconds", {})
     out = ["## The incident end to end: the deep loop (third study, pre-registered)", "",
-           headline(result), "",
+           "In the " + headline(result), "",
            f"Pre-registration `{result['prereg']}` (committed with its calibration before any comparison). "
            f"Primary endpoint: probe batch log10 geometric agreement below {result['endpoint']['threshold']:g} for "
            f"{result['endpoint']['consecutive']} consecutive evaluations after the warm-up; exact McNemar per cell, "

@@ -179,7 +179,7 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
                    f"{toy.best_variant} gives the fewest, {toy.best:.1%}.")
     deep = deep_section.committed()
     if deep:
-        out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch on the H200): {deep_section.headline(deep)}")
+        out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch on the H200), {deep_section.headline(deep)}")
     if report.study2:
         more, fewer, cells = original_vs_fixed(report.study2)
         out.append(f"- **In the learning loop** (second study): in {more} of {cells} task × criterion × regime cells "
