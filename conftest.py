@@ -1,9 +1,9 @@
 """Options, markers and fixtures shared by every test.
 
-Parametrisation runs each test over controllers × backends; the cupy
-backend's tests carry the ``gpu`` marker and are skipped, with the reason,
-where CuPy does not import or no device answers (one collection hook, not a
-skip in every test). ``--kernel=PATH [--contract NAME]`` puts a candidate
+Parametrisation runs each test over controllers × backends (every backend of
+:data:`repro.backends.REGISTRY`, with its entry's markers); a device backend's
+tests carry the ``gpu`` marker and are skipped, with the reason, where it does
+not answer (one collection hook, not a skip in every test). ``--kernel=PATH [--contract NAME]`` puts a candidate
 kernel through the same property tests in place of the in-repo controllers.
 """
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from repro import backends
 from repro.backends import backend_unavailable, get_backend
-from repro.core.contract import load
+from repro.core.contract import choose, load
 from repro.core.kernel_source import load_kernel
-
-BACKENDS = ("host", "cupy")
+from tests.catalogue import subjects
 
 
 def pytest_addoption(parser):
@@ -30,6 +30,8 @@ def pytest_addoption(parser):
     group.addoption("--kernel", type=Path, help="candidate kernel .cu to judge instead of the in-repo controllers "
                     "(write --kernel=PATH)")
     group.addoption("--contract", default="fixed", help="contract entry the --kernel candidate is judged against")
+    group.addoption("--contracts", type=Path, metavar="FILE",
+                    help="with --kernel: the contract file it is judged against (default kernels/contracts.toml)")
     group.addoption("--require-gpu", action="store_true",
                     help="fail, instead of skipping, when the gpu tests cannot run (the GPU suite: tox -e gpu)")
     group.addoption("--bench-slow-ns", type=int, default=0, metavar="NS",
@@ -67,20 +69,34 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--bench-slow-ns must be 0 to {SLOW_NS_MAX} ns, not {ns}")
     if rounds is not None and not 1 <= rounds <= ROUNDS_MAX:
         raise pytest.UsageError(f"--bench-rounds must be 1 to {ROUNDS_MAX}, not {rounds}")
-    path = config.getoption("--kernel", default=None)
+    path, contracts = config.getoption("--kernel", default=None), config.getoption("--contracts", default=None)
+    if contracts is not None and path is None:
+        raise pytest.UsageError("--contracts FILE judges a --kernel candidate: give --kernel=PATH with it")
     if path is None:
         return
     try:
+        if contracts is not None:
+            choose(contracts)  # for the session: load() reads it wherever the tests load the contract
         load().source(config.getoption("--contract"), path)
     except SuiteError as err:
         raise pytest.UsageError(f"--kernel: {err}") from None
+
+
+def _device_unavailable(item, reasons: dict) -> str | None:
+    """Why the ``gpu`` test ``item`` cannot run here: its own backend's reason where it is backend-parametrised,
+    else None when any device backend answers (the first one's reason when none does)."""
+    params = getattr(item, "callspec", None)
+    name = params.params.get("backend_name") if params else None
+    candidates = [name] if name else [e.name for e in backends.REGISTRY.values() if e.device]
+    said = [reasons.setdefault(n, backend_unavailable(n)) for n in candidates]
+    return None if not said or None in said else said[0]
 
 
 def pytest_collection_modifyitems(config, items):
     reasons = {}
     for item in items:
         if item.get_closest_marker("gpu"):  # a marker, not a keyword (a folder named gpu is one)
-            reason = reasons.setdefault("cupy", backend_unavailable("cupy"))
+            reason = _device_unavailable(item, reasons)
             if reason and config.getoption("--require-gpu"):
                 raise pytest.UsageError(f"--require-gpu: {reason}")
             if reason:
@@ -123,21 +139,24 @@ def _device_lock(tmp_path_factory, how: int):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def backend_params(slow_on_host: bool = False):
-    """``host`` and ``cupy`` (the latter marked ``gpu``; the former ``slow`` if asked), for ``parametrize``."""
-    host_marks = [pytest.mark.slow] if slow_on_host else []
-    return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cupy" else host_marks, id=b) for b in BACKENDS]
+def backend_params(slow_on_host: bool = False, device_only: bool = False):
+    """Every registered backend with its entry's markers (a backend that is no device also ``slow`` if asked;
+    only the devices if asked), for ``parametrize``."""
+    return [pytest.param(e.name, id=e.name, marks=[getattr(pytest.mark, m) for m in e.marks]
+                         + ([pytest.mark.slow] if slow_on_host and not e.device else []))
+            for e in backends.REGISTRY.values() if e.device or not device_only]
 
 
 def pytest_generate_tests(metafunc):
     if "backend_name" in metafunc.fixturenames:
-        params = backend_params(slow_on_host=metafunc.definition.get_closest_marker("slow_on_host") is not None)
-        if metafunc.definition.get_closest_marker("device_only"):
-            params = [p for p in params if p.id != "host"]
+        marked = metafunc.definition.get_closest_marker
+        params = backend_params(slow_on_host=marked("slow_on_host") is not None,
+                                device_only=marked("device_only") is not None)
         metafunc.parametrize("backend_name", params, scope="session")
     if "subject" in metafunc.fixturenames:
         candidate = metafunc.config.getoption("--kernel")
-        names = ["candidate"] if candidate else ["fixed", "original"]
+        # the suite's own controllers, read from the contract (tests/catalogue.py): a new entry is a new subject
+        names = ["candidate"] if candidate else subjects(load())
         if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
             from analysis.judge.properties import applicable
 

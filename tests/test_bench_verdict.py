@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.judge.bench_verdict import judge_run, load_baseline, load_run, regressions, thresholds
+from analysis.judge.bench_verdict import frame, gated_count, judge_run, load_baseline, load_run, regressions, thresholds
 from repro.core.errors import SuiteError
 
 # The policy as the README states it (not read from the module under test): a threshold is 3× the baseline's
@@ -77,3 +77,19 @@ def test_a_baseline_folder_needs_two_runs_of_one_machine(tmp_path):
         load_baseline(tmp_path / "nothing")
     with pytest.raises(SuiteError, match="at least two runs"):
         load_baseline(tmp_path)
+
+
+def test_a_baseline_mode_the_run_did_not_measure_is_not_gated_and_not_counted():
+    base = (_run(0.8, 10.0, 9.8), _run(0.8, 10.0, 9.8))
+    host_only = _run(0.8, 10.0, 9.8)
+    host_only = host_only[host_only["mode"] != "graph replay: controller"]
+    checks = {c.mode: c for c in judge_run(host_only, *base)}
+    assert not checks["graph replay: controller"].gated and "not measured" in checks["graph replay: controller"].reason
+    assert gated_count(list(checks.values())) == 1
+    assert gated_count(judge_run(host_only.iloc[0:0].reindex(columns=host_only.columns), *base)) == 0
+
+
+def test_pytest_benchmarks_seconds_per_call_are_read_as_microseconds_per_step():
+    stats = {"median": 2e-3, "q1": 1e-3, "q3": 3e-3, "min": 1e-3, "max": 4e-3, "mean": 2e-3, "stddev": 1e-3, "rounds": 5}
+    row = frame([{"extra_info": {"mode": "m", "kernel": "controller", "steps_per_call": 500}, "stats": stats}]).iloc[0]
+    assert row["median_us"] == pytest.approx(2e-3 * 1e6 / 500) and row["rounds"] == 5

@@ -1,8 +1,9 @@
 """Run the launch-overhead benchmark (pytest-benchmark), gate it on the machine's baseline, write its table and figure.
 
 The benchmarks are ``tests/test_bench.py``'s, run by pytest-benchmark in a
-child process (``python -m pytest … --benchmark-only --benchmark-json``; its
-progress and table go to stderr as it runs). A machine's baseline is a folder
+child process (``python -m pytest … --benchmark-only --benchmark-json``); pytest's
+own report goes to stderr with ``--verbose``, and otherwise only where the run broke
+or a benchmark failed. A machine's baseline is a folder
 of two or more of those JSON files, ``reports/bench/baselines/<machine>/run-N.json``
 (``<machine>``: the GPU's name, or the CPU's model where there is no GPU).
 ``--record`` measures two back-to-back runs and makes them the machine's
@@ -12,7 +13,8 @@ on the reference machine (NVIDIA H200), nowhere else unless ``--out`` says
 where. Otherwise one run is measured and judged against the baseline
 (:mod:`analysis.judge.bench_verdict` says on what, with which thresholds):
 one ``REGRESSED`` line per regressed mode and exit 1, else exit 0 (a benchmark
-that fails, by timing wrong bits or raising, is a ``FAILED`` line and exit 1 too); the table
+that fails, by timing wrong bits or raising, is a ``FAILED`` line and exit 1 too); the last line says how
+many modes were gated, "0 modes gated" and why where nothing was (no baseline for this machine). The table
 and figure go to ``reports/bench/last-run/`` (git-ignored) either way.
 ``--slow-ns`` adds a busy wait of about NS ns to the controller, to see the
 gate catch it. Every input is checked before the first benchmark: exit 2 and
@@ -26,17 +28,16 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
+import subprocess
 import sys
 import tempfile
-import threading
-import warnings
 from pathlib import Path
 
 from analysis.cli import policy
 from analysis.judge.bench_verdict import (
     REFERENCE,
     baseline_runs,
+    gated_count,
     judge_run,
     load_baseline,
     load_run,
@@ -113,78 +114,29 @@ def check(args) -> tuple[tuple[bench.Mode, ...], str, Path, list | None]:
 
 
 def pytest_run(modes: tuple[bench.Mode, ...], args, json_path: Path) -> int:
-    """One run of the benchmarks of ``modes`` through pytest-benchmark, in this process; pytest's exit code.
+    """One run of the benchmarks of ``modes`` through pytest-benchmark, in a child pytest; pytest's exit code.
 
-    pytest's report (a line per benchmark as it ends, then pytest-benchmark's table) goes to stderr:
-    stdout is this command's result. In-process, the interpreter and its imports are paid once.
+    pytest's own report (a line per benchmark, pytest-benchmark's table) goes to stderr with ``--verbose``;
+    otherwise it is kept and shown only where the run broke (:class:`SuiteError`) or a benchmark failed.
     """
-    import pytest
-
-    ids = [f"{ROOT / BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
-    cmd = [*ids, f"--rootdir={ROOT}", "--benchmark-only", f"--benchmark-json={json_path}",
-           "--bench-slow-ns", str(args.slow_ns), "-v", "-p", "no:cacheprovider"]
+    ids = [f"{BENCH_TESTS}::test_mode[{m.slug}-{w}]" for m in modes for w in bench.WHICH]
+    cmd = [sys.executable, "-m", "pytest", *ids, f"--rootdir={ROOT}", "--benchmark-only",
+           f"--benchmark-json={json_path}", "--bench-slow-ns", str(args.slow_ns), "-p", "no:cacheprovider",
+           "-v" if args.verbose else "-q"]
     if importlib.util.find_spec("xdist") is not None:
-        cmd += ["-n", "0"]  # pytest-benchmark times nothing under xdist
+        cmd += ["-p", "no:xdist"]  # pytest-benchmark times nothing under xdist
     if args.rounds:
         cmd += ["--bench-rounds", str(args.rounds)]
     # The benchmarks run in one process whatever started this one: no -n from a CI job's PYTEST_ADDOPTS, and
     # no xdist worker's variables (pytest-benchmark disables itself inside a worker, e.g. in this suite's tests).
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST")}
-    report = _UntilInterrupted(sys.stderr)
-    previous = signal.getsignal(signal.SIGINT)
-    watching = callable(previous) and threading.current_thread() is threading.main_thread()
-    if watching:
-        signal.signal(signal.SIGINT, report.interrupt(previous))
-    try:
-        with contextlib.redirect_stdout(report), warnings.catch_warnings():
-            # its words when a run saved nothing (Ctrl-C before the first benchmark): this command says why itself
-            warnings.filterwarnings("ignore", message="Not saving anything")
-            code = int(pytest.main(cmd))
-    except Exception:
-        if not report.interrupted:  # raised after the Ctrl-C (pytest ending its session): the Ctrl-C, said below
-            raise
-    finally:
-        os.environ.update(saved)
-        if watching:
-            signal.signal(signal.SIGINT, previous)
-        if report.interrupted:
-            report.end()
-    if report.interrupted:  # pytest caught the Ctrl-C and ended the run: the command ends as every Ctrl-C does
-        raise KeyboardInterrupt
-    return code
-
-
-class _UntilInterrupted:
-    """pytest's report, passed through to ``stream`` until Ctrl-C: what pytest then prints (its KeyboardInterrupt
-    banner and the frame it hit) is dropped, so that the command's one line says it was interrupted."""
-
-    def __init__(self, stream):
-        self.stream, self.interrupted, self.mid_line = stream, False, False
-
-    def interrupt(self, previous):
-        def handler(signum, frame):
-            self.interrupted = True
-            previous(signum, frame)
-        return handler
-
-    def end(self) -> None:
-        """After the run (pytest captures the file descriptors while a test runs): end a line it left open, so
-        that the error gets a line of its own."""
-        if self.mid_line:
-            self.stream.write("\n")
-
-    def write(self, text: str) -> int:
-        if self.interrupted or not text:
-            return len(text)
-        self.mid_line = not text.endswith("\n")
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        if not self.interrupted:
-            self.stream.flush()
-
-    def __getattr__(self, name):  # isatty, encoding, fileno: pytest's terminal writer asks
-        return getattr(self.stream, name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS" and not k.startswith("PYTEST_XDIST")}
+    if args.verbose:
+        return subprocess.run(cmd, cwd=ROOT, env=env, stdout=sys.stderr, stdin=subprocess.DEVNULL).returncode
+    done = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors="replace")
+    if done.returncode != 0 or not json_path.is_file():  # what broke, or which benchmark failed: pytest's words
+        sys.stderr.write(done.stdout + done.stderr)
+    return done.returncode
 
 
 @policy.command("bench")
@@ -200,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", action="append", default=[], help="only modes whose name contains TEXT (repeatable)")
     p.add_argument("--rounds", type=_rounds, metavar="N",
                    help=f"timed rounds per mode (1 to {bench.ROUNDS_MAX}; default: each mode's own)")
+    p.add_argument("--verbose", action="store_true", help="show pytest's and pytest-benchmark's own report as it runs")
     args = p.parse_args(argv)
     modes, tag, folder, old = check(args)
     rig = bench.make_rig(load())
@@ -208,14 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:
         for i in range(2 if args.record else 1):
             what = f"run {i + 1} of 2" if args.record else "run"
-            say(f"{what}: {len(modes) - len(skipped)} modes × {len(bench.WHICH)} kernels through "
+            n = len(modes) - len(skipped)
+            say(f"{what}: {n} mode{'s' * (n != 1)} × {len(bench.WHICH)} kernels through "
                 f"pytest-benchmark ({BENCH_TESTS} --benchmark-only)"
                 + (f", controller slowed on purpose by a busy wait of about {args.slow_ns} ns" if args.slow_ns else ""))
             path = Path(tmp) / f"run-{i}.json"
             code = pytest_run(modes, args, path)
             if code not in (0, PYTEST_FAILED) or not path.is_file():
                 raise SuiteError(f"pytest-benchmark ended with exit code {code} and "
-                                 f"{'its JSON' if path.is_file() else 'no JSON'} (its output is above)")
+                                 f"{'its JSON' if path.is_file() else 'no JSON'} (pytest's output above)")
             run = load_run(path)
             timed = set(zip(run.df["mode"], run.df["kernel"], strict=True))
             if any((m.name, w) not in timed for m in modes if m.name not in skipped for w in bench.WHICH):
@@ -258,24 +212,34 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
         drift, checks = run_to_run(df, repeat), thresholds(*(r.df for r in every))
-        said = f"bench: saved the baseline {shown(folder)} ({len(every)} runs)"
+        said = f"bench: saved the baseline {shown(folder)} ({len(every)} runs; nothing judged)"
     elif old is None:
         lines += wrong_results(df)
         title = f"Launch-overhead benchmark {label}".strip()
-        said = f"bench: no baseline for this machine ({shown(folder)}); record one with --record"
+        said = (f"bench: 0 modes gated: no baseline for this machine ({shown(folder)}; record one with --record). "
+                f"The committed table, with its per-step figures, is the {REFERENCE}'s: reports/bench/bench.md")
     else:
         checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines
         title = f"Launch-overhead benchmark against the baseline {shown(folder)} {label}".strip()
-        gated, bad = sum(c.gated for c in checks), sum(c.regressed for c in checks)
-        said = f"bench: {bad} of {gated} gated modes regressed" if bad else f"bench: {gated} gated modes within bounds"
-    print(bench_report.write(args.out, title, df, runs[0].machine, drift=drift, checks=checks, skipped=skipped,
-                             verdict=lines, runs=shown_runs))
-    print(said)
+        gated, bad = gated_count(checks), sum(c.regressed for c in checks)
+        if bad:
+            said = f"bench: {bad} of {gated} gated modes regressed"
+        elif gated:
+            said = f"bench: {gated} gated modes within bounds"
+        else:
+            said = (f"bench: 0 modes gated: none of the baseline's gated modes ({shown(folder)}) was measured in "
+                    "this run")
+    bench_report.write(args.out, title, df, runs[0].machine, drift=drift, checks=checks, skipped=skipped,
+                              verdict=[*lines, said.removeprefix("bench: ")], runs=shown_runs)
+    print(bench_report.table(df, drift, checks))  # bench.md has the rest: the verdict, what each mode measures
+    by_reason: dict[str, list[str]] = {}
     for mode, why in skipped.items():
-        print(f"bench: skipped {mode}: {why}")
+        by_reason.setdefault(why, []).append(mode)
+    for why, names in by_reason.items():
+        print(f"bench: not run here ({why}): {', '.join(names)}")
     for line in lines:
         print(line)
     print(f"wrote {', '.join(shown_runs)}, {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
+    print(said)
     return 1 if lines else 0
-

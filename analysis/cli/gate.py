@@ -19,12 +19,13 @@ import time
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
-from repro.backends import NAMES, get_backend
-from repro.core.contract import CONTRACTS, load
+from repro.backends import backend_names, get_backend
+from repro.core.contract import current, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import shown
+from repro.runners import confine
 from repro.runners.isolation import LIMIT_FACTOR, LIMIT_FLOOR
 
 FORMATS = ("text", "json", "junit", "github")
@@ -47,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("gate", description=__doc__.splitlines()[0])
     # an empty path is refused, not taken for "no kernel": `gate "$KERNEL"` with KERNEL unset must not pass
     parser.add_argument("kernel", nargs="?", type=policy.path, help="candidate .cu file (default: the contract's kernel)")
-    parser.add_argument("--contract", default="fixed", help="contract entry to judge against (default: fixed)")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--contract", help="contract entry to judge against (default: fixed, or the first entry of a "
+                        "--contracts file that adds entries of its own)")
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--format", action="append", metavar="FMT",
                         help=f"what to print on stdout: {', '.join(FORMATS)} (comma-separated or repeated; default text)")
     parser.add_argument("--json", type=policy.path, metavar="PATH", help="also write the verdict as JSON here")
@@ -60,18 +62,27 @@ def main(argv: list[str] | None = None) -> int:
                              f"at most {MAX_TIMEOUT:g})")
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
+    parser.add_contracts()
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="exit 2 where the candidate's code cannot be confined here (seccomp; see docs/DESIGN.md)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    contract_file = shown(CONTRACTS)
+    contract_file = shown(current())
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
         if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT:  # NaN and inf (1e400) fail here too
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
+        unconfined = confine.unavailable()
+        if unconfined and args.require_sandbox:
+            raise SuiteError(f"{unconfined} (--require-sandbox)")
+        if unconfined:  # one line, beside the verdict (stdout keeps the asked-for formats alone)
+            print(f"{unconfined}: the candidate's code runs unconfined", file=sys.stderr)
         contract = load()
-        contract_file = shown(contract.path)
+        args.contract = args.contract or contract.default_entry()
         controller = contract.controller(args.contract)
+        contract_file = shown(controller.file or contract.path)  # the file whose lines the rows name
         path = args.kernel or controller.kernel
         kernel_file = shown(path)
         check_outputs([Output("--json", args.json), Output("--junit", args.junit)],
@@ -108,10 +119,10 @@ def _outputs_for_error(args, error: str, kernel_file: str, contract_file: str, s
     formats = []
     with contextlib.suppress(SuiteError):
         formats = _formats(args.format)
-    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract,
+    data = {"kernel": None if args.kernel is None else str(args.kernel), "contract": args.contract or "fixed",
             "backend": args.backend, "ok": False, "exit_code": 2, "error": error, "properties": []}
     printed = {"json": render.to_json(data),
-               "junit": render.junit([], contract_file, f"gate.{args.contract}", seconds, error=error).rstrip(),
+               "junit": render.junit([], contract_file, f"gate.{args.contract or 'fixed'}", seconds, error=error).rstrip(),
                "github": "\n".join(render.github([], kernel_file, contract_file, error=error))}
     for fmt, text in printed.items():
         if fmt in formats:

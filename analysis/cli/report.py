@@ -21,28 +21,30 @@ import pandas as pd
 from analysis.cli import policy
 from analysis.cli.evaluate import evaluate
 from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_second, run_second
-from analysis.judge import bench_verdict, peer_measures, report_measures
+from analysis.judge import bench_verdict, design_measures, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
-from analysis.present import peers_section, plots, render, summary
+from analysis.present import design_section, peers_section, plots, render, summary
 from repro import toy as closed_loop
-from repro.backends import NAMES, Backend, get_backend
+from repro.backends import Backend, backend_names, entry, get_backend
 from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning.prereg import read_result
-from repro.learning.study2 import load_prereg2
-from repro.runners import experiments
+from repro.learning.study2 import EXPLORATORY_RESULTS, load_prereg2
+from repro.runners import design_runs, experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
 from repro.runners.runner import to_frame
 
 SIGMAS = tuple(np.round(np.arange(0, 1.51, 0.1), 2))
 STRETCHES = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-#: The committed report's folder: the default --out, the one tracked folder the report may rewrite.
+#: The committed report's folder: the one tracked folder the report may rewrite, and only when --out names it.
 COMMITTED = ROOT / "reports"
+#: The default --out: a folder git ignores, so the main job leaves the checkout as it found it.
+DEFAULT_OUT = ROOT / "out" / "report"
 
 
 def _git_commit() -> str:
@@ -75,10 +77,10 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     evidence, verdicts = {}, {}
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
-        evidence[name] = gather(backend, sources[name], contract.slots, entries[name], static=False, coverage=False)
+        evidence[name] = gather(backend, sources[name], contract.slots_of(name), entries[name], static=False, coverage=False)
         verdicts[name] = judge(evidence[name], sources[name], name, contract, time.perf_counter() - start)
         _runs_here(sources[name], evidence[name])
-    kernels = {name: backend.compile(sources[name], contract.slots) for name in CONTROLLERS}
+    kernels = {name: backend.compile(sources[name], contract.slots_of(name)) for name in CONTROLLERS}
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
@@ -88,7 +90,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     grid = grid or closed_loop.GRID
     n_grid = int(np.prod([len(v) for v in grid.values()]))
     progress(f"[3/5] closed loop: default runs, ablation of 16 variants × {n_grid} grid points × {closed_loop_seeds} seeds")
-    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots, entries[n].value("seed_lambda"))
+    subjects = {n: closed_loop.compile_subject(backend, sources[n], contract.slots_of(n), entries[n].value("seed_lambda"))
                 for n in CONTROLLERS}
     loops = {n: closed_loop.one_run(backend, n, subjects[n]) for n in CONTROLLERS}
     candidate = sources["fixed"].sha256 != contract.source("fixed").sha256
@@ -99,11 +101,13 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
-    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots,
+    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
                                                 contract.controller(n).value("seed_lambda")) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     measures = peer_measures.measure_all({**verdicts, **peers})
+    design = _design(backend, contract, entries, subjects, {**evidence, **{n: v.evidence for n, v in peers.items()}},
+                     loops, progress)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": _git_commit(),
@@ -114,21 +118,39 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = read["first"], read["second"]
+        # the second study's exploratory runs (not pre-registered), committed beside it: shown as exploratory
+        exploratory = {k: read_result(path, kind) for k, (path, kind) in EXPLORATORY_RESULTS.items() if path.exists()}
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
-        full = backend.name == "cupy"
+        full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
         progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
         study = (preregistered_first if full else reduced_first)(
             backend, sources={"fixed": sources["fixed"]} if candidate else None)
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
         study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
         where = {"first": "run here", "second": "run here"}
+        exploratory = None
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
                   robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  measures=measures)
+                  study2_exploratory=exploratory, measures=measures, design=design)
+
+
+# --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------
+def _design(backend: Backend, contract: Contract, entries: dict, subjects: dict, evidence: dict, loops: dict,
+            progress) -> design_measures.DesignSection:
+    """The cold-start sweep, the half-loss rate's bisection and a traced toy run per controller (the fixed and
+    original ones' toy runs are ``loops``), judged with their catalogue runs (``evidence``)."""
+    names = list(evidence)
+    progress(f"      cold starts and design measures: {', '.join(names)}")
+    ctrl = {n: entries.get(n) or contract.controller(n) for n in names}
+    half = {n: design_runs.half_loss_rate(subjects[n].kernel, ctrl[n]) for n in names}
+    sweeps = {n: design_runs.sweep(subjects[n].kernel, ctrl[n]) for n in names}
+    toy = {n: (loops.get(n) or closed_loop.one_run(backend, n, subjects[n]))["trace"]["lambda"] for n in names}
+    return design_measures.section(evidence, half, sweeps, toy)
+# --- end issue 35 ---------------------------------------------------------------------------------------------------
 
 
 def _runs_here(source: KernelSource, evidence: Evidence) -> None:
@@ -160,7 +182,8 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     tables = {"trajectories.csv": report.trajectories, **per_controller, "bad_inputs.csv": report.outcomes,
               "ablation.csv": report.ablation, "robustness.csv": report.robustness, "peers.csv": peers,
               "peers_aligned.csv": peers_section.aligned_traces(report.measures),
-              "peers_closed_loop.csv": report.peer_loop}  # None: the report ran no peers in the toy
+              "peers_closed_loop.csv": report.peer_loop,  # None: the report ran no peers in the toy
+              **design_section.data(report.design)}  # issue 35: the cold-start and design-measure tables
     for name, table in tables.items():
         if table is not None:
             table.to_csv(data / name, index=False)
@@ -177,29 +200,37 @@ def write(report: Report, out: Path, progress=print) -> list[Path]:
     """Figures, ``data/`` and ``summary.md`` (with the committed benchmark under ``out/bench``) into ``out``;
     the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"[4/5] figures → {out}")
+    progress(f"[4/5] figures → {shown(out)}")
     written = draw(report, out, progress)
-    progress(f"[5/5] data and summary → {out}")
+    progress(f"[5/5] data and summary → {shown(out)}")
     toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
     peers = peers_section.table(report.measures, toy)
     written += write_data(report, out, peers)
-    bench = bench_verdict.committed(out / "bench")
+    # The committed benchmark (reports/bench), linked from a summary inside the repository; one written
+    # outside it has no link that survives a move, and no benchmark section.
+    bench_dir = COMMITTED / "bench"
+    inside = Path(os.path.realpath(out)).is_relative_to(ROOT)
+    bench = bench_verdict.committed(bench_dir) if inside else None
     drift = None if bench is None or bench[1] is None else bench_verdict.run_to_run(bench[0], bench[1])
+    link = Path(os.path.relpath(bench_dir, os.path.realpath(out))).as_posix()
     (out / "summary.md").write_text(summary.text(report, report_measures.numbers(report), peers, bench, drift,
-                                                 out / "bench"))
+                                                 bench_dir, link))
     return [*written, out / "summary.md"]
 
 
 @policy.command("report")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("report", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
-                        "the committed report; a folder holding other files of the repository is refused)")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
-    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place")
+    parser.add_argument("--out", type=policy.path, default=DEFAULT_OUT, help="output folder (default: out/report/, "
+                        "which git ignores; --out reports rewrites the committed report; any other folder holding "
+                        "files of the repository is refused)")
+    parser.add_argument("--backend", default="auto", choices=backend_names())
+    parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place "
+                        "(with a --contracts file that adds an entry: beside the fixed kernel, in OUT/candidate.md)")
     parser.add_argument("--studies", nargs=2, type=policy.path, metavar=("FIRST", "SECOND"),
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     start = time.perf_counter()
     contract = load()
@@ -209,12 +240,26 @@ def main(argv: list[str] | None = None) -> int:
                           *((f"{k} study", v) for k, v in (studies or {}).items())], committed=[COMMITTED])
     if args.studies and args.kernel:
         raise SuiteError("--studies reads the contract kernels' studies; a --kernel candidate needs them run")
+    entry = contract.default_entry()
+    if entry != "fixed":  # a --contracts file's own entry (a stateful rule, another band): beside the fixed kernel
+        if args.kernel is None:
+            raise SuiteError(f"{shown(contract.path)} adds [{entry}]: give its kernel with --kernel")
+        from analysis.cli import candidate_report
+
+        progress = policy.progress("report")
+        data, verdicts = candidate_report.build(get_backend(args.backend), contract, entry, args.kernel, progress)
+        entries = {"candidate": entry, "fixed": "fixed"}
+        texts = {k: render.verdict(v, shown(contract.controller(entries[k]).file or contract.path))
+                 for k, v in verdicts.items()}
+        paths = candidate_report.write(data, texts, args.out)
+        print(f"done in {time.perf_counter() - start:.1f} s: {shown(paths[0])}, data in {shown(paths[1])}")
+        return 0
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
     progress = policy.progress("report")
     report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
     figs = sum(p.suffix == ".png" for p in write(report, args.out, progress=progress))
-    print(f"done in {time.perf_counter() - start:.1f} s: {args.out / 'summary.md'}, {figs} figures, "
-          f"data in {args.out / 'data'}")
+    print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
+          f"data in {shown(args.out / 'data')}")
     return 0

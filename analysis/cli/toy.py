@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from analysis.cli import policy
 from analysis.present import render
-from repro.backends import NAMES, get_backend
+from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
@@ -30,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("toy", description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True, help="contract entry (its kernel and seed λ)")
     parser.add_argument("--kernel", type=policy.path, help="candidate .cu to run in place of the contract's kernel")
-    parser.add_argument("--backend", default="auto", choices=NAMES)
+    parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--steps", type=int, default=Toy.steps, help=f"training steps, 1 to {MAX_STEPS} "
                         f"(default {Toy.steps})")
     parser.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED} (default 0)")
     parser.add_argument("--json", type=policy.path, help="write the outcome (and the per-step trace) here")
     parser.add_argument("--plot", type=policy.path, help="draw λ and q_pi_agree over steps into this PNG")
+    parser.add_contracts()
     args = parser.parse_args(argv)
     if not 1 <= args.steps <= MAX_STEPS:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
     say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
-    subject = compile_subject(backend, source, contract.slots, entry.value("seed_lambda"))
+    subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
     result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
                      progress=lambda t: say(f"step {t} of {args.steps}"))
     for key, value in result.items():

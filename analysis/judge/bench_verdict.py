@@ -1,8 +1,9 @@
 """The benchmark gate: which modes a run may be judged on, with what threshold, and which regressed.
 
 A run (:class:`BenchRun`) is the JSON pytest-benchmark writes for ``tests/test_bench.py`` (``--benchmark-json``): one
-benchmark per mode × kernel, its stats in seconds per step, what it is in ``extra_info``
-(:meth:`repro.bench.Sample.info`). :func:`load_run` reads it as one row per benchmark, in µs.
+benchmark per mode × kernel, its stats in seconds per call of the mode, what it is in ``extra_info``
+(:func:`repro.bench.info`, with the controller steps a call holds). :func:`load_run` reads it as one row per
+benchmark, in µs per step.
 A baseline is a folder of two or more such runs (``run-1.json``, ``run-2.json``, ...): a pair of back-to-back runs of one machine,
 and optionally more pairs from other machines of the same kind (fresh
 machines differ more than two runs of one do). Per mode the gate judges
@@ -28,7 +29,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.bench.modes import MODES
 from repro.core.errors import SuiteError
 
 REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
@@ -51,19 +51,24 @@ class BenchRun:
         return str(self.machine.get("rlq_machine", "?"))
 
 
-_STATS_US = {"median_us": "median", "q1_us": "q1", "q3_us": "q3", "min_us": "min", "max_us": "max"}
+_STATS_US = {"median_us": "median", "q1_us": "q1", "q3_us": "q3", "min_us": "min", "max_us": "max", "mean_us": "mean",
+             "stddev_us": "stddev"}
 
 
 def frame(benchmarks: list[dict]) -> pd.DataFrame:
     """One row per benchmark of pytest-benchmark's ``benchmarks`` list that carries a mode in ``extra_info``:
-    its scalar ``extra_info`` (mode, kernel, clock, set_by, what, ...), median/q1/q3/min/max in µs, rounds."""
+    its scalar ``extra_info`` (mode, kernel, clock, set_by, what, ...), median/q1/q3/min/max/mean/stddev in µs per
+    step (pytest-benchmark's seconds per call / ``steps_per_call``; runs saved before issue 36 stored seconds per
+    step, and have no ``steps_per_call``), rounds."""
     rows = []
     for b in benchmarks:
         info = b.get("extra_info", {})
         if "mode" not in info:
             continue
+        per = info.get("steps_per_call")  # None: a run saved before issue 36, its stats already per step
         rows.append({**{k: v for k, v in info.items() if isinstance(v, int | float | str | bool)},
-                     **{k: b["stats"][s] * 1e6 for k, s in _STATS_US.items()}, "rounds": b["stats"]["rounds"]})
+                     **{k: b["stats"][s] * 1e6 / (per or 1) for k, s in _STATS_US.items()},
+                     "rounds": b["stats"]["rounds"], "steps_per_call": per or info.get("steps_per_round", 1)})
     return pd.DataFrame(rows)
 
 
@@ -142,20 +147,33 @@ def judged_number(df: pd.DataFrame, mode: str) -> tuple[str, float] | None:
     return None if got is None else ("ratio", got)
 
 
-def _controller_median(df: pd.DataFrame, mode: str) -> float | None:
-    rows = df[(df["mode"] == mode) & (df["kernel"] == "controller")]
-    return float(rows["median_us"].iloc[0]) if len(rows) else None
+def difference(df: pd.DataFrame, mode: str) -> tuple[float, float] | None:
+    """``mode``'s controller − empty mean µs per step and the half-width of its 95 % Welch interval (the two kernels'
+    rounds are independent samples); None when the run lacks a kernel or a spread."""
+    from scipy.special import stdtrit  # Student t's quantile; scipy.stats costs seconds to import
+
+    part = df[df["mode"] == mode].set_index("kernel")
+    if not {"controller", "empty"} <= set(part.index) or "stddev_us" not in part:
+        return None
+    (m1, s1, n1), (m2, s2, n2) = (part.loc[k, ["mean_us", "stddev_us", "rounds"]] for k in ("controller", "empty"))
+    v1, v2 = s1 ** 2 / n1, s2 ** 2 / n2
+    if n1 < 2 or n2 < 2 or v1 + v2 == 0:
+        return None
+    dof = (v1 + v2) ** 2 / (v1 ** 2 / (n1 - 1) + v2 ** 2 / (n2 - 1))
+    return float(m1 - m2), float(stdtrit(dof, 0.975) * (v1 + v2) ** 0.5)
 
 
-def launch_costs(df: pd.DataFrame) -> list[tuple[str, float, float, float]]:
-    """Per launch path from Python (a mode with ``python_launch``) run beside the C driver API's loop: its name,
-    the controller's median µs per launch on it and on the C loop, and the first over the second (×)."""
-    c_loop = next((_controller_median(df, m.name) for m in MODES if m.c_launch), None)
+def throughput(df: pd.DataFrame) -> list[dict]:
+    """Per row that moved a known number of bytes (``bytes_moved``): steps per second and GB/s at its fastest round,
+    and that as a fraction of the device-to-device copy bandwidth measured beside it."""
+    if "bytes_moved" not in df:
+        return []
     out = []
-    for m in (m for m in MODES if m.python_launch):
-        other = _controller_median(df, m.name)
-        if c_loop and other:
-            out.append((m.python_launch, other, c_loop, other / c_loop))
+    for _, r in df[df["bytes_moved"].notna()].iterrows():
+        call_s = r["min_us"] * 1e-6 * r["steps_per_call"]
+        gbs = r["bytes_moved"] / call_s / 1e9
+        out.append({"mode": r["mode"], "kernel": r["kernel"], "steps_per_s": 1 / (r["min_us"] * 1e-6),
+                    "achieved_gbs": gbs, "copy_gbs": r["copy_gbs"], "copy_fraction": gbs / r["copy_gbs"]})
     return out
 
 
@@ -184,12 +202,21 @@ def thresholds(*baseline: pd.DataFrame) -> list[ModeCheck]:
 
 
 def judge_run(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
-    """Each baseline mode's check, with the run's judged number filled in (modes the run lacks stay empty)."""
+    """Each baseline mode's check, with the run's judged number filled in; a mode the run lacks is not gated (its
+    reason says so)."""
     out = []
     for check in thresholds(*baseline):
         got = judged_number(run, check.mode)
-        out.append(check if got is None else ModeCheck(**{**check.__dict__, "now": got[1]}))
+        if got is None:
+            out.append(ModeCheck(**{**check.__dict__, "threshold": None, "reason": "not measured in this run"}))
+        else:
+            out.append(ModeCheck(**{**check.__dict__, "now": got[1]}))
     return out
+
+
+def gated_count(checks: list[ModeCheck]) -> int:
+    """How many modes the run was judged on: gated, with a number measured now."""
+    return sum(c.gated and c.now is not None for c in checks)
 
 
 def regressions(checks: list[ModeCheck]) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.judge import reading
+from analysis.judge import design_measures, reading
 from analysis.judge.findings import Difference, Finding, Where
 from analysis.judge.memory_findings import memory_findings
 from analysis.judge.reading import g, rate_form
@@ -27,6 +27,7 @@ from repro.core.spec import Rule, band_edges
 from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
+from repro.runners.scenarios import WARM_UP_RATES
 
 
 def _f(x) -> float | None:
@@ -85,8 +86,12 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
         if not stays and where is None:
             where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_f(r.lam[-1]), expected=_f(bound),
                           reference="contract")
-    ok = where is None and extreme == bound
-    return Finding(key=key, title=f"{key} (never crossed, reached and held)", ok=ok, unit="λ", documented=doc.value,
+    if ev.controller.stateful:  # how fast a stateful rule reaches a bound is its equations' (spec_agreement): not held
+        held, where = {}, where if where is None or where.event == "crossed" else None
+        ok = where is None
+    else:
+        ok = where is None and extreme == bound
+    return Finding(key=key, title=f"{key} (never crossed{'' if ev.controller.stateful else ', reached and held'})", ok=ok, unit="λ", documented=doc.value,
                    predicted=bound, measured=extreme,
                    detail={"extreme": "lowest" if lowest else "highest", "held_from": held}, where=where,
                    line=doc.line, doc=doc.doc)
@@ -189,6 +194,38 @@ def steps_to_floor(ev: Evidence) -> Finding:
                    where=where, line=doc.line, doc=doc.doc)
 
 
+def _warm_up(r: Run, lam: np.ndarray, floor: float | None) -> design_measures.WarmUp:
+    p = r.scenario.params
+    return design_measures.warm_up(lam, r.scenario.lambda0, p["restart"], p["warm_up_steps"], floor)
+
+
+def warm_up_loss(ev: Evidence) -> Finding:
+    """The share of λ a warming KL EMA may cost: over the catalogue's runs whose EMA restarts from 0 (the cold
+    starts at a rate the contract covers, ≥ ``warm_up_rate``, and the resume that lost the EMA), λ's lowest
+    value from the restart on against λ when it restarted. The spec model of the documented rule, on the same
+    runs, is the prediction."""
+    ctrl = ev.controller
+    doc, rate = ctrl["warm_up_loss"], ctrl.value("warm_up_rate")
+    names = [f"warm_up_a{a:g}" for a in WARM_UP_RATES if a >= rate] + ["resume_ema_reset"]
+    runs = [ev.run(n) for n in names]  # MissingEvidence where one did not finish: not measured
+    floor = ctrl.bound("floor")
+    predicted = spec.run_each(Rule.of(ctrl), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in runs])
+    measured = {r.scenario.name: _warm_up(r, r.lam, floor) for r in runs}
+    losses = {n: 1.0 - w.lowest / w.before for n, w in measured.items()}
+    spec_loss = max(1.0 - w.lowest / w.before for w in (_warm_up(r, p, floor) for r, p in zip(runs, predicted, strict=True)))
+    worst = max(losses, key=losses.get)
+    r, w = ev.run(worst), measured[worst]
+    ok = losses[worst] <= doc.value
+    where = None
+    if not ok:  # the first step λ falls below what the documented loss leaves of it
+        restart, least = r.scenario.params["restart"], (1.0 - doc.value) * w.before
+        where = _at(r, restart + first_step(r.lam[restart:].astype(np.float64) < least), "crossed", least, "documented loss")
+    return Finding(key="warm_up_loss", title=f"a KL EMA warming from 0 at rate ≥ {rate:g} costs at most "
+                   f"{doc.value:.0%} of λ", ok=ok, unit="share of λ", documented=doc.value, predicted=spec_loss,
+                   measured=losses[worst], detail={"losses": losses, "rate": rate}, where=where, line=doc.line,
+                   doc=doc.doc)
+
+
 _EDGE_TEXT = {"mul": "target·{a}", "div": "target/{a}", "mul_one_plus": "target·(1+{a})", "mul_one_minus": "target·(1−{a})"}
 
 
@@ -284,8 +321,10 @@ def isolation(ev: Evidence) -> Finding:
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
     written = sorted({s for r in stray for s in r.stray})
-    return Finding(key="isolation", title="only the λ slot is written", ok=not stray, unit="runs", documented=n, predicted=n,
-                   measured=n - len(stray), detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len},
+    state = [s.slot for s in ev.controller.state]  # a stateful entry's own slots, declared in the contract
+    return Finding(key="isolation", title="only the λ slot is written" + (" and the declared state" if state else ""),
+                   ok=not stray, unit="runs", documented=n, predicted=n, measured=n - len(stray),
+                   detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len, "state": state},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
 
 
@@ -550,7 +589,7 @@ def _steps_documented(f: Finding) -> str:
 def _bound_measured(f: Finding) -> str:
     d = f.detail
     held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
-    return f"{d['extreme']} λ {g(f.measured)}; held from {held}"
+    return f"{d['extreme']} λ {g(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
 
 
 def _rate_measured(f: Finding) -> str:
@@ -640,7 +679,16 @@ class Property:
     source_causes: Callable[[Finding, str], list[Difference]] | None = None
 
     def applies_to(self, ctrl: Controller) -> bool:
+        if ctrl.stateful and self.key in RATE_ROWS:
+            return False
         return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
+
+
+#: Rows that read a per-step rate, a band or one-step outcomes: a stateful rule (repro.core.stateful) has none of
+#: them; its update equations are judged by spec_agreement over the whole catalogue (bad values included), its
+#: bounds by the floor and ceiling rows, its writes by isolation (λ and the state slots its entry declares).
+RATE_ROWS = frozenset({"ramp", "decay", "steps_to_double", "steps_to_halve", "steps_to_floor", "vanishing",
+                       "dead_zone", "ramp_onset", "decay_onset", "nonfinite"})
 
 
 def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
@@ -685,6 +733,11 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                          measured=_floor_steps_measured),
              depends=frozenset({"decay", "floor"}), applies=lambda c: c.has("steps_to_floor")),
+    Property(key="warm_up_loss", check=_plain(warm_up_loss), needs=("catalogue",),
+             reads=Reads(documented=lambda f: f"at most {f.documented:.0%} (EMA rate ≥ {f.detail['rate']:g})",
+                         predicted=lambda f: f"{f.predicted:.1%}",
+                         measured=lambda f: ", ".join(f"{x:.1%} ({n})" for n, x in f.detail["losses"].items())),
+             depends=frozenset({"decay", "lower", "floor"}), applies=lambda c: c.has("warm_up_loss")),
     Property(key="vanishing", check=_plain(vanishing), needs=("vanishing",),
              reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
                          measured=lambda f: reading.vanishing(f.detail["measured"])),
@@ -711,7 +764,9 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
                          measured=_fraction("cases as pinned"))),
     Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
              source_causes=stray_write_causes,
-             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only", predicted=_same_as_documented,
+             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only" if not f.detail.get("state") else
+                         f"slot {f.detail['lambda_slot']}, state {reading.slot_ranges(f.detail['state'])}",
+                         predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
     Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,
              depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),

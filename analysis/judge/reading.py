@@ -32,3 +32,15 @@ def vanishing(v: dict) -> str:
              f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else
              f"never back under high KL (ends at {g(v['final'])})"]
     return "; ".join(parts)
+
+
+def slot_ranges(slots: list[int]) -> str:
+    """Slot indices as runs: [492, 493, 494, 496] → "492–494, 496"."""
+    out, start = [], None
+    for i, s in enumerate(sorted(slots)):
+        if start is None:
+            start = s
+        if i + 1 == len(slots) or sorted(slots)[i + 1] != s + 1:
+            out.append(f"{start}" if start == s else f"{start}–{s}")
+            start = None
+    return ", ".join(out)

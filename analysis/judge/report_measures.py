@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.judge.design_measures import DesignSection
 from analysis.judge.findings import Finding
 from analysis.judge.peer_measures import PeerMeasures
 from analysis.judge.properties import classify
@@ -40,7 +41,9 @@ class Report:
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
+    study2_exploratory: dict | None = None  # its exploratory runs' JSONs by name (not pre-registered)
     measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
+    design: DesignSection | None = None  # cold starts and the design measures, every controller (issue 35)
 
 
 def bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:

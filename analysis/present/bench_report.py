@@ -2,7 +2,7 @@
 
 Per mode: median and IQR in µs per step for the controller and its
 empty-kernel twin, their ratio, the controller − empty difference of the
-interleaved rounds with its 95 % confidence interval, the rounds, the clock that timed it and what
+rounds with its 95 % (Welch) confidence interval, the rounds, the clock that timed it and what
 sets its time. Handed a second, back-to-back run's changes (:func:`analysis.judge.bench_verdict.run_to_run`),
 each median's change between the runs is shown against the 5 % repeatability goal; handed the gate's checks
 (:func:`analysis.judge.bench_verdict.thresholds` or ``judge_run``), the gate each mode gets. Nothing is judged
@@ -18,7 +18,6 @@ import pandas as pd
 
 from analysis.judge import bench_verdict
 from analysis.judge.bench_verdict import REPEATABILITY, ModeCheck, beyond_goal
-from repro.bench.modes import MODES
 
 
 def _us(x: float) -> str:
@@ -61,8 +60,8 @@ def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
         ratio = bench_verdict.ratio(df, mode)
         ratio = float("nan") if ratio is None else ratio  # a kernel missing
         first = part.iloc[0]
-        diff = (f"{_us(first['diff_us'])} ± {_us(first['diff_ci95_us'])}"
-                if "diff_us" in part and pd.notna(first.get("diff_us")) else "—")
+        gap = bench_verdict.difference(df, mode)
+        diff = "—" if gap is None else f"{_us(gap[0])} ± {_us(gap[1])}"
         row = (f"| {mode} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {diff} | {int(first['rounds'])} | {first['clock']} "
                f"| {first['set_by']} |")
         if drift is not None:
@@ -81,29 +80,15 @@ def table(df: pd.DataFrame, drift: dict[str, dict[str, float]] | None = None,
 
 
 def _notes(df: pd.DataFrame) -> list[str]:
-    """Sentences read from the data: launch paths against the C floor (:func:`analysis.judge.bench_verdict.launch_costs`),
-    the graph step, throughput."""
+    """Throughput sentences (:func:`analysis.judge.bench_verdict.throughput`)."""
     out = []
-    for path, other, c_floor, times in bench_verdict.launch_costs(df):
-        out.append(f"- Launching the controller from Python costs {times:.1f}× the C loop's launch "
-                   f"({path}: {_us(other)} µs, C driver API: {_us(c_floor)} µs per launch).")
-    step = df[df["mode"].isin([m.name for m in MODES if m.step_node])]
-    if len(step):
-        parts = step.set_index("kernel")
-        line = (f"- In a training step graphed as {int(parts['nodes'].iloc[0])} small kernels "
-                f"({_us(parts['step_us'].iloc[0])} µs a step), the controller as one more node adds "
-                f"{_us(parts.loc['controller', 'median_us'])} µs a step")
-        if "empty" in parts.index:
-            line += f" (an empty node {_us(parts.loc['empty', 'median_us'])} µs)"
-        out.append(line + ".")
-    many = df[df["steps_per_s"].notna()] if "steps_per_s" in df else df.iloc[0:0]
-    for _, r in many.iterrows():
-        if r.kernel == "controller":
-            out.append(f"- {r['mode']}, controller: {r.steps_per_s:.3g} steps/s; {r.achieved_gbs:.0f} GB/s of the "
-                       f"8 bytes a step must move (KL in, λ out), {r.copy_fraction:.0%} of the {r.copy_gbs:.0f} GB/s "
-                       "device-to-device copy measured in the same run.")
+    for r in bench_verdict.throughput(df):
+        if r["kernel"] == "controller":
+            out.append(f"- {r['mode']}, controller: {r['steps_per_s']:.3g} steps/s; {r['achieved_gbs']:.0f} GB/s of the "
+                       f"8 bytes a step must move (KL in, λ out), {r['copy_fraction']:.0%} of the {r['copy_gbs']:.0f} "
+                       "GB/s device-to-device copy measured in the same run.")
         else:  # the empty kernel never reads the KL it is given, so the compiler drops that load
-            out.append(f"- {r['mode']}, empty kernel: {r.steps_per_s:.3g} steps/s (it writes λ but never reads KL, "
+            out.append(f"- {r['mode']}, empty kernel: {r['steps_per_s']:.3g} steps/s (it writes λ but never reads KL, "
                        "so the compiler drops the KL load: a floor, not a bandwidth).")
     return [""] + out if out else []
 
@@ -163,9 +148,9 @@ def header(title: str, machine: dict, runs: list[str]) -> str:
 def write(out: Path, title: str, df: pd.DataFrame, machine: dict, drift: dict[str, dict[str, float]] | None,
           checks: list[ModeCheck] | None, skipped: dict[str, str], verdict: list[str], runs: list[str]) -> str:
     """Write ``bench.md`` and ``bench.png`` under ``out``; returns the Markdown (``runs``: the data's paths;
-    ``drift`` and ``checks`` as :func:`table`'s; ``verdict``: its lines, none when no gated mode regressed)."""
+    ``drift`` and ``checks`` as :func:`table`'s; ``verdict``: its lines, as the command says them)."""
     parts = [header(title, machine, runs), table(df, drift, checks),
-             "## Verdict\n\n" + ("\n".join(f"- {line}" for line in verdict) or "- no gated mode regressed"),
+             "## Verdict\n\n" + "\n".join(f"- {line}" for line in verdict),
              "## Modes\n\n" + modes_table(df, checks, skipped)]
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)

@@ -69,13 +69,13 @@ class CompiledKernel(ABC):
     def batched_step(self, isv) -> None:
         """Device: one controller step on each row of ``isv`` (``[S, isv_len]``), in place."""
 
-    @abstractmethod
     def run_private(self, lambda0, kl, target, out) -> None:
-        """Device: the register-resident throughput harness.
+        """Device: the register-resident throughput harness (optional: the benchmark's throughput modes need it).
 
         ``kl`` and ``out`` are chunk-major ``[T/4, S, 4]`` float32 (T a multiple of 4 steps);
         ``lambda0`` and ``target`` are ``[S]``. See :func:`chunked` for the layout.
         """
+        raise SuiteError(f"{type(self).__name__}: this backend has no throughput harness (run_private)")
 
 
 #: ``rlq_learn``'s array arguments after the ISV, in its parameter order (``kernels/learning_loop.cuh``), with dtypes.
@@ -114,18 +114,20 @@ def learn_arguments(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 class Backend(ABC):
-    """A way to execute kernel sources (``host``: C++ compiler + ctypes; ``cupy``: NVRTC)."""
+    """A way to execute kernel sources (``host``: C++ compiler + ctypes; ``cupy``: NVRTC); registered, with its
+    recipe, in :mod:`repro.backends`."""
 
-    name: str
+    name: str  # set by repro.backends.get_backend from the registry
     xp = np  # array module of the device arrays
 
     @abstractmethod
     def compile(self, source: KernelSource, slots: Slots) -> CompiledKernel:
         """Compile (cached by content) or raise a one-line :class:`SuiteError`."""
 
-    @abstractmethod
     def compile_learner(self, source: KernelSource, slots: Slots) -> Learner:
-        """The controller inside the learning study's loop (compiled and cached like :meth:`compile`)."""
+        """The controller inside the learning study's loop (compiled and cached like :meth:`compile`; optional: the
+        learning studies need it)."""
+        raise SuiteError(f"{self.name} backend: no learning loop (compile_learner)")
 
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
         """Raise the one-line compile error, if any, without running candidate code in this process.

@@ -221,8 +221,6 @@ def _rawmodule(cp, code: str, origin: str, options: tuple[str, ...]):
 
 
 class CupyBackend(Backend):
-    name = "cupy"
-
     def __init__(self):
         self.cp = _import_cupy()
         self.xp = self.cp

@@ -286,8 +286,6 @@ def cpu_model(default: str = "CPU") -> str:
 
 
 class HostBackend(Backend):
-    name = "host"
-
     def __init__(self):
         cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
         if not cxx or not shutil.which(cxx):

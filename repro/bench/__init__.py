@@ -1,9 +1,9 @@
 """The launch-overhead benchmark: what the controller costs per training step, each mode beside an empty kernel.
 
-Each mode × kernel is a pytest-benchmark benchmark in ``tests/test_bench.py``
-(its JSON is the saved format); ``python -m analysis bench`` runs them and
-gates the run against a saved baseline. ``measure(contract, ...)`` runs modes
-directly, for tests that judge runs without pytest-benchmark.
+Each mode × kernel is a pytest-benchmark benchmark in ``tests/test_bench.py``, timed by the clock its mode names
+(its JSON is the saved format); ``python -m analysis bench`` runs them and gates the run against a saved baseline.
+``measure(contract, ...)`` times the same rounds with the same clocks, for tests that judge runs without
+pytest-benchmark.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from repro.backends import backend_unavailable, get_backend
 from repro.backends.host import cpu_model
-from repro.bench.modes import MODES, WHICH, Mode, Rig, Sample, run_mode, sources, unavailable
+from repro.bench.modes import MODES, WHICH, Bench, Mode, Rig, Sample, info, sources, time_rounds, unavailable
 from repro.core.contract import Contract
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource
@@ -57,23 +57,20 @@ def slowed(source: KernelSource, ns: int, sm_clock_khz: int = 1_980_000) -> Kern
 
 def measure(contract: Contract, modes: tuple[Mode, ...] = MODES, rounds: Callable[[Mode], int] | None = None,
             controller: KernelSource | None = None) -> list[Sample]:
-    """The samples of ``modes`` that this machine can run (the others are left out), in one process.
+    """The samples of ``modes`` that this machine can run (the others are left out), both kernels, in one process.
 
     ``rounds`` picks each mode's timed rounds (default: the mode's own); ``controller`` replaces the
     fixed controller's source (e.g. :func:`slowed`).
     """
     rig = make_rig(contract, controller)
-    out = []
-    for mode in modes:
-        if not unavailable(mode, rig):
-            out += run_mode(mode, rig, WHICH, rounds(mode) if rounds else mode.rounds)
-    return out
+    return [time_rounds(mode, rig, which, rounds(mode) if rounds else mode.rounds)
+            for mode in modes if not unavailable(mode, rig) for which in WHICH]
 
 
 def make_rig(contract: Contract, controller: KernelSource | None = None) -> Rig:
     """The kernels and backends the modes share: host and cupy where each runs here."""
     rig = Rig(contract, sources(contract, controller))
-    for name in ("host", "cupy"):
+    for name in ("host", "cupy"):  # the modes time these two backends' own call and launch paths
         with contextlib.suppress(BackendUnavailable):  # modes that need it are skipped with the reason
             setattr(rig, name, get_backend(name))
     return rig
@@ -101,5 +98,5 @@ def machine_tag(gpu: dict | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
 
 
-__all__ = ["MODES", "WHICH", "Mode", "Sample", "gpu_info", "machine_tag", "make_rig", "measure", "run_mode", "slowed",
-           "unavailable"]
+__all__ = ["MODES", "WHICH", "Bench", "Mode", "Sample", "gpu_info", "info", "machine_tag", "make_rig", "measure",
+           "slowed", "time_rounds", "unavailable"]

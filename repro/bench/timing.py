@@ -1,4 +1,4 @@
-"""GPU timing primitives for the benchmark: CUDA events, graph capture, copy bandwidth.
+"""Timing for the benchmark: the clocks pytest-benchmark calls, CUDA events, graph capture, copy bandwidth.
 
 Times are in µs unless a name says otherwise. Every function synchronises
 what it times; none includes module load or NVRTC compilation (callers warm up).
@@ -6,31 +6,8 @@ what it times; none includes module load or NVRTC compilation (callers warm up).
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Sequence
-
-#: The training loop's feed: KL EMA update from a fresh KL value, as a loop would run it before the controller.
-FEED_EMA = r"""
-extern "C" __global__ void rlq_feed_ema(float* __restrict__ isv, const float* __restrict__ kl_new, float alpha) {
-    isv[RLQ_KL_SLOT] = (1.0f - alpha) * isv[RLQ_KL_SLOT] + alpha * kl_new[0];
-}
-"""
-
-
-#: A small step of a training loop (256 threads, one block): the other nodes of the graph-of-kernels mode.
-SMALL_OP = r"""
-extern "C" __global__ void rlq_small_op(float* __restrict__ x) {
-    x[threadIdx.x] = x[threadIdx.x] * 0.999f + 0.001f;
-}
-"""
-
-
-def wall_time_us(work: Callable[[], None]) -> float:
-    """Host wall-clock time (µs) of ``work`` (which must synchronise what it enqueues itself)."""
-    start = time.perf_counter_ns()
-    work()
-    return (time.perf_counter_ns() - start) / 1e3
+from collections.abc import Callable
 
 
 def event_time_us(cp, work: Callable[[], None], stream=None) -> float:
@@ -62,33 +39,38 @@ def copy_bandwidth_gbs(cp, nbytes: int, repeats: int = 5) -> float:
     return 2 * src.nbytes / (best * 1e-6) / 1e9
 
 
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """The mean of ``values`` and the half-width of its two-sided 95 % Student-t confidence interval (same unit).
+# The benchmarks' clocks: pytest-benchmark calls one before and after each round (``@pytest.mark.benchmark(timer=…)``,
+# tests/test_bench.py) and stores the difference. Each reads a real clock when it is called.
 
-    One value has no spread to speak of: its half-width is inf.
+
+def synced_clock() -> float:
+    """Seconds on the host's monotonic clock, read once the current CuPy stream has finished what it was given.
+
+    A round's end therefore includes the device's completion of what the round enqueued (a launch loop that
+    does not wait itself); its start waits for nothing but the previous round.
     """
-    from scipy.special import stdtrit  # Student t's quantile; scipy.stats costs seconds to import
+    import cupy
 
-    n = len(values)
-    mean = math.fsum(values) / n
-    if n < 2:
-        return mean, math.inf
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
+    cupy.cuda.get_current_stream().synchronize()
+    return time.perf_counter()
 
 
-# pytest-benchmark's clock for the suite's benchmarks: each round is timed by the mode's own clock (CUDA
-# events, or the wall clock around the work), which hands the round's µs to advance(); the benchmark's
-# timer reads this counter, so the stats pytest-benchmark stores are those rounds (in s per step).
-_clock_s = 0.0
+_device = {"last": None, "total": 0.0}
 
 
-def round_clock() -> float:
-    """Seconds: the sum of every round handed to :func:`advance` so far (pytest-benchmark's ``timer``)."""
-    return _clock_s
+def device_clock() -> float:
+    """Seconds on the GPU's timeline: a CUDA event recorded on the current CuPy stream and waited for.
 
+    The clock is the sum, in float64, of the intervals between consecutive events (each an elapsed time the
+    driver measures between two events, a float32 count of ms: summing short intervals keeps its precision).
+    Two readings around a round give the device time from the first event to the completion of the round's work.
+    """
+    import cupy
 
-def advance(us: float) -> None:
-    """Move :func:`round_clock` on by one round's ``us`` µs (per step)."""
-    global _clock_s
-    _clock_s += us * 1e-6
+    event = cupy.cuda.Event()
+    event.record()
+    event.synchronize()
+    if _device["last"] is not None:
+        _device["total"] += cupy.cuda.get_elapsed_time(_device["last"], event) * 1e-3
+    _device["last"] = event
+    return _device["total"]

@@ -7,18 +7,69 @@ so that a gate failure can name the line a deliberate change must edit.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource, load_kernel
-from repro.core.paths import ROOT
+from repro.core.paths import ROOT, shown
 
 CONTRACTS = ROOT / "kernels" / "contracts.toml"
+#: The contract files chosen by ``--contracts FILE`` (innermost last); :func:`load` reads the last, else CONTRACTS.
+_chosen: list[Path] = []
+
+
+@contextlib.contextmanager
+def chosen_file(path: Path | str | None) -> Iterator[Path]:
+    """Within the block, :func:`load` without a path reads ``path`` (``None``: keep the current choice)."""
+    if path is None:
+        yield current()
+        return
+    _chosen.append(Path(path))
+    try:
+        yield _chosen[-1]
+    finally:
+        _chosen.pop()
+
+
+def choose(path: Path | str) -> None:
+    """Make ``path`` the contract :func:`load` reads until :func:`unchoose` (a pytest session, a command)."""
+    _chosen.append(Path(path))
+
+
+def chosen_depth() -> int:
+    """How many choices are in force (what :func:`unchoose` returns to)."""
+    return len(_chosen)
+
+
+def unchoose(depth: int = 0) -> None:
+    """Drop the choices made after ``depth`` of them (a command's own, leaving a pytest session's)."""
+    del _chosen[depth:]
+
+
+def current() -> Path:
+    """The contract file :func:`load` reads by default: the one chosen by ``--contracts``, else the tracked one."""
+    return _chosen[-1] if _chosen else CONTRACTS
+
+
+@dataclass(frozen=True)
+class StateSlot:
+    """A slot a controller owns beyond λ (its integral, an EMA, a delay line): the harness seeds it with ``start``
+    and the isolation row allows the controller's writes to it."""
+
+    name: str
+    slot: int
+    start: float  # the value the harness writes before the first launch (in ``units``)
+    holds: str  # what the value is, in a sentence
+    units: str
+    line: int = 0
+
 
 
 @dataclass(frozen=True)
@@ -30,6 +81,12 @@ class Slots:
     target: int
     isv_len: int
     sentinel: int  # uint32 bit pattern that fills every slot at allocation
+    #: (slot, start value) a controller owns beyond λ: seeded by the harness, its writes allowed (empty: λ alone)
+    state: tuple[tuple[int, float], ...] = ()
+
+    def with_state(self, owned: tuple[StateSlot, ...]) -> Slots:
+        """These slots with the state a controller's entry declares (seeded, and its writes allowed)."""
+        return replace(self, state=tuple((s.slot, s.start) for s in owned)) if owned else self
 
     def __post_init__(self) -> None:
         top = max(self.lambda_, self.kl, self.target)
@@ -72,7 +129,19 @@ class Documented:
 #: band: hold inside [lower edge, upper edge], else λ·ramp or λ·decay (each applied by
 #: its ``op``), clamped to the floor and ceiling where those exist.
 #: proportional: λ·(1 + clip(KL/target − 1, ±clip)·n_steps/horizon) (Ziegler et al. 2019).
-RULE_KINDS = ("band", "proportional")
+#: pid_lagrangian: the PID Lagrangian of Stooke, Achiam, Abbeel 2020 as rlpyt ships it (CppoPID.optimize_agent):
+#: Δ = KL − target; I ← max(0, I + K_I·Δ); P ← α_p·P + (1 − α_p)·Δ; D̄ ← α_d·D̄ + (1 − α_d)·KL;
+#: λ = max(0, K_P·P + I + K_D·max(0, D̄ − D̄[t − d_delay])) (a ring of d_delay slots holds the past D̄).
+#: geco: GECO (Rezende & Viola 2018) as applied-ai-lab/genesis ships it (utils/geco.py GECO.loss), on the KL:
+#: e ← KL on the first step, else (1 − α)·KL + α·e; c = e − target; λ ← clamp(λ·exp(s·η·c), floor, ceiling)
+#: with s = speedup where c < 0 (the constraint met; the source's goal − err > 0), else 1.
+#: log_pi: a PI controller on log λ: e = ln(KL/target) (double, rounded once); I ← clamp(I + k_i·e, i_min, i_max)
+#: (the anti-windup); λ = clamp(seed_lambda·exp(k_p·e + I), floor, ceiling); KL or target not > 0 or not finite,
+#: or λ not > 0, leaves λ and I alone (the suite's guard).
+RULE_KINDS = ("band", "proportional", "pid_lagrangian", "geco", "log_pi")
+#: Rule kinds with state of their own in ISV slots, and the state each must declare ([NAME.state.KEY] tables).
+STATEFUL_RULES = {"pid_lagrangian": ("integral", "delta_p", "cost_d", "ring_pos", "ring"),
+                  "geco": ("err_ema", "started"), "log_pi": ("integral",)}
 #: How a band edge is computed from the float32 target and the edge's value a (float32):
 #: mul target·a, div target/a, mul_one_plus target·(1+a), mul_one_minus target·(1−a).
 EDGE_FORMS = ("mul", "div", "mul_one_plus", "mul_one_minus")
@@ -92,7 +161,26 @@ OVERLAPS = ("ramp", "decay", "ramp_then_decay", "decay_then_ramp", "unchanged")
 #: [floor, ceiling], NaN passing through: tf.clip_by_value since TensorFlow 2.4).
 BOUNDS = ("clamp", "clip_by_value")
 _REQUIRED = {"band": ("seed_lambda", "floor", "ceiling", "ramp", "decay"),
-             "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon")}
+             "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon"),
+             "pid_lagrangian": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha",
+                                "d_ema_alpha"),
+             "geco": ("seed_lambda", "floor", "ceiling", "step_size", "alpha", "speedup"),
+             "log_pi": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "i_min", "i_max")}
+
+# What a contract file may hold: anything else is an error naming its file and line (a typo is never ignored).
+_TOP = ("base", "slots", "guards", "nonfinite")  # beside them, every table is a controller's entry
+_SLOT_KEYS = ("lambda", "kl_ema", "kl_target", "isv_len", "sentinel")
+_ENTRY_KEYS = ("kernel", "symbol", "rule", "source", "release", "guarded", "guards_doc", "overlap", "bounds",
+               "nonfinite", "state")
+#: Documented properties an entry may state (each an inline table of _PROPERTY_FIELDS), the cold-start ones
+#: (``warm_up_*``) included: every name listed, so a misspelt one is an error, never a silent extra.
+PROPERTY_KEYS = ("seed_lambda", "floor", "ceiling", "ramp", "decay", "tolerance", "upper_edge", "lower_edge",
+                 "steps_to_double", "steps_to_halve", "steps_to_floor", "decay_slowness", "clip", "n_steps", "horizon",
+                 "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha", "d_ema_alpha", "step_size", "alpha", "speedup",
+                 "i_min", "i_max", "warm_up_loss", "warm_up_rate")
+_PROPERTY_FIELDS = ("value", "doc", "rtol", "tolerance", "none", "form", "op", "dtype", "informational")
+_STATE_FIELDS = ("slot", "start", "holds", "units", "count")
+_RELEASE_FIELDS = ("project", "version", "commit", "path", "function")
 
 
 @dataclass(frozen=True)
@@ -112,6 +200,8 @@ class Controller:
     guarded: bool = True  # KL, target or λ ≤ 0 leave λ alone (the suite's convention; a peer only where its source has it)
     overlap: str = "ramp"  # OVERLAPS
     bounds: str = "clamp"  # BOUNDS
+    state: tuple[StateSlot, ...] = ()  # the slots it owns beyond λ (a stateful rule's integral, EMAs, delay line)
+    file: Path | None = None  # the contract file that declares this entry (its lines are that file's)
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -135,6 +225,11 @@ class Controller:
     def is_band(self) -> bool:
         return self.rule == "band"
 
+    @property
+    def stateful(self) -> bool:
+        """A rule with state of its own in ISV slots (STATEFUL_RULES): judged by its own rows, not the band rule's."""
+        return self.rule in STATEFUL_RULES
+
     def release_text(self) -> str:
         """The release a peer follows, in one line: project version (commit) path function; empty for ours."""
         r = self.release
@@ -157,8 +252,23 @@ class Contract:
         return load_kernel(entry.kernel if path is None else path, entry.symbol)
 
     def peers(self) -> list[str]:
-        """Contract entries that carry a ``source``: the published rules compared with ours, in file order."""
-        return [n for n, c in self.controllers.items() if c.source]
+        """Contract entries that carry a ``source`` and keep no state beyond λ: the published band and proportional
+        rules compared with ours, in file order (the report's peer section, the gate's peer rows)."""
+        return [n for n, c in self.controllers.items() if c.source and not c.stateful]
+
+    def stateful_peers(self) -> list[str]:
+        """Published rules with state of their own in ISV slots (the PID Lagrangian, GECO), in file order."""
+        return [n for n, c in self.controllers.items() if c.source and c.stateful]
+
+    def slots_of(self, name: str) -> Slots:
+        """The ISV layout a controller runs in: the harness's slots and the state its entry declares."""
+        return self.slots.with_state(self.controller(name).state)
+
+    def default_entry(self) -> str:
+        """The entry a candidate is judged against when none is named: ``fixed``, or where a contract file of one's
+        own declares entries of its own and not ``fixed`` (``base = …`` plus a new rule), the first of them."""
+        own = [n for n, c in self.controllers.items() if c.file is not None and c.file.resolve() == self.path.resolve()]
+        return "fixed" if not own or "fixed" in own else own[0]
 
     def controller(self, name: str) -> Controller:
         try:
@@ -168,16 +278,18 @@ class Contract:
 
 
 def _key_lines(text_lines: list[str]) -> dict[tuple[str, str], int]:
-    """1-based line of each ``key = …`` by ``(section, key)``, the first one where a key repeats (one pass)."""
+    """1-based line of each ``key = …`` by ``(section, key)``, the first one where a key repeats (one pass);
+    a table header's own line by ``(section, "")``."""
     found: dict[tuple[str, str], int] = {}
-    current = None
+    current = ""  # the file's top level, before the first table
     for number, line in enumerate(text_lines, start=1):
         header = re.match(r"^\s*\[([^\]]+)\]", line)
         if header:
             current = header.group(1).strip()
+            found.setdefault((current, ""), number)
             continue
         key = re.match(r'^\s*"?([^"=\s]+)"?\s*=', line)
-        if current is not None and key:
+        if key:
             found.setdefault((current, key.group(1)), number)
     return found
 
@@ -187,80 +299,207 @@ def _section_line(text_lines: list[str], section: str) -> int:
     return next((n for n, line in enumerate(text_lines, start=1) if line.strip() == f"[{section}]"), 0)
 
 
-def _documented(path: Path, section: str, key: str, spec: dict, lines: dict[tuple[str, str], int]) -> Documented:
+class _File:
+    """One contract file's text, for the lines its errors and properties name."""
+
+    def __init__(self, path: Path, text: str):
+        self.path, self.lines = path, text.splitlines()
+        self.keys = _key_lines(self.lines)
+
+    def line(self, section: str, key: str = "") -> int:
+        """The line of ``key`` in ``[section]`` (or of a ``[section.key]`` table), else the section's header."""
+        return (self.keys.get((section, key)) or self.keys.get((f"{section}.{key}", ""))
+                or self.keys.get((section, "")) or 0)
+
+    def error(self, section: str, key: str, what: str) -> SuiteError:
+        return SuiteError(f"{shown(self.path)}:{self.line(section, key)}: {what}")
+
+    def unknown(self, section: str, table: dict, allowed, what: str = "key", known: str = "",
+                inside: str = "") -> None:
+        """An error naming the first key of ``table`` outside ``allowed`` (by file and line; a field of an inline
+        table ``inside`` is on that key's line)."""
+        for key in table:
+            if key not in allowed:
+                where = f"[{section}]" if section else "the file's top level"
+                raise self.error(section, inside or key, f"unknown {what} {key!r} in {where} "
+                                 f"(known: {known or ', '.join(allowed)})")
+
+
+def _documented(f: _File, section: str, key: str, spec: dict) -> Documented:
+    if not isinstance(spec, dict):
+        raise f.error(section, key, f"[{section}] {key} is a documented property: {{ value = …, doc = \"…\" }}")
+    f.unknown(section, spec, _PROPERTY_FIELDS, what=f"field of {key}", inside=key)
     none = bool(spec.get("none", False))
     if not none and "value" not in spec:
-        raise SuiteError(f"{path}: [{section}] {key} has neither a value nor none = true")
+        raise SuiteError(f"{f.path}: [{section}] {key} has neither a value nor none = true")
     form, op, dtype = spec.get("form", ""), spec.get("op", ""), spec.get("dtype", "")
     for what, given, allowed in (("dtype", dtype, EDGE_DTYPES), ("form", form, EDGE_FORMS), ("op", op, RATE_OPS)):
         if given and given not in allowed:
-            raise SuiteError(f"{path}: [{section}] {key}: {what} {given!r} is not one of {', '.join(allowed)}")
+            raise SuiteError(f"{f.path}: [{section}] {key}: {what} {given!r} is not one of {', '.join(allowed)}")
     return Documented(name=key, value=math.nan if none else float(spec["value"]), doc=spec.get("doc", ""),
-                      line=lines.get((section, key), 0), rtol=float(spec.get("rtol", 0.0)),
+                      line=f.line(section, key), rtol=float(spec.get("rtol", 0.0)),
                       tolerance=float(spec.get("tolerance", 0.0)), none=none, form=form, op=op, dtype=dtype)
 
 
-def load(path: Path | str = CONTRACTS) -> Contract:
-    """Parse the contract file; a malformed file is a :class:`SuiteError`."""
-    path = Path(path)
+def _state(f: _File, name: str, table: dict, rule: str) -> tuple[StateSlot, ...]:
+    """The state slots an entry declares (``[NAME.state.KEY]``: slot, start, holds, units, count)."""
+    if not isinstance(table, dict):
+        raise f.error(name, "state", f"[{name}] state is a table of [{name}.state.KEY] tables")
+    owned = []
+    for key, spec in table.items():
+        section = f"{name}.state.{key}"
+        if not isinstance(spec, dict):
+            raise f.error(f"{name}.state", key, f"[{name}.state] {key}: a table of slot, start, holds, units")
+        f.unknown(section, spec, _STATE_FIELDS)
+        for need in ("slot", "start", "holds", "units"):
+            if need not in spec:
+                raise f.error(section, "", f"[{section}] lacks {need!r}")
+        count = int(spec.get("count", 1))
+        for i in range(count):
+            owned.append(StateSlot(name=key if count == 1 else f"{key}[{i}]", slot=int(spec["slot"]) + i,
+                                   start=float(spec["start"]), holds=str(spec["holds"]), units=str(spec["units"]),
+                                   line=f.line(section)))
+    wanted = STATEFUL_RULES.get(rule, ())
+    missing = [k for k in wanted if k not in table]
+    if missing:
+        raise f.error(name, "rule", f"[{name}] rule {rule!r} keeps {', '.join(wanted)}: declare "
+                      + ", ".join(f"[{name}.state.{k}]" for k in missing))
+    if table and not wanted:
+        raise f.error(name, "state", f"[{name}] rule {rule!r} keeps no state of its own (stateful rules: "
+                      f"{', '.join(STATEFUL_RULES)})")
+    return tuple(owned)
+
+
+def load(path: Path | str | None = None) -> Contract:
+    """Parse the contract file (default: :func:`current`); a malformed file is a :class:`SuiteError`.
+
+    Paths inside a contract file (``kernel``, ``base``) are relative to the repository root (absolute ones
+    as written), whichever folder the file lies in: a copy of the tracked file judges the same kernels.
+    A file with ``base = "PATH"`` holds only what differs: its tables replace the base file's tables of
+    the same name, whole, and add new entries; the rest is the base's (one fact, one place).
+    """
+    path = Path(current() if path is None else path)
     try:
         raw_text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SuiteError(f"contract file not found: {path}") from None
-    return _parse(path, raw_text)
+        raise SuiteError(f"contract file not found: {shown(path)}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SuiteError(f"contract file {shown(path)} cannot be read: {err}") from None
+    # the base file's text is part of the key: an edit to it is seen by the next load in the same process
+    named = re.search(r'^\s*base\s*=\s*"([^"]*)"', raw_text, re.MULTILINE)
+    base_text = None
+    if named:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            base_text = resolve(named.group(1)).read_text(encoding="utf-8")
+    return _parse(path, raw_text, base_text)
 
 
-@lru_cache(maxsize=16)  # the same text parses to the same (frozen) contract: the suite loads it ~150 times
-def _parse(path: Path, raw_text: str) -> Contract:
+def resolve(text: str) -> Path:
+    """A path written in a contract file: relative to the repository root, or absolute."""
+    return (ROOT / text).resolve()
+
+
+def _read(path: Path, raw_text: str) -> tuple[dict, _File]:
     try:
         data = tomllib.loads(raw_text)
     except tomllib.TOMLDecodeError as err:
-        raise SuiteError(f"{path}: not valid TOML: {err}") from None
-    lines = raw_text.splitlines()
-    key_lines = _key_lines(lines)
+        raise SuiteError(f"{shown(path)}: not valid TOML: {err}") from None
+    return data, _File(path, raw_text)
+
+
+@lru_cache(maxsize=16)  # the same text parses to the same (frozen) contract: the suite loads it ~150 times
+def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
+    data, own = _read(path, raw_text)
+    # every table's file: its own, or the base file's where this file leaves it out
+    files = {name: own for name in data}
+    if "base" in data:
+        if not isinstance(data["base"], str):
+            raise own.error("", "base", "base names the contract file this one adds to (a path)")
+        base_path = resolve(data.pop("base"))
+        if base_path == path.resolve():
+            raise own.error("", "base", "base names this file itself")
+        if base_text is None:  # load() read it where the line is plain; else read it here, or say it is missing
+            try:
+                base_text = base_path.read_text(encoding="utf-8")
+            except OSError:
+                raise own.error("", "base", f"base contract file not found: {shown(base_path)}") from None
+        base_data, base_file = _read(base_path, base_text)
+        if "base" in base_data:
+            raise base_file.error("", "base", "a base file names no base of its own (one level)")
+        files = {name: base_file for name in base_data} | {name: own for name in data}
+        data = base_data | data
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            raise files[name].error("", name, f"unknown key {name!r} at the file's top level (tables: [slots], "
+                                    "[guards], [nonfinite], one per controller; base = \"PATH\")")
     try:
+        f = files["slots"]
         s = data["slots"]
+        f.unknown("slots", s, _SLOT_KEYS)
         slots = Slots(s["lambda"], s["kl_ema"], s["kl_target"], s["isv_len"], s["sentinel"])
+        files.get("guards", own).unknown("guards", data.get("guards", {}), ("doc",))
         shared_nonfinite = {k: v for k, v in data.get("nonfinite", {}).items() if k != "doc"}
         guards_doc = data.get("guards", {}).get("doc", "")
         controllers = {}
         for name, entry in data.items():
-            if name in ("slots", "nonfinite", "guards"):
+            if name in _TOP:
                 continue
+            f = files[name]
+            if "kernel" not in entry or "symbol" not in entry:  # not an entry: a typo of a known table, or a stray one
+                raise f.error(name, "", f"unknown table [{name}] (a controller's entry names its kernel and symbol; "
+                              f"other tables: {', '.join('[' + t + ']' for t in _TOP[1:])})")
+            props = {}
+            for key, spec in entry.items():
+                if key in _ENTRY_KEYS:
+                    continue
+                if key not in PROPERTY_KEYS:
+                    f.unknown(name, {key: spec}, (), known=f"{', '.join(_ENTRY_KEYS)}, and the documented "
+                              "properties the header of kernels/contracts.toml lists")
+                props[key] = _documented(f, name, key, spec)
             rule = entry.get("rule", "band")
             if rule not in RULE_KINDS:
-                raise SuiteError(f"{path}: [{name}] rule {rule!r} is not one of {', '.join(RULE_KINDS)}")
-            props = {
-                key: _documented(path, name, key, spec, key_lines)
-                for key, spec in entry.items()
-                if isinstance(spec, dict) and key not in ("nonfinite", "release")
-            }
+                raise SuiteError(f"{f.path}: [{name}] rule {rule!r} is not one of {', '.join(RULE_KINDS)}")
             required = _REQUIRED[rule]
             if rule == "band" and not {"upper_edge", "lower_edge"} <= set(props):
                 required += ("tolerance",)
             for key in required:
                 if key not in props:
-                    raise SuiteError(f"{path}: [{name}] lacks {key!r}")
+                    raise SuiteError(f"{f.path}: [{name}] lacks {key!r}")
             for key, allowed in (("overlap", OVERLAPS), ("bounds", BOUNDS)):
                 if key in entry and entry[key] not in allowed:
-                    raise SuiteError(f"{path}: [{name}] {key} {entry[key]!r} is not one of {', '.join(allowed)}")
+                    raise SuiteError(f"{f.path}: [{name}] {key} {entry[key]!r} is not one of {', '.join(allowed)}")
             release = entry.get("release", {})
+            f.unknown(name, release, _RELEASE_FIELDS, what="field of release", inside="release")
             if "source" in entry and not {"project", "version", "path", "function"} <= set(release):
-                raise SuiteError(f"{path}: [{name}] a peer names its release: project, version, path, function")
+                raise SuiteError(f"{f.path}: [{name}] a peer names its release: project, version, path, function")
+            state = _state(f, name, entry.get("state", {}), rule)
+            owned = {slots.lambda_, slots.kl, slots.target}
+            for s_ in state:
+                if s_.slot in owned or not 0 <= s_.slot < slots.isv_len:
+                    raise SuiteError(f"{shown(f.path)}:{s_.line}: [{name}] state {s_.name} in slot {s_.slot}: "
+                                     f"a slot of its own inside the ISV of {slots.isv_len} floats")
+                owned.add(s_.slot)
             controllers[name] = Controller(
                 name=name,
-                kernel=(path.parent.parent / entry["kernel"]).resolve(),
+                kernel=resolve(entry["kernel"]),
                 symbol=entry["symbol"],
                 props=props,
-                nonfinite={**shared_nonfinite, **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
+                # a stateful rule's non-finite behaviour is its own (the shared cases describe the band rules)
+                nonfinite={**({} if rule in STATEFUL_RULES else shared_nonfinite),
+                           **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
                 guards_doc=entry.get("guards_doc", guards_doc),
                 rule=rule,
-                nonfinite_line=_section_line(lines, f"{name}.nonfinite") or _section_line(lines, "nonfinite"),
+                nonfinite_line=_section_line(f.lines, f"{name}.nonfinite") or _section_line(f.lines, "nonfinite"),
                 release=dict(release),
                 guarded=bool(entry.get("guarded", True)),
+                state=state,
+                file=f.path,
                 **{k: entry[k] for k in ("source", "overlap", "bounds") if k in entry},  # else the field's default
             )
     except KeyError as err:
-        raise SuiteError(f"{path}: missing key {err}") from None
-    slot_lines = {key: key_lines.get(("slots", key), 0) for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
+        raise SuiteError(f"{shown(path)}: missing key {err}") from None
+    slot_file = files["slots"]
+    # a slot's line is shown against the contract's own file: where [slots] is the base's, no line is claimed
+    slot_lines = {key: slot_file.line("slots", key) if slot_file is own else 0
+                  for key in ("lambda", "kl_ema", "kl_target", "isv_len")}
     return Contract(path=path, slots=slots, controllers=controllers, slot_lines=slot_lines)

@@ -25,20 +25,25 @@ def new_isv(slots: Slots, lambda0: np.ndarray | float, n_runs: int | None = None
         lam = np.full(n_runs, lam[0], dtype=np.float32)
     isv = np.full((lam.size, slots.isv_len), slots.sentinel, dtype=np.uint32).view(np.float32)
     isv[:, slots.lambda_] = lam
+    for slot, start in slots.state:  # a stateful controller's own slots start at its contract's values
+        isv[:, slot] = np.float32(start)
     return isv
 
 
 def stray_writes(slots: Slots, isv: np.ndarray, last_kl: np.ndarray, last_target: np.ndarray) -> list[tuple[int, int]]:
     """``(run, slot)`` pairs whose bits differ from what the harness put there.
 
-    Expected: the sentinel everywhere except λ's slot (the controller's), and
-    the KL and target slots, which hold the last values fed (``last_*``, one per run).
+    Expected: the sentinel everywhere except λ's slot (the controller's), the
+    state slots the controller's entry declares (its own: any bits), and the KL
+    and target slots, which hold the last values fed (``last_*``, one per run).
     """
     expected = np.full(isv.shape, slots.sentinel, dtype=np.uint32)
     expected[:, slots.kl] = np.asarray(last_kl, dtype=np.float32).view(np.uint32)
     expected[:, slots.target] = np.asarray(last_target, dtype=np.float32).view(np.uint32)
     differs = isv.view(np.uint32) != expected
     differs[:, slots.lambda_] = False
+    for slot, _ in slots.state:
+        differs[:, slot] = False
     return [(int(r), int(s)) for r, s in zip(*np.nonzero(differs), strict=True)]
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.core import stateful
 from repro.core.contract import Controller
 from repro.core.f32 import F32, columns, equal_bits, same
 
@@ -59,8 +60,11 @@ class Rule:
 
     @classmethod
     def of(cls, controller: Controller, **overrides: float) -> Rule:
-        """The documented rule of a contract entry; ``overrides`` replace named constants."""
+        """The documented rule of a contract entry; ``overrides`` replace named constants. A stateful entry's
+        rule is a :class:`repro.core.stateful.StatefulRule` (:func:`run` and :func:`run_each` take either)."""
         c = controller
+        if c.stateful:
+            return stateful.StatefulRule.of(c, **overrides)
         f32 = lambda v: None if v is None else F32(v)  # noqa: E731
         bounds = {k: c.bound(k) for k in ("floor", "ceiling")}
         if c.rule == "proportional":
@@ -212,9 +216,12 @@ def step(rule: Rule, lam: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.
 
 
 def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """λ after each step, ``[T, S]`` for step-major ``kl``/``target`` ``[T, S]`` and ``lambda0`` ``[S]``."""
+    """λ after each step, ``[T, S]`` for step-major ``kl``/``target`` ``[T, S]`` and ``lambda0`` ``[S]``
+    (a stateful rule: each run from its state slots' start values)."""
     kl = np.asarray(kl, dtype=F32)
     target = np.broadcast_to(np.asarray(target, dtype=F32), kl.shape)
+    if isinstance(rule, stateful.StatefulRule):
+        return stateful.run(rule, np.asarray(lambda0, dtype=F32), kl, target)[0]
     lam = np.asarray(lambda0, dtype=F32).copy()
     out = np.empty(kl.shape, dtype=F32)
     # Step t repeats step t-1's inputs on every run (bit for bit): where step t-1 also left λ unchanged, the

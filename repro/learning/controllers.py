@@ -29,7 +29,9 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
     """
     contract = contract or load()
     source, seed = source_and_seed(name, contract, source)
-    arm = Arm(name, source, contract.slots, seed)
+    # an entry's own layout: a stateful controller's slots seeded with their start values in every run
+    slots = contract.slots_of(name) if name in contract.controllers else contract.slots
+    arm = Arm(name, source, slots, seed)
     backend.compile_learner(arm.source, arm.slots)  # compile errors now, as one line, before any run starts
     return arm
 
@@ -92,8 +94,8 @@ def _group_names(name: str) -> list[str]:
         return [f"ablation:{f}" for f in FACTORS]
     if name == "fixes_removed":
         return ["ablation:" + "+".join(g for g in FACTORS if g != f) for f in FACTORS]
-    if name in ("contract", "peers"):
-        entries = sorted(load().controllers)
+    if name in ("contract", "peers"):  # as pre-registered: the entries without state of their own (issue 35's are new)
+        entries = sorted(n for n, c in load().controllers.items() if not c.stateful)
         return entries if name == "contract" else [e for e in entries if e not in ("fixed", "original")]
     return [name]
 

@@ -74,7 +74,9 @@ def run_reference(backend, tables: Tables, groups: list[Arm], learning: Learning
             total = total + kl_at(z)
         return total / n_sample
     slots = groups[0].slots
-    isv = xp.asarray(new_isv(slots, np.repeat([g.seed_lambda for g in groups], base)))
+    # each group's rows seeded by its own layout: a stateful controller's slots start at its contract's values
+    isv = xp.asarray(np.concatenate([new_isv(g.slots, np.full(base, g.seed_lambda, dtype=np.float32))
+                                     for g in groups]))
     target32 = xp.float32(L.kl_target)
     lam = isv[:, slots.lambda_].astype(xp.float64)
     q = xp.zeros((N, S, A))

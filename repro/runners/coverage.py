@@ -110,8 +110,9 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         folder = Path(tmp)
         lib = _build(backend, source, slots, folder)
         faults = []
+        # confined to the build folder, where its counters are written (repro.runners.confine)
         with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
-                    load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots)) as worker:
+                    load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots), scratch=folder) as worker:
             runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
             runner.known.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):

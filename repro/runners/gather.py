@@ -57,6 +57,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     receives one line per experiment group.
     """
     say = progress or (lambda _line: None)
+    slots = slots.with_state(controller.state)  # a stateful entry's own slots: seeded, and its writes allowed
     notes, unavailable = [], set()
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
     static_report = None

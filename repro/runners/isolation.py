@@ -23,20 +23,26 @@ import ctypes
 import faulthandler
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
+import multiprocessing.reduction as reduction
 import multiprocessing.resource_tracker as mp_resource_tracker
 import os
 import resource
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from repro import backends
 from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
+from repro.runners import confine
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
 from repro.runners.inference import infer
@@ -110,10 +116,13 @@ def _die_with(parent: int) -> None:
 
 
 def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | None, backend_name: str,
-           source: KernelSource, slots: Slots, controller: Controller, seed: int) -> None:
+           source: KernelSource, slots: Slots, controller: Controller, seed: int, scratch: str | None = None) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
-    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`)."""
+    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`);
+    ``scratch``: the folder the worker is confined to (:mod:`repro.runners.confine`), None: not confined.
+    A forked worker is confined before it loads the candidate's library (its load-time code is the
+    candidate's); a spawned (GPU) one after NVRTC and CUDA's start-up, which run none of its code."""
     # Ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded).
     with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -126,7 +135,11 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
     try:
         # forked: the parent's loader (a cached build, loaded here); spawned: compile here
+        if scratch is not None and load is not None:
+            confine.confine(conn, Path(scratch), forked=True)
         kernel = load() if load is not None else get_backend(backend_name).compile(source, slots)
+        if scratch is not None and load is None:
+            confine.confine(conn, Path(scratch), forked=False)
         conn.send(("ready", None))
         while True:
             request = conn.recv()
@@ -167,12 +180,17 @@ class Worker:
     """
 
     def __init__(self, backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
-                 load: Callable[[], CompiledKernel] | None = None, startup: float | None = None):
+                 load: Callable[[], CompiledKernel] | None = None, startup: float | None = None,
+                 scratch: Path | None = None):
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
+        # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process (removed).
+        self.scratch = scratch
+        self.watches: dict[int, confine.Watch] = {}  # pid -> its sandbox's watch
+        self.folders: dict[int, str] = {}  # pid -> a scratch folder made for it
         self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
         self.proc, self.conn = None, None
-        self.method = "fork" if backend.name == "host" else "spawn"  # CUDA does not survive a fork
+        self.method = backends.entry(backend.name).start_method  # the registry's: CUDA does not survive a fork
         # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
         # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
         self.spare = None
@@ -192,11 +210,16 @@ class Worker:
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
+        folder = None
+        if confine.unavailable() is None:
+            folder = str(self.scratch) if self.scratch is not None else tempfile.mkdtemp(prefix="rlq-worker-")
         args = (child, parent if forkable else None, os.getpid(), self.load if forkable else None, self.backend.name,
-                self.source, self.slots, self.controller, self.seed)
+                self.source, self.slots, self.controller, self.seed, folder)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
         _start_deaf_to_ctrl_c(proc)
         child.close()
+        if folder is not None and self.scratch is None:
+            self.folders[proc.pid] = folder
         return proc, parent
 
     def _start(self) -> _Answer | None:
@@ -236,6 +259,9 @@ class Worker:
             try:
                 if self.conn.poll(max(0.0, min(left, 0.05))):
                     kind, value = self.conn.recv()
+                    if kind == "confined":  # the seccomp listener follows: watched from now on
+                        self._watch(reduction.recv_handle(self.conn))
+                        continue
                     if kind == "ready":
                         return None
                     if kind == "fault":  # the worker ends itself after a device fault
@@ -250,11 +276,18 @@ class Worker:
                 self.stop(kill=True)
                 return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
 
+    def _watch(self, fd: int) -> None:
+        folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
+        self.watches[self.proc.pid] = confine.Watch(fd, self.proc.pid, Path(folder))
+
     def _died(self) -> _Answer:
         self.lost = True
         self.proc.join(1.0)
         code = self.proc.exitcode
+        watch = self.watches.get(self.proc.pid)
         self._reset()
+        if watch is not None and watch.attempt is not None:  # the sandbox ended it
+            return _Answer(False, None, ("sandbox", watch.attempt))
         if code is not None and code < 0:
             try:
                 detail = signal.Signals(-code).name
@@ -267,7 +300,16 @@ class Worker:
     def _reset(self) -> None:
         if self.conn is not None:
             self.conn.close()
+        if self.proc is not None:
+            self._forget(self.proc.pid)
         self.proc, self.conn = None, None
+
+    def _forget(self, pid: int) -> None:
+        """Drop a gone worker's watch and remove the scratch folder made for it."""
+        self.watches.pop(pid, None)
+        folder = self.folders.pop(pid, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def discard(self) -> None:
         """End the worker and its spare at once (SIGKILL): neither is wanted any more."""
@@ -281,6 +323,7 @@ class Worker:
             proc.kill()
             proc.join()
             conn.close()
+            self._forget(proc.pid)
 
     def stop(self, kill: bool = False) -> None:
         """End the worker (politely, or by SIGKILL for a hung one); at the end (not killed), its spare too."""
@@ -398,7 +441,7 @@ class GroupRunner:
             for group in groups:
                 if self.clock.limit(self.limits[group]) > 0:
                     w = self.worker
-                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup)
+                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup, w.scratch)
                     workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
             for group, worker in workers.items():
                 limit = self.clock.limit(self.limits[group])

@@ -119,7 +119,9 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     true_d = xp.asarray(np.tile(true, (G, 1)))
     n = G * base
     slots = subjects[0].kernel.slots
-    isv = xp.asarray(new_isv(slots, np.repeat([s.seed_lambda for s in subjects], base)))
+    # each subject's rows seeded by its own layout: a stateful controller's slots start at its contract's values
+    isv = xp.asarray(np.concatenate([new_isv(s.kernel.slots, np.full(base, s.seed_lambda, dtype=np.float32))
+                                     for s in subjects]))
     floors = xp.asarray(np.repeat(np.float32([s.floor for s in subjects]), base))
 
     def batched_stepper(isv) -> None:

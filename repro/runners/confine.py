@@ -1,0 +1,359 @@
+"""A worker that runs candidate code may write only inside its own scratch folder, start no process, open no socket.
+
+Two kernel mechanisms, both installed by the worker on itself before any candidate code runs (before the
+kernel's library is loaded: its load-time code is the candidate's too), and kept for the rest of its life:
+
+- **seccomp** through libseccomp (the ``pyseccomp`` binding of the system's ``libseccomp.so.2``): the system
+  calls that start a process (execve, execveat, fork, vfork, a clone that is not a thread), open a socket,
+  open a file for writing or change a file by path (unlink, rename, mkdir, …; a link: always), change a
+  file's metadata through an open descriptor, or signal another process are handed to the parent as
+  *user notifications* (seccomp_unotify(2)). The parent's :class:`Watch` reads the call's path from the
+  worker's memory, lets a write inside the scratch folder through and ends the worker on anything else,
+  naming what it tried. io_uring (which seccomp cannot see into), bpf, ptrace and the like fail with EPERM.
+- **Landlock** (kernel 5.13+, where enabled): the same folder is the only place the worker may create,
+  write, remove or rename files (enforced by path, so that no race between the parent's check and the
+  kernel's open lets a write out), it may execute no file, and where the kernel has them (Landlock ABI 4 and
+  6), connect or bind no TCP port and signal no process outside itself.
+
+Where seccomp cannot be installed, :func:`unavailable` says why in one line and the worker runs as before
+(``--require-sandbox`` makes that exit 2). Landlock is a second wall: its absence is said, not fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import select
+import signal
+import struct
+import sys
+import threading
+from functools import cache
+from pathlib import Path
+
+#: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
+_LL_EXECUTE = 1 << 0
+_LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write file, remove, make *
+_LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+_LL_NET_TCP = 1 | 2  # bind, connect (ABI 4)
+_LL_SCOPE = 1 | 2  # abstract unix sockets, signals (ABI 6)
+_SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (one number on every architecture)
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_THREAD = 0x00010000
+_AT_FDCWD = -100
+
+#: seccomp_unotify(2): struct seccomp_notif, struct seccomp_notif_resp and the ioctls that carry them.
+_NOTIF = struct.Struct("=QIIiIQ6Q")
+_RESP = struct.Struct("=QqiI")
+_NOTIF_RECV, _NOTIF_SEND, _NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
+_FLAG_CONTINUE = 1
+
+#: Calls that change the file system by path: syscall → the indices of (dirfd, path) argument pairs
+#: (dirfd None: relative to the working folder). A path inside the scratch folder goes through.
+_BY_PATH = {
+    "open": [(None, 0)], "creat": [(None, 0)], "openat": [(0, 1)],
+    "unlink": [(None, 0)], "unlinkat": [(0, 1)], "rmdir": [(None, 0)], "mkdir": [(None, 0)], "mkdirat": [(0, 1)],
+    "mknod": [(None, 0)], "mknodat": [(0, 1)], "truncate": [(None, 0)],
+    "rename": [(None, 0), (None, 1)], "renameat": [(0, 1), (2, 3)], "renameat2": [(0, 1), (2, 3)],
+    "chmod": [(None, 0)], "fchmodat": [(0, 1)], "chown": [(None, 0)], "lchown": [(None, 0)], "fchownat": [(0, 1)],
+    "utimes": [(None, 0)], "utimensat": [(0, 1)], "setxattr": [(None, 0)], "lsetxattr": [(None, 0)],
+    "removexattr": [(None, 0)], "lremovexattr": [(None, 0)],
+}
+#: What an attempt is called in the row (the call's name when not here).
+_SAID = {
+    **dict.fromkeys(("execve", "execveat"), "start a program ({call})"),
+    **dict.fromkeys(("fork", "vfork", "clone"), "start a process ({call})"),
+    **dict.fromkeys(("socket", "socketpair"), "open a socket ({call})"),
+    **dict.fromkeys(("link", "linkat", "symlink", "symlinkat"), "create a link ({call})"),
+    **dict.fromkeys(("fchmod", "fchown", "fsetxattr", "fremovexattr"), "change a file's metadata ({call})"),
+    **dict.fromkeys(("kill", "tkill", "tgkill", "pidfd_send_signal"), "signal another process ({call})"),
+    **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
+}
+#: Calls refused outright (EPERM), not reported: no candidate has a use for them, and seccomp cannot see what
+#: an io_uring submission does.
+_REFUSED = ("io_uring_setup", "bpf", "ptrace", "process_vm_writev", "userfaultfd", "perf_event_open", "mount",
+            "umount2", "pivot_root", "chroot", "unshare", "setns", "openat2", "name_to_handle_at", "open_by_handle_at",
+            "kexec_load", "reboot", "init_module", "finit_module", "delete_module", "swapon", "swapoff")
+
+
+@cache
+def _seccomp():
+    import pyseccomp
+
+    pyseccomp.get_api()  # raises where libseccomp.so.2 cannot be loaded
+    return pyseccomp
+
+
+def unavailable() -> str | None:
+    """None when a worker can be confined here, else the one-line reason."""
+    if not sys.platform.startswith("linux"):
+        return f"sandbox: seccomp is Linux only (this is {sys.platform})"
+    try:
+        sc = _seccomp()
+    except ImportError:
+        return "sandbox: the pyseccomp package is missing (pip install --group run)"
+    except (OSError, AttributeError) as err:
+        return f"sandbox: libseccomp.so.2 cannot be loaded ({err})"
+    if not hasattr(sc._libseccomp, "seccomp_notify_fd"):
+        return "sandbox: libseccomp is older than 2.5 (no user notifications)"
+    return _probe()
+
+
+@cache
+def _probe() -> str | None:
+    """Install the filter in a throw-away child (a forked one: nothing is imported there)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            f = _filter()
+            f.load()
+            code = 0 if _seccomp()._libseccomp.seccomp_notify_fd(f._filter) >= 0 else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "sandbox: seccomp user notifications are not permitted here (kernel 5.5+ and a container that allows seccomp)"
+    return None
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI the kernel offers, 0 where it has none (older than 5.13, or not enabled)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(0, abi)
+
+
+def mechanism() -> str:
+    """What confines a worker here, in words (or why nothing does)."""
+    why = unavailable()
+    if why:
+        return why
+    abi = landlock_abi()
+    walls = f"Landlock ABI {abi}" if abi else "no Landlock (writes checked by path only)"
+    return f"sandbox: seccomp (libseccomp {'.'.join(map(str, _seccomp_version()))}) + {walls}"
+
+
+def _seccomp_version() -> tuple[int, int, int]:
+    sc = _seccomp()
+
+    class _Version(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+    fn = sc._libseccomp.seccomp_version
+    fn.restype = ctypes.POINTER(_Version)
+    v = fn().contents
+    return v.major, v.minor, v.micro
+
+
+def _filter(alone: bool = False):
+    """The seccomp filter (not yet loaded): everything allowed but what is reported or refused. ``alone``: no
+    parent answers (:func:`confine_alone`): what would be reported is refused (EPERM), and writes by path are
+    left to Landlock."""
+    sc = _seccomp()
+    f = sc.SyscallFilter(sc.ALLOW)
+    f.set_attr(sc.Attr.CTL_TSYNC, 1)  # every thread of the worker, CUDA's included
+
+    def rule(action, call, *args):
+        if alone and action == sc.NOTIFY:
+            if call in _BY_PATH:
+                return
+            action = sc.ERRNO(errno.EPERM)
+        with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
+            f.add_rule(action, call, *args)
+
+    for call in ("execve", "execveat", "fork", "vfork", "socket", "socketpair", "link", "linkat", "symlink",
+                 "symlinkat", "fchmod", "fchown", "fsetxattr", "fremovexattr", *_BY_PATH):
+        if call not in ("open", "creat", "openat"):
+            rule(sc.NOTIFY, call)
+    rule(sc.NOTIFY, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))  # a thread is fine, a process is not
+    rule(sc.ERRNO(errno.ENOSYS), "clone3")  # its flags are out of seccomp's sight; glibc then uses clone
+    rule(sc.NOTIFY, "creat")
+    for bit in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND):
+        rule(sc.NOTIFY, "open", sc.Arg(1, sc.MASKED_EQ, bit, bit))
+        rule(sc.NOTIFY, "openat", sc.Arg(2, sc.MASKED_EQ, bit, bit))
+    me = os.getpid()
+    rule(sc.NOTIFY, "kill", sc.Arg(0, sc.NE, me))
+    rule(sc.NOTIFY, "tgkill", sc.Arg(0, sc.NE, me))
+    rule(sc.NOTIFY, "tkill")
+    rule(sc.NOTIFY, "pidfd_send_signal")
+    for call in _REFUSED:
+        rule(sc.ERRNO(errno.EPERM), call)
+    return f
+
+
+def _landlock(scratch: Path) -> int:
+    """Restrict this process (all its threads made from now on and itself) with Landlock: the ABI used, 0 if none."""
+    abi = landlock_abi()
+    if abi == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    fs = _LL_EXECUTE | _LL_WRITES | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    net = _LL_NET_TCP if abi >= 4 else 0
+    scoped = _LL_SCOPE if abi >= 6 else 0
+    attr = struct.pack("=QQQ", fs, net, scoped)[: 24 if abi >= 6 else 16 if abi >= 4 else 8]
+    ruleset = libc.syscall(_SYS_LANDLOCK[0], ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0
+    try:
+        folder = os.open(scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            beneath = struct.pack("=Qi", fs & ~_LL_EXECUTE, folder)
+            if libc.syscall(_SYS_LANDLOCK[1], ruleset, 1, ctypes.c_char_p(beneath), ctypes.c_uint32(0)) != 0:
+                return 0
+        finally:
+            os.close(folder)
+        if libc.syscall(_SYS_LANDLOCK[2], ruleset, ctypes.c_uint32(0)) != 0:
+            return 0
+        return abi
+    finally:
+        os.close(ruleset)
+
+
+def confine(conn, scratch: Path, forked: bool) -> None:
+    """Worker side: confine this process to ``scratch`` (its new working folder) and hand the parent the
+    seccomp listener over ``conn`` (a ``("confined", abi)`` message, then the descriptor). ``forked``: the
+    worker holds copies of the parent's descriptors (closed here); a spawned one has only its own (CUDA's)."""
+    from multiprocessing import reduction
+
+    _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
+    sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
+    os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
+    os.chdir(scratch)
+    _own_descriptors(conn, scratch, forked)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    abi = _landlock(scratch)
+    f = _filter()
+    f.load()
+    fd = _seccomp()._libseccomp.seccomp_notify_fd(f._filter)
+    conn.send(("confined", abi))
+    reduction.send_handle(conn, fd, os.getppid())
+    os.close(fd)
+
+
+def confine_alone(scratch: Path) -> int:
+    """Confine this process with no parent to answer (a child of compute-sanitizer): Landlock as in
+    :func:`confine`, and seccomp refusing (EPERM, unreported) a new process, a socket, a link, a signal to
+    another process. The Landlock ABI used (0: none, and writes by path are then not limited); nothing when
+    seccomp is unavailable here (:func:`unavailable` says why)."""
+    if unavailable() is not None:
+        return 0
+    sys.dont_write_bytecode = True
+    os.environ["CUPY_CACHE_DIR"] = str(scratch)
+    os.chdir(scratch)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    abi = _landlock(scratch)
+    _filter(alone=True).load()
+    return abi
+
+
+def _own_descriptors(conn, scratch: Path, forked: bool) -> None:
+    """Send the worker's output to the scratch folder and, in a forked worker, close what it inherited beyond its
+    pipe (the parent's files, a test runner's pipes: open for writing before the sandbox, they would stay so)."""
+    keep = {conn.fileno()}
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    log = os.open(scratch / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(log, fd)
+    os.close(log)
+    if forked:
+        for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+class Watch:
+    """Parent side: answers a confined worker's notifications in a thread of its own.
+
+    A write inside ``scratch`` goes through; anything else is refused (EPERM), named in :attr:`attempt`, and
+    the worker is killed (``pid``): its run ends there, as a crash would end it."""
+
+    def __init__(self, fd: int, pid: int, scratch: Path):
+        self.fd, self.pid, self.scratch = fd, pid, os.path.realpath(scratch)
+        self.attempt: str | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True, name=f"sandbox-{pid}")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        sc = _seccomp()
+        arch = sc.system_arch()
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        try:
+            while True:
+                events = poller.poll(None)
+                if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
+                    return  # the worker is gone
+                buf = bytearray(_NOTIF.size)
+                try:
+                    fcntl.ioctl(self.fd, _NOTIF_RECV, buf)
+                except OSError as err:
+                    if err.errno in (errno.ENOENT, errno.EINTR):  # the call was interrupted meanwhile
+                        continue
+                    return
+                nid, tid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
+                call = sc.resolve_syscall(arch, nr).decode()
+                attempt = self._judge(call, tid, nid, args)
+                if attempt is None:
+                    self._respond(nid, 0, _FLAG_CONTINUE)
+                    continue
+                if isinstance(attempt, int):  # it would change nothing: the error it would get
+                    self._respond(nid, -attempt, 0)
+                    continue
+                self.attempt = self.attempt or attempt
+                self._respond(nid, -errno.EPERM, 0)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+        finally:
+            os.close(self.fd)
+
+    def _respond(self, nid: int, error: int, flags: int) -> None:
+        with contextlib.suppress(OSError):  # the worker died meanwhile
+            fcntl.ioctl(self.fd, _NOTIF_SEND, bytearray(_RESP.pack(nid, 0, error, flags)))
+
+    def _judge(self, call: str, tid: int, nid: int, args: list[int]) -> str | int | None:
+        """None when the call may go through, an errno for one that would change nothing (a folder made
+        that exists: the host backend's cache lookup makes its folder), else the attempt in words."""
+        said = _SAID.get(call, "{call} {path}")
+        if call not in _BY_PATH:
+            return "the candidate tried to " + said.format(call=call, path="")
+        paths = [self._path(tid, None if d is None else _signed(args[d]), args[p]) for d, p in _BY_PATH[call]]
+        valid = struct.pack("=Q", nid)
+        try:  # the paths were read from a call still waiting (seccomp_unotify(2): check after reading)
+            fcntl.ioctl(self.fd, _NOTIF_ID_VALID, bytearray(valid))
+        except OSError:
+            return None  # it is gone: nothing to decide
+        outside = [p for p in paths if p is None or not (p == self.scratch or p.startswith(self.scratch + os.sep))]
+        if not outside:
+            return None
+        if call in ("mkdir", "mkdirat") and outside[0] is not None and os.path.lexists(outside[0]):
+            return errno.EEXIST
+        return "the candidate tried to " + said.format(call=call, path=outside[0] or "a path it hid")
+
+    @staticmethod
+    def _path(tid: int, dirfd: int | None, address: int) -> str | None:
+        """The absolute path a call names (``dirfd``: its directory descriptor, None or AT_FDCWD: the working folder)."""
+        try:
+            with open(f"/proc/{tid}/mem", "rb", buffering=0) as mem:
+                raw = os.pread(mem.fileno(), 4096, address)
+            name = raw.split(b"\0", 1)[0].decode(errors="replace")
+            if not name.startswith("/"):
+                base = f"/proc/{tid}/cwd" if dirfd in (None, _AT_FDCWD) else f"/proc/{tid}/fd/{dirfd}"
+                name = os.path.join(os.readlink(base), name)
+            return os.path.normpath(name)
+        except OSError:
+            return None
+
+
+def _signed(value: int) -> int:
+    """A 64-bit argument read as the C int it carries (AT_FDCWD is negative)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value

@@ -1,0 +1,152 @@
+"""A candidate's code runs confined (repro/runners/confine.py): it writes only in its worker's scratch folder,
+starts no process, opens no socket; an attempt is a failing execution row that names it, and nothing outside
+the scratch folder changes. Where no sandbox can be installed the gate says so, and --require-sandbox exits 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.cli.evaluate import evaluate
+from analysis.cli.policy import dispatch
+from repro.core.contract import ROOT
+from repro.core.kernel_source import load_kernel
+from repro.runners import confine
+
+CANDIDATES = Path(__file__).parent / "candidates"
+ESCAPES = sorted(CANDIDATES.glob("escape_*.cu"))
+SYMBOL = "rl_q_distill_lambda_controller"
+MARKER = "gate_escape_marker.txt"  # the file each hostile candidate would leave in the folder it was started from
+
+
+def expected_text(path: Path) -> str:
+    """The ``// expect-text:`` of a candidate's header: the attempt its execution row must name."""
+    return next(line.partition(":")[2].strip() for line in path.read_text().splitlines()
+                if line.startswith("// expect-text:"))
+
+
+@pytest.fixture
+def sandbox():
+    why = confine.unavailable()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture
+def started_here(tmp_path, monkeypatch):
+    """The gate started from an empty folder of its own (the candidates write to ``$PWD``)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    return tmp_path
+
+
+def test_a_write_outside_the_scratch_folder_is_an_execution_row_and_writes_nothing(sandbox, started_here, contract,
+                                                                                   host):
+    """The host-only fopen of escape_write.cu, in process: every worker that ran it was ended, the row names
+    the file it tried to open, and the folder the gate was started from is still empty."""
+    path = CANDIDATES / "escape_write.cu"
+    verdict = evaluate(load_kernel(path, SYMBOL), "fixed", host, contract)
+    row = next(f for f in verdict.findings if f.key == "execution")
+    assert not row.ok
+    attempts = [f for f in row.detail["faults"] if "sandbox" in f]
+    assert attempts and all(f"tried to open {started_here / MARKER} for writing" in f for f in attempts), row.detail
+    assert list(started_here.iterdir()) == []
+
+
+@pytest.mark.slow  # the fixed kernel's gate once more (the suite runs it confined elsewhere, without this folder check)
+def test_the_fixed_kernel_is_not_hindered_by_its_sandbox(sandbox, started_here, contract, host):
+    """The reference runs confined too (its coverage build writes its counters inside its scratch folder)."""
+    entry = contract.controller("fixed")
+    verdict = evaluate(load_kernel(entry.kernel, SYMBOL), "fixed", host, contract)
+    assert verdict.ok, [(f.key, f.detail) for f in verdict.failed]
+    coverage = next(f for f in verdict.findings if f.key == "coverage")
+    assert coverage.measured, coverage.detail  # counters were written and read back
+    assert list(started_here.iterdir()) == []
+
+
+def _gate(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = dispatch(["gate", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_without_a_sandbox_the_gate_says_so_and_require_sandbox_exits_2(monkeypatch):
+    reason = "sandbox: seccomp is not permitted here (a test's stand-in)"
+    monkeypatch.setattr(confine, "unavailable", lambda: reason)
+    code, out, err = _gate(str(ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"), "--require-sandbox")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [f"gate: error: {reason} (--require-sandbox)"], err
+
+
+@pytest.mark.slow  # three gate processes (2-3 s each)
+@pytest.mark.parametrize("path", ESCAPES, ids=[p.stem for p in ESCAPES])
+def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
+    """As a CI job runs it: from a folder of its own, exit 1, the execution row naming the attempt, no marker."""
+    if confine.unavailable():
+        pytest.skip(confine.unavailable())
+    verdict = tmp_path / "out" / "verdict.json"
+    verdict.parent.mkdir()
+    env = {**os.environ, "PWD": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(path), "--backend", "host", "--json",
+                           str(verdict)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    row = next(p for p in json.loads(verdict.read_text())["properties"] if p["key"] == "execution")
+    assert not row["ok"] and any(expected_text(path) in f for f in row["detail"]["faults"]), row["detail"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert not (ROOT / MARKER).exists()
+
+
+def _confined_gpu_child(conn, scratch: str) -> None:
+    """A spawned GPU worker's life in short: CUDA and NVRTC start, the sandbox goes on, kernels run, then an
+    escape is tried (a socket) after answering."""
+    import socket
+
+    from repro.backends import get_backend
+    from repro.core.contract import load
+    from repro.runners.campaign import run_group
+
+    contract = load()
+    entry = contract.controller("fixed")
+    kernel = get_backend("cupy").compile(load_kernel(entry.kernel, entry.symbol), contract.slots)
+    confine.confine(conn, Path(scratch), forked=False)
+    runs = run_group(kernel, entry, "nonfinite")
+    run_group(kernel, entry, "threads")  # its grid module is compiled on first use: NVRTC under the sandbox
+    conn.send(("ran", len(runs)))
+    with contextlib.suppress(OSError):
+        socket.socket()
+    conn.send(("survived", None))
+
+
+@pytest.mark.gpu
+def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
+    """On the GPU: CUDA keeps working under the sandbox (launches, copies, a lazily compiled module), and an
+    attempt made afterwards still ends the worker with the attempt named."""
+    import multiprocessing as mp
+    import multiprocessing.reduction as reduction
+
+    if confine.unavailable():
+        pytest.skip(confine.unavailable())
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_confined_gpu_child, args=(child, str(tmp_path)), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        assert parent.poll(120), "the worker did not confine itself"
+        assert parent.recv()[0] == "confined"
+        watch = confine.Watch(reduction.recv_handle(parent), proc.pid, tmp_path)
+        assert parent.poll(120)
+        kind, n = parent.recv()
+        assert kind == "ran" and n > 0, (kind, n)
+        proc.join(60)
+        assert watch.attempt == "the candidate tried to open a socket (socket)", watch.attempt
+    finally:
+        proc.kill()
