@@ -48,6 +48,10 @@ RESULTS = ROOT / "studies" / "results"
 
 @policy.command("study")
 def main(argv: list[str] | None = None) -> int:
+    if argv is not None and "--deep" in argv:  # the third study: a parser of its own (analysis/cli/deep_study.py)
+        from analysis.cli import deep_study
+
+        return deep_study.body(argv)
     parser = policy.Parser("study", description=__doc__.splitlines()[0])
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
@@ -61,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"study; at most {MAX_STEPS})")
     parser.add_argument("--prereg", type=policy.path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--second", action="store_true", help="the second pre-registered study")
+    parser.add_argument("--deep", action="store_true", help="the third pre-registered study, PyTorch (its own options: "
+                        "--deep --help)")
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")

@@ -15,7 +15,18 @@ import pandas as pd
 
 from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, noise_curves
 from analysis.judge.study_measures import ALPHA, SECONDARY, original_vs_fixed
-from analysis.present import bench_report, design_section, peers_plots, peers_section, plots, render, study_plots, study_section
+from analysis.present import (
+    bench_report,
+    deep_plots,
+    deep_section,
+    design_section,
+    peers_plots,
+    peers_section,
+    plots,
+    render,
+    study_plots,
+    study_section,
+)
 from repro.core.ablation import FACTORS
 from repro.toy import COLLAPSE
 
@@ -37,6 +48,7 @@ FIGURES = {
     "robustness grid × seeds.",
     "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "
     "adaptive-KL rule (a cross marks λ reaching exactly 0).",
+    **deep_section.FIGURES,
     **study_section.FIGURES,
     **study_section.FIGURES_2,
     **design_section.FIGURES,  # issue 35: cold starts and the design measures
@@ -63,6 +75,8 @@ def figures(report: Report) -> dict[str, Callable]:
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
         "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces(report.measures)),
+        "fig_deep_cells.png": lambda: deep_plots.cells(deep_section.committed()),
+        "fig_deep_incident.png": lambda: deep_plots.incident(deep_section.committed(), deep_section.primary_kl_target()),
         "fig11_study.png": lambda: study_plots.overview(report.study),
         "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
         "fig13_incident.png": lambda: study_plots.incident(report.study2),
@@ -113,6 +127,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, numbers)
     lines += [""] + peers_section.markdown(report.measures, peers)
+    lines += ["", *deep_section.section(deep_section.committed(), figures=False)]  # leads the learning-loop part
     if report.design is not None:  # issue 35: cold starts and the design measures
         d = report.design
         lines += [""] + design_section.markdown(d.warm_ups, d.designs, design_section.rates_note(d))
@@ -174,6 +189,9 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
                    f"q_pi_agree falls below {COLLAPSE:g} at some step in {toy.original:.1%} of the original's runs and "
                    f"{toy.fixed:.1%} of {fixed}'s; of the combinations of the fix's four parts short of all four, "
                    f"{toy.best_variant} gives the fewest, {toy.best:.1%}.")
+    deep = deep_section.committed()
+    if deep:
+        out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch on the H200), {deep_section.headline(deep)}")
     if report.study2:  # the primary criterion first; the secondary one after it, labelled (sections below)
         more, fewer, cells = original_vs_fixed(report.study2, SECONDARY[:1])
         out.append(f"- **In the learning loop**: {study_section.headline2(report.study2)} On the secondary "

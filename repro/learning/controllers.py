@@ -28,6 +28,17 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
     ``source`` runs that kernel source under a contract name (seeded with the entry's λ): a candidate.
     """
     contract = contract or load()
+    source, seed = source_and_seed(name, contract, source)
+    # an entry's own layout: a stateful controller's slots seeded with their start values in every run
+    slots = contract.slots_of(name) if name in contract.controllers else contract.slots
+    arm = Arm(name, source, slots, seed)
+    backend.compile_learner(arm.source, arm.slots)  # compile errors now, as one line, before any run starts
+    return arm
+
+
+def source_and_seed(name: str, contract: Contract, source=None):
+    """The kernel source and seed λ of controller ``name`` (one-line :class:`SuiteError` for a bad name); ``source``
+    runs that source under a contract name (a candidate). Shared by :func:`group` and the deep loop."""
     if name.startswith("const:"):
         try:
             seed = float(name.split(":", 1)[1])  # the arm's seed λ is the constant: rates of 1, no floor
@@ -48,11 +59,7 @@ def group(backend, name: str, contract: Contract | None = None, source=None) -> 
     else:
         seed = contract.controller(name).value("seed_lambda")
         source = source or contract.source(name)
-    # an entry's own layout: a stateful controller's slots seeded with their start values in every run
-    slots = contract.slots_of(name) if name in contract.controllers else contract.slots
-    arm = Arm(name, source, slots, seed)
-    backend.compile_learner(arm.source, arm.slots)  # compile errors now, as one line, before any run starts
-    return arm
+    return source, seed
 
 
 def _fixes(text: str) -> list[str] | None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from repro.backends.base import CompiledKernel
 from repro.core.contract import Controller, Slots
+from repro.runners import loop_traces
 from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
@@ -53,7 +54,7 @@ _GROUPS: dict[tuple[int, int], tuple[Controller, dict]] = {}
 
 
 def _scenario_groups(controller: Controller, seed: int) -> dict[str, tuple[list[Scenario], str]]:
-    scenarios = catalogue(controller, seed=seed)
+    scenarios = catalogue(controller, seed=seed) + loop_traces.scenarios(controller)  # + the deep loop's recordings
     return {
         "catalogue": (scenarios, "looped"),
         "per_step": (scenarios, "per_step"),

@@ -1,0 +1,222 @@
+"""``python -m analysis study --deep``: the third pre-registered study (studies/preregistered_3.toml) — the
+incident end to end in a PyTorch loop with the controller kernel on the ISV (issue 34).
+
+Without ``--kernel``: the pre-registered study (every declared cell and arm, 100 seeds each, 20000 steps; about
+3 minutes on one H200 with ``--backend cupy``), or ``--reduced``, its CPU smoke form (primary cell, original and
+fixed, 4 seeds, 1200 steps). Prints per cell each arm's collapse fraction (the primary endpoint) with its exact
+95 % interval and the paired exact McNemar test of the original against the fixed kernel (Holm-adjusted over the
+declared family), then the headline read from the primary cell. Exit 0.
+
+With ``--kernel K.cu``: the candidate beside the fixed kernel on the same seeds (primary cell unless ``--cells``):
+its collapse fraction, the fixed kernel's, the paired test. Exit 1 when the candidate collapses in more runs than
+the fixed kernel with exact McNemar p < α (the pre-registered α) in the primary cell; else 0. The candidate runs
+in this process (host: the C++ build through ctypes; cupy: NVRTC on the GPU), seeded with the fixed kernel's λ.
+
+Bad input: one line, exit 2. Progress on stderr. Only the study as pre-registered (no ``--reduced``, ``--kernel``,
+``--cells``, ``--seeds``, ``--steps``) may write the committed results (studies/results/preregistered_3_*).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+
+from analysis.cli import policy
+from analysis.present import render
+from repro.core.errors import SuiteError
+from repro.core.outputs import Output, check_outputs, write_text
+from repro.core.paths import ROOT
+
+RESULTS = ROOT / "studies" / "results"
+
+
+def parser() -> policy.Parser:
+    p = policy.Parser("study", description="the third pre-registered study (--deep)")
+    p.add_argument("--deep", action="store_true", required=True)
+    p.add_argument("--kernel", type=policy.path, help="candidate kernel .cu, run beside the fixed kernel")
+    p.add_argument("--reduced", action="store_true", help="the CPU smoke form (CI)")
+    p.add_argument("--backend", default="auto", choices=("auto", "host", "cupy"))
+    p.add_argument("--json", type=policy.path, help="write the study's JSON here")
+    p.add_argument("--traces", type=policy.path, help="write the loop's KL/λ trace windows (.npz) here")
+    p.add_argument("--cells", help="comma-separated declared cells to run (not the pre-registered study)")
+    p.add_argument("--seeds", type=int, help="seeds per cell (not the pre-registered study; 2..1000)")
+    p.add_argument("--steps", type=int, help="steps per run (not the pre-registered study)")
+    p.add_argument("--mode", default="batched", choices=("batched", "per_row"),
+                   help="the controller once for all rows of an arm (batched) or once per row")
+    p.add_argument("--eager", action="store_true", help="no CUDA graph (GPU)")
+    p.add_argument("--budget", type=float, help="seconds after which no further loop starts (see [trim])")
+    p.add_argument("--prereg", type=policy.path, help="pre-registration TOML (default studies/preregistered_3.toml)")
+    p.add_argument("--markdown", type=policy.path, help="write the study's section here, its two figures beside it")
+    p.add_argument("--from-json", type=policy.path, help="with --markdown: draw from this study JSON instead of running")
+    return p
+
+
+def body(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    start = time.perf_counter()
+    say = policy.progress("study")
+    try:
+        import torch
+    except ImportError:
+        raise SuiteError("--deep needs PyTorch: pip install --group deep (or the machine's own torch)") from None
+    from analysis.judge import deep_study as judge
+    from repro.backends import get_backend
+    from repro.core.contract import load as load_contract
+    from repro.core.kernel_source import load_kernel
+    from repro.learning.deep import prereg as prereg3
+    from repro.learning.deep import study
+
+    if args.from_json:
+        return from_json(args)
+    prereg = prereg3.load(args.prereg or prereg3.PREREGISTERED_3)
+    cells = [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells is not None else None
+    if cells == []:
+        raise SuiteError("--cells needs at least one name")
+    if args.seeds is not None and not 2 <= args.seeds <= 1000:
+        raise SuiteError("--seeds must lie in 2..1000")
+    warmup = prereg.reduced.get("warmup", prereg.loop.warmup) if args.reduced else prereg.loop.warmup
+    if args.steps is not None and not (warmup < args.steps <= 10**6 and args.steps % prereg.loop.eval_every == 0):
+        raise SuiteError(f"--steps must be a multiple of {prereg.loop.eval_every} above the warm-up ({warmup}), "
+                         "at most 10^6")
+    as_preregistered = not (args.reduced or args.kernel or cells or args.seeds or args.steps)
+    committed = [p for p in (args.json, args.traces) if p and as_preregistered
+                 and Path(p).name.startswith("preregistered_3_")
+                 and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
+    data = os.path.realpath(ROOT / "tests" / "data")
+    if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
+        committed.append(args.traces)
+    inputs = [("pre-registration", args.prereg or prereg3.PREREGISTERED_3)] + ([("kernel", args.kernel)] if args.kernel else [])
+    check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz"),
+                   Output("--markdown", args.markdown, suffix=".md")], inputs=inputs, committed=committed)
+    candidate = None
+    if args.kernel:
+        candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
+        if cells is None:
+            cells = ["primary"]
+    backend = get_backend(args.backend)
+    device = "cuda" if backend.name == "cupy" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SuiteError("--backend cupy: torch sees no CUDA device")
+    if device == "cpu":
+        torch.set_num_threads(1)  # intra-op threads on these small tensors cost more than they give
+    graph = device == "cuda" and not args.eager
+    trace_of = (lambda arm, cell, i: cell.name == "primary" and arm in ("original", "fixed")
+                or cell.name == "resume" and arm in ("original", "fixed") and i == 0) if args.traces or as_preregistered \
+        else (lambda arm, cell, i: cell.name == "primary" and i == 0)
+    deadline = start + args.budget if args.budget else None
+    result_raw = study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
+                                 cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
+                                 progress=say, deadline=deadline)
+    pair = ("candidate", "fixed") if candidate is not None else ("original", "fixed")
+    with warnings.catch_warnings():  # all-NaN medians before the probe batch exists are NaN, as meant
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = judge.judge(result_raw, prereg, pair)
+    result.update(study="preregistered_3", prereg=prereg.path, backend=backend.name, device=backend.describe(),
+                  torch=torch.__version__, reduced=bool(args.reduced), as_preregistered=as_preregistered,
+                  kernel=str(args.kernel) if args.kernel else None, mode=args.mode, graph=graph,
+                  loop_seconds={k: v["seconds"] for k, v in result_raw["loops"].items()},
+                  steps={k: v["cfg"].steps for k, v in result_raw["loops"].items()})
+    for name, c in result["cells"].items():
+        arms = "  ".join(f"{a} {v['fraction']:6.1%} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]" for a, v in c["arms"].items()
+                         if a in (*pair, "const:0", "const:0.05", "const:1"))
+        m = c.get("mcnemar")
+        test = (f"  discordant {m['only_first']}:{m['only_second']} p {m['p']:.3g}"
+                + (f" p_holm {m['p_holm']:.3g}" if "p_holm" in m else " (exploratory)")) if m else ""
+        print(f"{name:12s} {arms}{test}")
+    h = result["headline"]
+    note = " [reduced or partial run: a smoke test, not the pre-registered evidence]" if not as_preregistered else ""
+    if candidate is None:
+        print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
+              + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
+    elif "p" in h:
+        print(f"candidate vs fixed, primary cell: {h['first']:.1%} vs {h['second']:.1%} collapse, discordant "
+              f"{h['discordant'][0]}:{h['discordant'][1]}, exact McNemar p {h['p']:.3g}{note}")
+    if result["not_run"]:
+        print(f"not run (budget): {', '.join(result['not_run'])}")
+    if args.json:
+        write_text(args.json, render.strict_json(result, separators=(",", ":")))
+    if args.traces:
+        write_traces(args.traces, result_raw)
+    if args.markdown:
+        write_markdown(args.markdown, result)
+    print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
+    if candidate is not None and "mcnemar" in result["cells"].get("primary", {}):
+        c = result["cells"]["primary"]
+        worse = c["arms"]["candidate"]["collapses"] > c["arms"]["fixed"]["collapses"] and \
+            c["mcnemar"]["p"] < prereg.endpoint.alpha
+        return 1 if worse else 0
+    return 0
+
+
+def write_traces(path: Path, raw: dict) -> None:
+    """The KL EMA the controller saw and the λ it wrote, per step, in three windows (cold start: the first 2000
+    steps; resume: 500 steps before the EMA restart to 1500 after; steady: the last 2000), for seed 0 of the
+    original and fixed kernels (primary cell; resume cell for the resume window). ``.npz``, float32."""
+    import io
+
+    import numpy as np
+
+    arrays = {}
+    for loop in raw["loops"].values():
+        if loop.get("trace_rows") is None:
+            continue
+        rows = list(loop["trace_rows"])
+        steps = loop["cfg"].steps
+        for k, (arm, cell, _u, i) in enumerate(loop["entries"]):
+            if k not in rows or i != 0 or arm not in ("original", "fixed"):
+                continue
+            j = rows.index(k)
+            kl, lam = loop["trace_kl"][:, j], loop["trace_lambda"][:, j]
+            windows = {"cold": slice(0, min(2000, steps)), "steady": slice(max(0, steps - 2000), steps)} \
+                if cell == "primary" else {"resume": slice(steps // 2 - 500, steps // 2 + 1500)} if cell == "resume" else {}
+            for name, w in windows.items():
+                arrays[f"{arm}__{name}__kl"] = kl[w].astype(np.float32)
+                arrays[f"{arm}__{name}__lambda"] = lam[w].astype(np.float32)
+                arrays[f"{arm}__{name}__start"] = np.int64(w.start)
+    if not arrays:
+        raise SuiteError("--traces: no trace window was recorded (run the primary cell)")
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buf.getvalue())
+
+
+def write_markdown(path: Path, result: dict) -> None:
+    """The report's section on the study, with its figures drawn beside ``path`` (``<stem>_<figure>``)."""
+    from analysis.present import deep_plots, deep_section, plots
+
+    drawn = {}
+    for name, draw in (("cells", lambda: deep_plots.cells(result)),
+                       ("incident", lambda: deep_plots.incident(result, deep_section.primary_kl_target()))):
+        target = path.with_name(f"{path.stem}_{name}.png")
+        plots.save(draw(), target)
+        drawn[name] = target.name
+    lines = deep_section.section(result, figures=False)
+    lines += [f"![{deep_section.FIGURES['fig_deep_' + k + '.png']}]({v})" for k, v in drawn.items()] + [""]
+    write_text(path, "\n".join(lines))
+
+
+def from_json(args) -> int:
+    """``--from-json J --markdown M``: the section and figures of a study already run (no loop runs)."""
+    import json
+
+    if not args.markdown:
+        raise SuiteError("--from-json draws the section: give --markdown")
+    given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget") if getattr(args, o)]
+    if given or args.reduced:
+        raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
+    committed = [args.markdown] if Path(os.path.realpath(args.markdown)).is_relative_to(os.path.realpath(RESULTS)) \
+        and args.markdown.name.startswith("preregistered_3_") else []
+    check_outputs([Output("--markdown", args.markdown, suffix=".md")], inputs=[("study JSON", args.from_json)],
+                  committed=committed)
+    try:
+        result = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SuiteError(f"--from-json {args.from_json}: cannot read the study JSON ({err})") from None
+    if result.get("study") != "preregistered_3":
+        raise SuiteError(f"--from-json {args.from_json}: not a third-study JSON")
+    write_markdown(args.markdown, result)
+    print(f"wrote {args.markdown}")
+    return 0

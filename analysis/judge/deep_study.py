@@ -1,0 +1,249 @@
+"""Judgement of the third study (pure: arrays in, numbers out): the primary endpoint per run, the paired exact
+McNemar test per cell, Holm's correction over the declared cells, intervals, the secondary endpoints, the power
+computation that set the seed count, and the rule that picks the incident figure's run.
+
+Inputs are the per-run evaluation series ``[n_evals, R]`` that :mod:`repro.learning.deep.study` gathers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def collapsed(series: np.ndarray, steps: np.ndarray, warmup: int, threshold: float, consecutive: int) -> np.ndarray:
+    """Primary endpoint per run: ``consecutive`` evaluations in a row after ``warmup`` (steps) with the probe
+    batch's log10 geometric agreement below ``threshold`` (NaN is not below)."""
+    below = (series < threshold) & (np.asarray(steps) > warmup)[:, None]
+    run = np.zeros(series.shape[1], dtype=int)
+    best = np.zeros(series.shape[1], dtype=int)
+    for row in below:
+        run = np.where(row, run + 1, 0)
+        best = np.maximum(best, run)
+    return best >= consecutive
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval for k of n."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> dict:
+    """Paired exact McNemar: ``a`` and ``b`` boolean per seed (same order). Discordant counts and the two-sided
+    exact binomial p on them (1 when there are none)."""
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    d = only_a + only_b
+    p = float(stats.binomtest(only_a, d, 0.5).pvalue) if d else 1.0
+    return {"only_first": only_a, "only_second": only_b, "p": p}
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order)."""
+    m = len(pvalues)
+    order = np.argsort(pvalues)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return [float(x) for x in adjusted]
+
+
+def wilcoxon_paired(x: np.ndarray, y: np.ndarray) -> dict:
+    """Paired Wilcoxon signed-rank (two-sided) on x − y over pairs where both are finite."""
+    keep = np.isfinite(x) & np.isfinite(y)
+    diff = np.asarray(x)[keep] - np.asarray(y)[keep]
+    if not np.any(diff != 0):
+        return {"n": int(keep.sum()), "median_difference": 0.0 if keep.any() else float("nan"), "p": 1.0}
+    res = stats.wilcoxon(diff)
+    return {"n": int(keep.sum()), "median_difference": float(np.median(diff)), "p": float(res.pvalue)}
+
+
+def noninferiority(fixed: np.ndarray, original: np.ndarray, margin: float, alpha: float) -> dict:
+    """Return: fixed is non-inferior when the one-sided (1 − α) lower bound of the paired mean difference
+    (fixed − original, t interval) lies above −margin."""
+    keep = np.isfinite(fixed) & np.isfinite(original)
+    diff = np.asarray(fixed)[keep] - np.asarray(original)[keep]
+    n = diff.size
+    if n < 2:
+        return {"n": int(n), "mean_difference": float("nan"), "lower_bound": float("nan"), "noninferior": False}
+    lower = diff.mean() - stats.t.ppf(1 - alpha, n - 1) * diff.std(ddof=1) / np.sqrt(n)
+    return {"n": int(n), "mean_difference": float(diff.mean()), "lower_bound": float(lower),
+            "margin": margin, "noninferior": bool(lower > -margin)}
+
+
+def mcnemar_power(n: int, p_first: float, p_second: float, alpha: float) -> float:
+    """Exact power of the two-sided exact McNemar test with ``n`` pairs, the two arms' collapse probabilities
+    independent within a pair (discordant probabilities p1(1−p2) and p2(1−p1)), at level ``alpha``."""
+    p10, p01 = p_first * (1 - p_second), p_second * (1 - p_first)
+    pd = p10 + p01
+    share = p10 / pd
+    power = 0.0
+    for d in range(1, n + 1):
+        k = np.arange(d + 1)
+        # the exact two-sided p of binomtest(k, d, 0.5): symmetric, so twice the smaller tail (at most 1)
+        pvals = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(k, d, 0.5), stats.binom.sf(k - 1, d, 0.5)))
+        reject = pvals <= alpha
+        power += stats.binom.pmf(d, n, pd) * stats.binom.pmf(k, d, share)[reject].sum()
+    return float(power)
+
+
+def seeds_for_power(p_first: float, p_second: float, alpha: float, power: float, most: int = 400) -> tuple[int, float]:
+    """The smallest n (pairs) whose exact McNemar power reaches ``power``, and that power."""
+    lo, hi = 2, most
+    while lo < hi:  # power is not strictly monotone in n (discreteness): bisect, then step up to a true n
+        mid = (lo + hi) // 2
+        if mcnemar_power(mid, p_first, p_second, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    n = lo
+    while mcnemar_power(n, p_first, p_second, alpha) < power and n < most:
+        n += 1
+    return n, mcnemar_power(n, p_first, p_second, alpha)
+
+
+def incident_seed(orig: np.ndarray, fixed: np.ndarray) -> tuple[int, str]:
+    """The incident figure's seed (pre-registered rule): the lowest seed where the original collapses and the fixed
+    kernel does not; else the lowest where the original collapses; else seed 0."""
+    for mask, why in ((orig & ~fixed, "original collapses, fixed does not"), (orig, "original collapses (fixed too)")):
+        hits = np.flatnonzero(mask)
+        if hits.size:
+            return int(hits[0]), why
+    return 0, "no run of the original collapses: seed 0"
+
+
+def _per_run(loop: dict, threshold: float, consecutive: int) -> dict[str, np.ndarray]:
+    """Per run of one loop: the primary endpoint and the secondary values."""
+    s, steps, warmup = loop["series"], np.asarray(loop["eval_steps"]), loop["cfg"].warmup
+    after = steps > warmup
+    geo = s["probe_log10_geo"]
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return {"collapsed": collapsed(geo, steps, warmup, threshold, consecutive),
+                    "time_avg_geo": np.nanmean(geo[after], 0), "min_geo": np.nanmin(geo[after], 0),
+                    "mean_return": np.nanmean(s["ret"][after], 0), "final_lambda": s["lambda"][-1],
+                    "time_avg_mb_geo": np.nanmean(s["mb_log10_geo"][after], 0),
+                    "time_avg_match": np.nanmean(s["probe_match"][after], 0),
+                    "time_avg_arith": np.nanmean(s["probe_arith"][after], 0),
+                    "ties": np.nansum(s["probe_ties"][after], 0)}
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def judge(study: dict, prereg, primary_pair=("original", "fixed")) -> dict:
+    """The study's result: per cell and arm the collapse fraction with its exact interval; per cell the paired
+    tests of ``primary_pair`` (first vs second); Holm over the non-exploratory cells; the headline from the primary
+    cell; the incident run by the pre-registered rule. Plain data (JSON-ready)."""
+    e = prereg.endpoint
+    cells, series_of = {}, {}
+    for key, loop in study["loops"].items():
+        per = _per_run(loop, e.threshold, e.consecutive)
+        steps = np.asarray(loop["eval_steps"])
+        for k, (arm, cell, _u, i) in enumerate(loop["entries"]):
+            c = cells.setdefault(cell, {"loop": key, "arms": {}})
+            a = c["arms"].setdefault(arm, {"seed": [], "rows": []})
+            a["seed"].append(i)
+            a["rows"].append(k)
+        for cell, c in cells.items():
+            if c["loop"] != key:
+                continue
+            c["eval_steps"] = steps.tolist()
+            c["warmup"] = loop["cfg"].warmup
+            for arm, a in c["arms"].items():
+                rows = np.array(a.pop("rows"))
+                order = np.argsort(a["seed"])
+                rows = rows[order]
+                a["seed"] = [int(x) for x in np.array(a["seed"])[order]]
+                series_of[(cell, arm)] = (loop, rows)
+                got = {k: v[rows] for k, v in per.items()}
+                n, hit = rows.size, int(got["collapsed"].sum())
+                lo, hi = clopper_pearson(hit, n)
+                med = {f: np.nanmedian(loop["series"][f][:, rows], 1) for f in
+                       ("probe_log10_geo", "mb_log10_geo", "lambda", "kl_ema")}
+                a.update(runs=int(n), collapses=hit, fraction=hit / n if n else float("nan"), ci_low=lo, ci_high=hi,
+                         per_seed={k: [bool(x) if v.dtype == bool else _finite(x) for x in v] for k, v in got.items()},
+                         median_time_avg_geo=_finite(np.nanmedian(got["time_avg_geo"])),
+                         median_return=_finite(np.nanmedian(got["mean_return"])),
+                         median_series={k: [_finite(x) for x in v] for k, v in med.items()})
+    first, second = primary_pair
+    family = []
+    for name, c in cells.items():
+        decl = next((d for d in prereg.cells if d.name == name), None)
+        c["exploratory"] = bool(decl.exploratory) if decl else True
+        if first in c["arms"] and second in c["arms"]:
+            A, B = c["arms"][first]["per_seed"], c["arms"][second]["per_seed"]
+            c["mcnemar"] = mcnemar_exact(np.array(A["collapsed"]), np.array(B["collapsed"]))
+            fl = lambda v: np.array([np.nan if x is None else x for x in v], dtype=float)
+            c["wilcoxon_time_avg_geo"] = wilcoxon_paired(fl(A["time_avg_geo"]), fl(B["time_avg_geo"]))
+            c["return_noninferiority"] = noninferiority(fl(B["mean_return"]), fl(A["mean_return"]),
+                                                        e.noninferiority_return, e.alpha)
+            if not c["exploratory"]:
+                family.append(name)
+    adjusted = holm([cells[n]["mcnemar"]["p"] for n in family])
+    for name, p in zip(family, adjusted, strict=True):
+        cells[name]["mcnemar"]["p_holm"] = p
+    result = {"pair": list(primary_pair), "family": family, "cells": cells, "not_run": study.get("not_run", []),
+              "seeds": study.get("seeds"), "endpoint": {"threshold": e.threshold, "consecutive": e.consecutive,
+                                                        "alpha": e.alpha, "correction": e.correction}}
+    result["headline"] = headline(cells.get("primary"), primary_pair, e.alpha, prereg_min_fraction(prereg))
+    result["incident"] = incident(cells, series_of, primary_pair)
+    return result
+
+
+def prereg_min_fraction(prereg) -> float:
+    return getattr(prereg, "min_original_fraction", 0.10)
+
+
+def headline(cell: dict | None, pair, alpha: float, min_fraction: float) -> dict:
+    """The pre-registered reading of the primary cell: reproduced and supported / not reproduced / contradicted."""
+    if not cell or "mcnemar" not in cell:
+        return {"verdict": "not run", "sentence": "the primary cell did not run"}
+    a, b = (cell["arms"][x] for x in pair)
+    m = cell["mcnemar"]
+    p = m.get("p_holm", m["p"])
+    if b["fraction"] > a["fraction"] and p < alpha:
+        verdict = "contradicted"
+    elif a["fraction"] < min_fraction:
+        verdict = "not reproduced"
+    elif a["fraction"] > b["fraction"] and p < alpha:
+        verdict = "reproduced and supported"
+    else:
+        verdict = "not reproduced"
+    return {"verdict": verdict, "first": a["fraction"], "second": b["fraction"], "p": p,
+            "discordant": [m["only_first"], m["only_second"]]}
+
+
+def incident(cells: dict, series_of: dict, pair) -> dict | None:
+    """The incident figure's runs (primary cell, the pre-registered rule): per-evaluation λ, KL EMA, probe and
+    minibatch log10 geometric agreement of ``pair``'s two runs of the chosen seed, and per-step traces where kept."""
+    cell = cells.get("primary")
+    if not cell or any(x not in cell["arms"] for x in pair):
+        return None
+    a, b = (cell["arms"][x] for x in pair)
+    seed, why = incident_seed(np.array(a["per_seed"]["collapsed"]), np.array(b["per_seed"]["collapsed"]))
+    out = {"seed": seed, "why": why, "eval_steps": cell["eval_steps"], "runs": {}}
+    for arm in pair:
+        loop, rows = series_of[("primary", arm)]
+        row = int(rows[cell["arms"][arm]["seed"].index(seed)])
+        run = {f: [_finite(x) for x in loop["series"][f][:, row]] for f in
+               ("lambda", "kl_ema", "probe_log10_geo", "mb_log10_geo", "probe_log10_p01", "probe_arith", "probe_match")}
+        run["collapsed"] = bool(cell["arms"][arm]["per_seed"]["collapsed"][seed])
+        tr = loop.get("trace_rows")
+        if tr is not None and row in list(tr):
+            j = list(tr).index(row)
+            run["trace_every"] = 10
+            run["trace_lambda"] = [float(x) for x in loop["trace_lambda"][::10, j]]
+            run["trace_kl_ema"] = [float(x) for x in loop["trace_kl"][::10, j]]
+        out["runs"][arm] = run
+    return out
