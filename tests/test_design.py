@@ -10,7 +10,7 @@ import pytest
 from analysis.judge import properties
 from repro import backends
 from repro.backends import base
-from repro.bench import modes
+from repro.bench import command_times, modes
 from repro.core.contract import CONTRACTS
 from repro.core.paths import ROOT
 from repro.runners import scenarios
@@ -41,6 +41,8 @@ REGISTRIES = {
     "a property": [_where(properties), CONTRACTS.relative_to(ROOT).as_posix()],
     "a scenario": [_where(scenarios.catalogue)],
     "a benchmark mode": [_where(modes)],
+    "a command": ["analysis/cli/__init__.py", "analysis/cli/policy.py", "docs/commands.md"],
+    "a timed command": [_where(command_times)],
 }
 
 

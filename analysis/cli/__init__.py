@@ -2,6 +2,16 @@
 
 Each module's ``main(argv) -> int`` parses, calls the layers below and prints; :mod:`.policy` holds the one
 error policy they share (exit 0 holds, 1 a property is violated, 2 could not judge: one line).
+
+Adding a command:
+
+1. A module here whose ``main`` is decorated ``@policy.command("NAME")`` and builds its parser with
+   ``policy.Parser("NAME", …)`` (so ``--debug``, one-line usage errors and exit 2 come with it); outputs checked
+   with :func:`repro.core.outputs.check_outputs` before any work; progress through :func:`policy.progress`.
+2. One entry in :data:`COMMANDS` below: ``python -m analysis NAME`` and ``--help``'s listing take it from there.
+3. Its synopsis and options in ``docs/commands.md`` (``tests/test_commands_page.py`` fails on an option the page
+   does not name). ``tests/test_commands_page.py`` also registers a made-up command, and nothing else, and
+   checks that the dispatcher runs it under the policy.
 """
 
 from __future__ import annotations
