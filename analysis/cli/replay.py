@@ -11,14 +11,16 @@ as recorded; a non-zero value below 1.4e-45 (it would become 0) is refused.
 Each controller starts from its contract's seed λ; ``--kernel`` replays a
 candidate beside them, started from the seed λ of ``--contract`` (default fixed).
 Prints per controller: λ at the start and the end, its range, and how many steps
-ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops it.
+ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU
+the replay runs in a confined child (:mod:`analysis.cli.confined`): a candidate that tries to write outside its
+scratch folder, start a process or open a socket ends it with exit 2 and one line naming the attempt.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.judge.trace_moves import moves
 from analysis.present import render
 from repro.backends import backend_names, get_backend
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     parser.add_contracts()
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     args = parser.parse_args(argv)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:
@@ -76,12 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs([Output("--csv", args.csv), Output("--plot", args.plot, suffix=".png")],
                   inputs=[("trace", args.trace), ("kernel", args.kernel), ("contract", contract.path),
                           *(("kernel", contract.controller(n).kernel) for n in names)])
-    frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
-    print("\n".join(render.replay_line(m) for m in moves(frame)))
-    if args.csv:
-        write_text(args.csv, frame.to_csv(index=False))
-    if args.plot:
-        from analysis.present import plots
 
-        plots.save(plots.replay(frame), args.plot)
-    return 0
+    def work(out: dict) -> int:
+        frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
+        print("\n".join(render.replay_line(m) for m in moves(frame)))
+        if out["--csv"]:
+            write_text(out["--csv"], frame.to_csv(index=False))
+        if out["--plot"]:
+            from analysis.present import plots
+
+            plots.save(plots.replay(frame), out["--plot"])
+        return 0
+
+    outputs = {"--csv": args.csv, "--plot": args.plot}
+    if args.kernel is None:
+        if args.require_sandbox:
+            confined.check(require=True)
+        return work(outputs)
+    backend = get_backend(args.backend)
+    return confined.run("replay", backend, work, outputs, require=args.require_sandbox)
