@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-sandbox", action="store_true",
                         help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     args = parser.parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:
         raise SuiteError("nothing to replay: --controller none needs --kernel")
@@ -94,8 +96,6 @@ def main(argv: list[str] | None = None) -> int:
 
     outputs = {"--csv": args.csv, "--plot": args.plot}
     if args.kernel is None:
-        if args.require_sandbox:
-            confined.check(require=True)
         return work(outputs)
     backend = get_backend(args.backend)
     return confined.run("replay", backend, work, outputs, require=args.require_sandbox)

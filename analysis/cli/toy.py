@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-sandbox", action="store_true",
                         help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     args = parser.parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     if not 1 <= args.steps <= MAX_STEPS:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
     if not 0 <= args.seed <= MAX_SEED:
@@ -72,7 +74,5 @@ def main(argv: list[str] | None = None) -> int:
 
     outputs = {"--json": args.json, "--plot": args.plot}
     if args.kernel is None:  # the contract's own kernel: trusted, run here
-        if args.require_sandbox:
-            confined.check(require=True)
         return work(outputs)
     return confined.run("toy", backend, work, outputs, require=args.require_sandbox)

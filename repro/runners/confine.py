@@ -407,6 +407,7 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
         try:
             parents.close()
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG: dies with the parent
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to answer (it ends this child)
             for var in ("MPLCONFIGDIR", "TMPDIR"):
                 os.environ[var] = str(scratch)
             import tempfile
@@ -440,6 +441,10 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
             except (EOFError, OSError):
                 break
             parents.send_bytes(serve(request) if serve is not None else b"")
+    except BaseException:  # Ctrl-C, or an error here: the child ends with the command
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        raise
     finally:
         parents.close()
         _, status = os.waitpid(pid, 0)

@@ -79,6 +79,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         evidence = collect_isolated(backend, source, slots, controller, timeout, seed, inference, progress=progress)
     else:
         ref = load_kernel(controller.kernel, controller.symbol)
+        backend.check_compiles(ref, slots)  # built here: a confined worker may start no compiler
         start = time.perf_counter()
         times, results = _reference((backend.name, ref.sha256, controller.name, seed, inference, slots),
                                     lambda: time_reference(backend, ref, slots, controller, seed, inference))
