@@ -97,5 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     outputs = {"--csv": args.csv, "--plot": args.plot}
     if args.kernel is None:
         return work(outputs)
+    contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
     backend = get_backend(args.backend)
     return confined.run("replay", backend, work, outputs, require=args.require_sandbox)

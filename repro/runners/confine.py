@@ -214,19 +214,20 @@ def _landlock(scratch: Path) -> int:
         os.close(ruleset)
 
 
-def confine(conn, scratch: Path, forked: bool, command: bool = False) -> None:
+def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tuple[int, ...] = ()) -> None:
     """Worker side: confine this process to ``scratch`` (its new working folder) and hand the parent the
     seccomp listener over ``conn`` (a ``("confined", abi)`` message, then the descriptor). ``forked``: the
     worker holds copies of the parent's descriptors (closed here); a spawned one has only its own (CUDA's).
     ``command`` (:func:`run_confined`): the working folder stays (relative inputs still resolve; a relative
-    write lands outside ``scratch`` and is an attempt), and stdin, stdout and stderr stay the command's."""
+    write lands outside ``scratch`` and is an attempt), and stdin, stdout and stderr stay the command's, as do
+    the descriptors in ``keep``."""
     from multiprocessing import reduction
 
     _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
     sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
     os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
     if command:
-        _close_inherited(conn)
+        _close_inherited(conn, keep)
     else:
         os.chdir(scratch)
         _own_descriptors(conn, scratch, forked)
@@ -272,10 +273,11 @@ def _own_descriptors(conn, scratch: Path, forked: bool) -> None:
         _close_inherited(conn)
 
 
-def _close_inherited(conn) -> None:
-    """Close every descriptor above stderr but ``conn``'s (a file open for writing before the sandbox stays so)."""
+def _close_inherited(conn, keep: tuple[int, ...] = ()) -> None:
+    """Close every descriptor above stderr but ``conn``'s and ``keep`` (a file open for writing before the sandbox
+    would stay so)."""
     for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
-        if fd > 2 and fd != conn.fileno():
+        if fd > 2 and fd != conn.fileno() and fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -401,11 +403,17 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
 
     scratch = Path(scratch)
     parents, childs = Pipe()
+    # What the child prints through sys.stdout and sys.stderr reaches the parent's (a caller's redirection, a
+    # test's capture included) through a pipe each, relayed as it comes (progress lines stay live).
+    streams = [(*os.pipe(), name) for name in ("stdout", "stderr")]
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (its exit status is what the parent reads)
         code = 2
         try:
             parents.close()
+            for read, write, name in streams:
+                os.close(read)
+                setattr(sys, name, open(write, "w", encoding="utf-8", errors="replace", buffering=1))  # noqa: SIM115
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG: dies with the parent
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to answer (it ends this child)
             for var in ("MPLCONFIGDIR", "TMPDIR"):
@@ -413,7 +421,7 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
             import tempfile
 
             tempfile.tempdir = str(scratch)
-            confine(childs, scratch, forked=True, command=True)
+            confine(childs, scratch, forked=True, command=True, keep=tuple(w for _, w, _ in streams))
             if serve is not None:  # the host backend asks the parent for a library the cache lacks
                 from repro.backends import host
 
@@ -427,6 +435,11 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
                     stream.flush()
             os._exit(code if isinstance(code, int) and 0 <= code < 256 else 2)
     childs.close()
+    relays = []
+    for read, write, name in streams:
+        os.close(write)
+        relays.append(threading.Thread(target=_relay, args=(read, getattr(sys, name)), daemon=True))
+        relays[-1].start()
     watch = None
     try:
         while True:
@@ -448,6 +461,8 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
     finally:
         parents.close()
         _, status = os.waitpid(pid, 0)
+        for relay in relays:
+            relay.join(5.0)
     if watch is not None:
         watch.thread.join(1.0)
         if watch.attempt is not None:
@@ -455,3 +470,18 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 2
 
+
+
+def _relay(fd: int, stream) -> None:
+    """Copy what arrives on ``fd`` to the text ``stream`` until the writer is gone."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        while chunk := os.read(fd, 65536):
+            stream.write(decoder.decode(chunk))
+            stream.flush()
+    except (OSError, ValueError, AttributeError):  # the stream is closed or gone: the rest is dropped
+        pass
+    finally:
+        os.close(fd)
