@@ -20,6 +20,7 @@ from repro import backends
 from repro.backends import backend_unavailable, get_backend
 from repro.core.contract import choose, load
 from repro.core.kernel_source import load_kernel
+from tests.catalogue import subjects
 
 
 def pytest_addoption(parser):
@@ -154,7 +155,8 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("backend_name", params, scope="session")
     if "subject" in metafunc.fixturenames:
         candidate = metafunc.config.getoption("--kernel")
-        names = ["candidate"] if candidate else ["fixed", "original"]
+        # the suite's own controllers, read from the contract (tests/catalogue.py): a new entry is a new subject
+        names = ["candidate"] if candidate else subjects(load())
         if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
             from analysis.judge.properties import applicable
 

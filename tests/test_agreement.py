@@ -11,19 +11,27 @@ from repro.core.f32 import bits
 from repro.core.isv import new_isv
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue
+from tests.catalogue import subjects
 
-CONTROLLERS = ("fixed", "original")
-SCENARIOS = [s.name for s in catalogue(load().controller("fixed"))]
-_runs: dict = {}
+#: The suite's own controllers (every non-peer entry of the contract) and each one's catalogue scenarios.
+CONTROLLERS = subjects(load())
+CASES = [(c, s.name) for c in CONTROLLERS for s in catalogue(load().controller(c))]
 
 
-def runs(contract, backend, controller: str, mode: str) -> dict:
-    """Catalogue runs by scenario name, cached per (controller, backend, mode)."""
-    key = (controller, backend.name, mode)
-    if key not in _runs:
-        kernel = backend.compile(contract.source(controller), contract.slots)
-        _runs[key] = {r.scenario.name: r for r in run_scenarios(kernel, catalogue(contract.controller(controller)), mode)}
-    return _runs[key]
+@pytest.fixture(scope="session")
+def runs(contract):
+    """``runs(backend, controller, mode)``: catalogue runs by scenario name, each made once a session."""
+    made: dict = {}
+
+    def get(backend, controller: str, mode: str) -> dict:
+        key = (controller, backend.name, mode)
+        if key not in made:
+            kernel = backend.compile(contract.source(controller), contract.slots_of(controller))
+            made[key] = {r.scenario.name: r for r in run_scenarios(kernel, catalogue(contract.controller(controller)),
+                                                                  mode)}
+        return made[key]
+
+    return get
 
 
 def assert_same_bits(a, b, what):
@@ -33,20 +41,18 @@ def assert_same_bits(a, b, what):
         pytest.fail(f"{what}: first differs at step {step + 1}: {a[step]:#010x} vs {b[step]:#010x}")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("controller", CONTROLLERS)
-def test_kernel_matches_spec(contract, backend, controller, scenario):
-    r = runs(contract, backend, controller, "looped")[scenario]
+@pytest.mark.parametrize("controller, scenario", CASES, ids=[f"{c}-{s}" for c, s in CASES])
+def test_kernel_matches_spec(contract, backend, runs, controller, scenario):
+    r = runs(backend, controller, "looped")[scenario]
     rule = spec.Rule.of(contract.controller(controller))
     expected = spec.run(rule, [r.scenario.lambda0], r.scenario.kl[:, None], r.scenario.target[:, None])[:, 0]
     assert_same_bits(r.lam, expected, f"{controller}/{scenario}: kernel vs spec")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("controller", CONTROLLERS)
-def test_per_step_matches_looped(contract, backend, controller, scenario):
-    looped = runs(contract, backend, controller, "looped")[scenario]
-    per_step = runs(contract, backend, controller, "per_step")[scenario]
+@pytest.mark.parametrize("controller, scenario", CASES, ids=[f"{c}-{s}" for c, s in CASES])
+def test_per_step_matches_looped(backend, runs, controller, scenario):
+    looped = runs(backend, controller, "looped")[scenario]
+    per_step = runs(backend, controller, "per_step")[scenario]
     assert_same_bits(per_step.lam, looped.lam, f"{controller}/{scenario}: per-step vs looped")
     assert per_step.stray == looped.stray == []
 
@@ -54,12 +60,13 @@ def test_per_step_matches_looped(contract, backend, controller, scenario):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ("looped", "per_step"))
 @pytest.mark.parametrize("controller", CONTROLLERS)
-def test_cupy_matches_host(contract, host, controller, mode):
+def test_cupy_matches_host(host, runs, controller, mode):
     from repro.backends import get_backend
 
-    gpu = runs(contract, get_backend("cupy"), controller, mode)
-    cpu = runs(contract, host, controller, mode)
-    for name in SCENARIOS:
+    gpu = runs(get_backend("cupy"), controller, mode)
+    cpu = runs(host, controller, mode)
+    assert gpu.keys() == cpu.keys()
+    for name in cpu:
         assert_same_bits(gpu[name].lam, cpu[name].lam, f"{controller}/{name}: cupy vs host ({mode})")
 
 

@@ -17,7 +17,7 @@ from analysis.judge.bench_verdict import REFERENCE, baseline_runs, committed, di
 from analysis.present import bench_report
 from repro import bench
 from repro.core.paths import ROOT
-from tests.test_gate_cli import cli
+from tests.commands import cli
 
 HOST = ["--mode", "host ctypes", "--rounds", "5"]
 

@@ -2,22 +2,19 @@
 
 Each file's header says what the gate must answer: ``// expect-exit: N``, the
 failing row (``// expect-row: KEY``), a text the output must contain
-(``// expect-text: …``), the wall-clock seconds the whole gate must end within
-(``// expect-seconds-under: S``, start-up included), extra gate arguments
-(``// gate-args: …``) and tools it needs (``// needs: nvrtc``; ``sandbox``: it fails where the sandbox of
-repro/runners/confine.py stops its host code, which only the host backend runs). Refactors (exit 0) are also compared bit for bit
-with the fixed kernel on each backend: on cupy that is the NVRTC build against
-the host build of the same file.
+(``// expect-text: …``), extra gate arguments (``// gate-args: …``) and tools
+it needs (``// needs: nvrtc``; ``sandbox``: it fails where the sandbox of
+repro/runners/confine.py stops its host code, which only the host backend runs); tests/catalogue.py reads it. Refactors (exit 0)
+are also compared bit for bit with the fixed kernel on each backend: on cupy
+that is the NVRTC build against the host build of the same file.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,22 +28,7 @@ from repro.core.kernel_source import load_kernel
 from repro.runners import confine
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue
-
-CANDIDATES = sorted((Path(__file__).parent / "candidates").glob("*.cu"))
-SYMBOL = "rl_q_distill_lambda_controller"
-
-
-def header(path: Path) -> dict[str, str]:
-    """The ``// key: value`` lines of a candidate's header comment."""
-    out = {}
-    for line in path.read_text().splitlines():
-        if not line.startswith("//"):
-            break
-        key, sep, value = line[2:].strip().partition(":")
-        if sep and key in ("expect-exit", "expect-row", "expect-text", "expect-seconds-under", "gate-args", "needs"):
-            out[key] = value.strip()
-    return out
-
+from tests.catalogue import CANDIDATES, SYMBOL, header
 
 REFACTORS = [p for p in CANDIDATES if header(p).get("expect-exit") == "0" and "gate-args" not in header(p)]
 # Through the CLI: every candidate that must fail or needs a flag, and one refactor (the others are
@@ -54,7 +36,8 @@ REFACTORS = [p for p in CANDIDATES if header(p).get("expect-exit") == "0" and "g
 THROUGH_CLI = [p for p in CANDIDATES if p not in REFACTORS] + REFACTORS[:1]
 
 
-# Through the CLI, 2-6 s each: the slow job (CI), hang_always's 15-s target included. The fast run keeps the
+# Through the CLI, 2-6 s each: the slow job (CI). How long the gate takes is a timing, not a verdict: no test
+# asserts one (`python -m analysis timings` measures the gate: docs/performance.md). The fast run keeps the
 # gate's pieces in process: a hang ended at a fixed limit and a crash while loading (test_execution), a
 # crash before each row and a double-precision band (test_evidence); the CLI's table and exit codes (test_gate_cli).
 @pytest.mark.slow
@@ -68,13 +51,8 @@ def test_gate_answers_each_candidate(path, tmp_path):
     out_json = tmp_path / "verdict.json"
     cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
-    start = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    seconds = time.monotonic() - start
     shown = done.stdout + done.stderr
-    if "expect-seconds-under" in spec:  # the target is for a machine of its own: a busier one scales it
-        allowed = float(spec["expect-seconds-under"]) * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-        assert seconds < allowed, f"{seconds:.1f} s (allowed {allowed:.1f} s at this load)\n{shown}"
     assert done.returncode == int(spec["expect-exit"]), shown
     assert "Traceback" not in shown
     if "expect-text" in spec:
@@ -129,27 +107,6 @@ def test_refactor_is_cuda_for_nvrtc(contract, path):
         ptx.compile_ptx(unit, src.origin)
 
 
-@pytest.mark.slow  # every candidate once more, in process (4 s)
-def test_gate_time_per_candidate_on_the_cpu(contract, host):
-    """The gate's own work for a candidate (compile, static rules, isolated runs, coverage) stays under 2 s.
-
-    Measured as CPU time of this process and its children (the workers, the compiler), which other
-    test workers on the machine do not inflate; best of three (the first may compile).
-    """
-    from analysis.cli.evaluate import evaluate
-
-    def cpu_seconds():
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    spent = []
-    for _ in range(3):
-        before = cpu_seconds()
-        assert evaluate(load_kernel(REFACTORS[0], SYMBOL), "fixed", host, contract).ok
-        spent.append(cpu_seconds() - before)
-    assert min(spent) < 2.0, spent
-
-
 def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host):
     """Coverage is reported on every run; a line the scenarios never reach fails the gate only on request."""
     from analysis.cli.evaluate import evaluate
@@ -193,7 +150,8 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
     assert spec["expect-row"] in {f.key for f in verdict.failed}, [(f.key, f.where) for f in verdict.failed]
     # and it reads as the gate prints it: the table, each row's message (a GPU fault leaves rows no host run does)
     assert spec["expect-row"] in render.verdict(verdict, "contracts.toml")
-    assert all(render.message(f, "contracts.toml") for f in verdict.findings)
+    for f in verdict.findings:
+        assert render.message(f, "contracts.toml").startswith(f"{f.key}: {'PASS' if f.ok else 'FAIL'} — documented ")
 
 
 @pytest.mark.slow  # two gate processes (2.5 s each)

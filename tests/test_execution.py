@@ -334,8 +334,8 @@ def test_a_worker_whose_parent_left_without_reading_ends_quietly(contract, host,
 def test_a_candidate_that_always_hangs_ends_in_an_execution_row(contract, host):
     """tests/candidates/hang_always.cu in process: each group it hangs in ends at its limit as a time-out, the
     execution row fails, and every row those groups fed is "not measured" (failing, not violated). A fixed 0.2-s
-    limit (``--timeout``): the derived limits spin the candidate 0.5 s a group, which the command-line test, with its
-    15-s target, spends in the slow job (test_candidates)."""
+    limit (``--timeout``): the derived limits spin the candidate 0.5 s a group, which the command-line test
+    spends in the slow job (test_candidates)."""
     from analysis.cli.evaluate import evaluate
     from repro.core.paths import ROOT
 

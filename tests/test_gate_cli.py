@@ -3,8 +3,6 @@ root-cause rows, ``pytest --kernel``, and the CI recipe."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -18,30 +16,14 @@ import pytest
 
 from analysis.cli import gate
 from analysis.cli.evaluate import evaluate
-from analysis.cli.policy import dispatch
 from analysis.present import render
 from repro.core.contract import ROOT
 from repro.core.f32 import F32, same
 from repro.core.kernel_source import load_kernel
+from tests.commands import cli, run
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
 CONTRACT = "kernels/contracts.toml"
-
-
-def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
-    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it."""
-    prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
-    return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
-
-
-def cli(command: str, *args) -> subprocess.CompletedProcess:
-    """``python -m analysis COMMAND ARGS`` in this process: the entry's own dispatch and error policy, without
-    a process start-up (what only a real process shows, :func:`run` checks)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = dispatch([command, *map(str, args)])
-    return subprocess.CompletedProcess([command, *args], code, out.getvalue(), err.getvalue())
 
 
 def variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
@@ -266,6 +248,14 @@ def test_replay_replays_a_candidate_beside_the_controllers(tmp_path, floor_candi
     ("kl\n0.1\n", ["--target", "0.02", "--kernel", "/no/such.cu"], "kernel file not found"),
     ("kl\n0.1\n", ["--target", "0.02", "--controller", "none"], "needs --kernel"),
     ("kl\n0.1\n", ["--target", "x"], "invalid float value"),
+    ("step,kl,KL\n1,0.1,0.2\n", ["--target", "0.02"], ":1: 2 columns named 'kl' (columns 2, 3); keep one"),
+    ("kl,kl_target,kl_target\n0.1,0.02,0.03\n", [], "2 columns named 'kl_target' (columns 2, 3)"),
+    ("kl;kl_target\n0,1;0,02\n", [], "the file looks ';'-separated: the trace format separates columns with commas"),
+    ("kl\n0.1;0.02\n", ["--target", "0.02"], ":2: not a number: '0.1;0.02'; the file looks ';'-separated"),
+    ("kl\n0.1\n0.2\n0.3\n", ["--target", "0.02", "--max-rows", "2"],
+     "more than 2 rows, the replay's limit (a million rows hold about 60 MB, 500 MB with --csv); "
+     "--max-rows N raises it"),
+    ("kl\n0.1\n", ["--target", "0.02", "--max-rows", "0"], "--max-rows must be 1 to"),
 ])
 def test_replay_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch, text, args, message):
     from analysis.cli import replay

@@ -106,3 +106,38 @@ def test_replay_cli(tmp_path, capsys):
     assert plot.read_bytes()[:4] == b"\x89PNG" and len(out.read_text().splitlines()) == 1 + 2 * 45
     assert replay.main([str(trace), "--backend", "host"]) == 2
     assert "give the target" in capsys.readouterr().err
+
+
+def test_trace_reading_chunked_and_row_by_row_agree(tmp_path, monkeypatch):
+    """The chunked reading (pandas) and the row-by-row one (csv, float) give the same float32 bits, chunk edges
+    included; a file the chunked reading refuses (a NaN written out, a blank row of commas) is read row by row."""
+    from repro.runners import trace_file
+
+    rng = np.random.default_rng(3)
+    kl = 0.02 * np.exp(3.0 * rng.standard_normal(2500))
+    text = "step,kl,kl_target\n" + "".join(f"{i},{float(v)!r},{0.02 + i * 1e-7!r}\n" for i, v in enumerate(kl))
+    path = tmp_path / "t.csv"
+    path.write_text("\n" + text.replace("\n7,", "\n\n7,", 1))  # blank lines before the header and among the rows
+    monkeypatch.setattr(trace_file, "CHUNK_ROWS", 1000)
+    chunked = trace_file.read(path)
+    by_row = trace_file._by_row(path, 2, 1, 2, False, trace_file.MAX_ROWS, lambda *a: None)
+    assert np.array_equal(chunked.kl.view(np.uint32), by_row[0].astype(np.float32).view(np.uint32))
+    assert np.array_equal(chunked.target.view(np.uint32), by_row[1].astype(np.float32).view(np.uint32))
+    assert len(chunked.kl) == len(kl)
+    path.write_text(text.replace("\n5,", "\n,,\n5,", 1).replace(f"\n9,{float(kl[9])!r},", "\n9,nan,", 1))
+    sc = from_csv(path, allow_nonfinite=True)
+    assert sc.steps == len(kl) and np.isnan(sc.kl[9]) and np.array_equal(sc.kl[:9], kl[:9].astype(np.float32))
+
+
+def test_trace_reading_says_how_far_it_is_past_a_few_seconds(tmp_path, monkeypatch):
+    from repro.runners import trace_file
+
+    path = tmp_path / "t.csv"
+    path.write_text("kl\n" + "0.02\n" * 3000)
+    said = []
+    monkeypatch.setattr(trace_file, "CHUNK_ROWS", 1000)
+    trace_file.read(path, target=0.02, progress=said.append)
+    assert said == []  # a quick reading says nothing
+    monkeypatch.setattr(trace_file, "PROGRESS_AFTER_S", 0.0)
+    trace_file.read(path, target=0.02, progress=said.append)
+    assert said[0].startswith("read 1,000 rows (") and "% of the file) in " in said[0] and len(said) == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 #: Command → (module, what it does). The modules import lazily: ``--help`` costs no numpy.
 COMMANDS = {
     "gate": ("analysis.cli.gate", "judge a kernel file against the contract"),
-    "report": ("analysis.cli.report", "the main job: reports/summary.md, figures and data"),
+    "report": ("analysis.cli.report", "the main job: out/report/summary.md, figures and data (--out reports: the committed one)"),
     "bench": ("analysis.cli.bench", "launch-overhead benchmark gated on the machine's baseline"),
     "replay": ("analysis.cli.replay", "replay a recorded KL trace through the controllers"),
     "toy": ("analysis.cli.toy", "the closed-loop toy with a kernel driving λ"),

@@ -11,45 +11,60 @@ as recorded; a non-zero value below 1.4e-45 (it would become 0) is refused.
 Each controller starts from its contract's seed λ; ``--kernel`` replays a
 candidate beside them, started from the seed λ of ``--contract`` (default fixed).
 Prints per controller: λ at the start and the end, its range, and how many steps
-ramped, decayed or held λ. Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU
-the replay runs in a confined child (:mod:`analysis.cli.confined`): a candidate that tries to write outside its
-scratch folder, start a process or open a socket ends it with exit 2 and one line naming the attempt.
+ramped, decayed or held λ. The file is read in chunks, at most ``--max-rows`` data rows (10 million unless
+raised; a million rows hold about 60 MB, 500 MB with ``--csv``); past a few seconds progress goes to stderr.
+Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU the replay runs in a
+confined child (:mod:`analysis.cli.confined`): a candidate that tries to write outside its scratch folder, start
+a process or open a socket ends it with exit 2 and one line naming the attempt.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from analysis.cli import confined, policy
-from analysis.judge.trace_moves import moves
+from analysis.judge.trace_moves import moves_of
 from analysis.present import render
 from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
-from repro.runners.runner import run_scenarios, to_frame
-from repro.runners.scenarios import from_csv
+from repro.runners import trace_file
+from repro.runners.runner import Run, run_scenarios, to_frame
+from repro.runners.scenarios import replayed
 
 
 def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",
-           kernel: Path | None = None, contract_name: str = "fixed", allow_nonfinite: bool = False):
-    """Tidy trajectories of the trace under each controller (see :func:`repro.runners.runner.to_frame`).
+           kernel: Path | None = None, contract_name: str = "fixed", allow_nonfinite: bool = False,
+           max_rows: int = trace_file.MAX_ROWS, progress=None) -> tuple[str, list[tuple[str, Run]]]:
+    """(the backend's name, (controller, its run) for each controller, the candidate last).
 
     ``kernel``: a candidate replayed as ``candidate`` beside ``controllers``, from ``contract_name``'s seed λ.
-    Every input is checked (trace, kernel sources) before the first kernel runs.
+    Every input is checked (trace, kernel sources) before the first kernel runs; the trace is read once
+    (at most ``max_rows`` rows). ``progress`` hears how it goes once the reading has taken a few seconds.
     """
-    import pandas as pd
-
+    start = time.monotonic()
     contract = load()
     jobs = [(name, contract.controller(name), contract.source(name)) for name in controllers]
     if kernel is not None:
         jobs.append(("candidate", contract.controller(contract_name), contract.source(contract_name, kernel)))
-    scenarios = {name: from_csv(path, target=target, lambda0=entry.value("seed_lambda"),
-                                allow_nonfinite=allow_nonfinite) for name, entry, _ in jobs}
+    trace = trace_file.read(path, target, allow_nonfinite, max_rows, progress)
     be = get_backend(backend)
-    compiled = {name: be.compile(source, contract.slots.with_state(entry.state)) for name, entry, source in jobs}
-    frames = [to_frame(run_scenarios(compiled[name], [scenarios[name]]), name, be.name) for name, _, _ in jobs]
-    return pd.concat(frames, ignore_index=True)
+    runs = []
+    for name, entry, source in jobs:
+        runs.append((name, run_scenarios(be.compile(source, contract.slots.with_state(entry.state)),
+                                         [replayed(trace, entry.value("seed_lambda"))])[0]))
+        if progress is not None and time.monotonic() - start > trace_file.PROGRESS_AFTER_S:
+            progress(f"{name}: {len(trace.kl):,} steps replayed in {time.monotonic() - start:.0f} s")
+    return be.name, runs
+
+
+def frame(backend: str, runs: list[tuple[str, Run]]):
+    """The replays' tidy trajectories (see :func:`repro.runners.runner.to_frame`), controllers in order."""
+    import pandas as pd
+
+    return pd.concat([to_frame([run], name, backend) for name, run in runs], ignore_index=True)
 
 
 @policy.command("replay")
@@ -68,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_contracts()
     parser.add_argument("--require-sandbox", action="store_true",
                         help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
+    parser.add_argument("--max-rows", type=int, default=trace_file.MAX_ROWS, metavar="N",
+                        help=f"refuse a trace of more than N data rows (default {trace_file.MAX_ROWS:,}, at most "
+                        f"{trace_file.MAX_ROWS_LIMIT:,}; a million rows hold about 60 MB, 500 MB with --csv)")
     args = parser.parse_args(argv)
     if args.require_sandbox:  # before any work
         confined.check(require=True)
@@ -84,19 +102,21 @@ def main(argv: list[str] | None = None) -> int:
                           *(("kernel", contract.controller(n).kernel) for n in names)])
 
     def work(out: dict) -> int:
-        frame = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite)
-        print("\n".join(render.replay_line(m) for m in moves(frame)))
-        if out["--csv"]:
-            write_text(out["--csv"], frame.to_csv(index=False))
-        if out["--plot"]:
-            from analysis.present import plots
+        backend, runs = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite,
+                               args.max_rows, policy.progress("replay"))
+        print("\n".join(render.replay_line(moves_of(name, run.scenario.lambda0, run.lam)) for name, run in runs))
+        if out["--csv"] or out["--plot"]:  # the tidy frame only where it is written: 5 million steps take seconds
+            table = frame(backend, runs)
+            if out["--csv"]:
+                write_text(out["--csv"], table.to_csv(index=False))
+            if out["--plot"]:
+                from analysis.present import plots
 
-            plots.save(plots.replay(frame), out["--plot"])
+                plots.save(plots.replay(table), out["--plot"])
         return 0
 
     outputs = {"--csv": args.csv, "--plot": args.plot}
     if args.kernel is None:
         return work(outputs)
     contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
-    backend = get_backend(args.backend)
-    return confined.run("replay", backend, work, outputs, require=args.require_sandbox)
+    return confined.run("replay", get_backend(args.backend), work, outputs, require=args.require_sandbox)

@@ -35,7 +35,7 @@ from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
 from repro.learning.prereg import read_result
-from repro.learning.study2 import load_prereg2
+from repro.learning.study2 import EXPLORATORY_RESULTS, load_prereg2
 from repro.runners import design_runs, experiments
 from repro.runners.evidence import Evidence
 from repro.runners.gather import gather
@@ -43,8 +43,10 @@ from repro.runners.runner import to_frame
 
 SIGMAS = tuple(np.round(np.arange(0, 1.51, 0.1), 2))
 STRETCHES = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-#: The committed report's folder: the default --out, the one tracked folder the report may rewrite.
+#: The committed report's folder: the one tracked folder the report may rewrite, and only when --out names it.
 COMMITTED = ROOT / "reports"
+#: The default --out: a folder git ignores, so the main job leaves the checkout as it found it.
+DEFAULT_OUT = ROOT / "out" / "report"
 
 
 def _git_commit() -> str:
@@ -131,6 +133,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     if studies:  # the full studies as committed (made on the H200), not re-run here
         progress(f"      learning loop: both studies read from {', '.join(str(shown(p)) for p in studies.values())}")
         study, study2 = read["first"], read["second"]
+        # the second study's exploratory runs (not pre-registered), committed beside it: shown as exploratory
+        exploratory = {k: read_result(path, kind) for k, (path, kind) in EXPLORATORY_RESULTS.items() if path.exists()}
         where = {k: str(shown(p)) for k, p in studies.items()}
     else:
         full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
@@ -140,12 +144,13 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
         study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
         where = {"first": "run here", "second": "run here"}
+        exploratory = None
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
                   robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  measures=measures, design=design)
+                  study2_exploratory=exploratory, measures=measures, design=design)
 
 
 # --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------
@@ -207,29 +212,35 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     return sorted(data.iterdir())
 
 
-def write(report: Report, out: Path, progress=print, bench_from: Path | None = None) -> list[Path]:
-    """Figures, ``data/`` and ``summary.md`` (with the committed benchmark under ``out/bench``, or
-    ``bench_from/bench`` where ``out`` is a confined run's scratch folder) into ``out``; the paths written."""
+def write(report: Report, out: Path, progress=print, at: Path | None = None) -> list[Path]:
+    """Figures, ``data/`` and ``summary.md`` into ``out``; the paths written. ``at``: where they will live, when
+    ``out`` is a confined run's scratch folder (the summary's links and benchmark section are made for it)."""
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"[4/5] figures → {out}")
+    home = Path(os.path.realpath(at or out))
+    progress(f"[4/5] figures → {shown(at or out)}")
     written = draw(report, out, progress)
-    progress(f"[5/5] data and summary → {out}")
+    progress(f"[5/5] data and summary → {shown(at or out)}")
     toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
     peers = peers_section.table(report.measures, toy)
     written += write_data(report, out, peers)
-    bench_dir = (bench_from or out) / "bench"
-    bench = bench_verdict.committed(bench_dir)
+    # The committed benchmark (reports/bench), linked from a summary inside the repository; one written
+    # outside it has no link that survives a move, and no benchmark section.
+    bench_dir = COMMITTED / "bench"
+    inside = home.is_relative_to(ROOT)
+    bench = bench_verdict.committed(bench_dir) if inside else None
     drift = None if bench is None or bench[1] is None else bench_verdict.run_to_run(bench[0], bench[1])
+    link = Path(os.path.relpath(bench_dir, home)).as_posix()
     (out / "summary.md").write_text(summary.text(report, report_measures.numbers(report), peers, bench, drift,
-                                                 bench_dir))
+                                                 bench_dir, link))
     return [*written, out / "summary.md"]
 
 
 @policy.command("report")
 def main(argv: list[str] | None = None) -> int:
     parser = policy.Parser("report", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=policy.path, default=COMMITTED, help="output folder (default: reports/, "
-                        "the committed report; a folder holding other files of the repository is refused)")
+    parser.add_argument("--out", type=policy.path, default=DEFAULT_OUT, help="output folder (default: out/report/, "
+                        "which git ignores; --out reports rewrites the committed report; any other folder holding "
+                        "files of the repository is refused)")
     parser.add_argument("--backend", default="auto", choices=backend_names())
     parser.add_argument("--kernel", type=policy.path, help="candidate kernel to report in the fixed controller's place "
                         "(with a --contracts file that adds an entry: beside the fixed kernel, in OUT/candidate.md)")
@@ -281,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def work(out: dict) -> int:
         report = measure(backend, sources, contract, progress=progress, studies=studies, gated=gated)
-        figs = sum(p.suffix == ".png" for p in write(report, out["--out"], progress=progress, bench_from=args.out))
-        print(f"done in {time.perf_counter() - start:.1f} s: {args.out / 'summary.md'}, {figs} figures, "
-              f"data in {args.out / 'data'}")
+        figs = sum(p.suffix == ".png" for p in write(report, out["--out"], progress=progress, at=args.out))
+        print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
+              f"data in {shown(args.out / 'data')}")
         return 0
 
     if args.kernel is None:  # the contract's own kernels: trusted, run here

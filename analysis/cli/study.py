@@ -9,7 +9,12 @@ writes the report's section on the study with the figures drawn here linked; exi
 ``--second`` runs the second pre-registered study (studies/preregistered_2.toml: where the controller's
 KL is measured, criteria that can fire, paired tests) with the same output flags (``--plot``: collapse per regime,
 ``--grid-plot``: the incident figure) and ``--env``/``--controllers``/``--seeds``/``--steps``; ``--calibrate``
-runs its calibration (constant λ only, seeds 500:508) and writes ``--json``.
+runs its calibration (constant λ only, seeds 500:508) and writes ``--json``; ``--exploratory target`` or
+``cold-start`` runs a declared exploratory run (not pre-registered: :data:`repro.learning.study2.EXPLORATORY_TARGET`,
+the KL target at 1.0; :data:`~repro.learning.study2.EXPLORATORY_COLD_START`, the signature's λ side in the first
+evaluation window) and writes ``--json``; ``--remake-incident`` with ``--from-json`` runs that study's incident
+figure again on ``--backend``
+(refused unless every series it held comes back bit for bit) and writes the JSON with it to ``--json``.
 
 The committed CPU result is ``python -m analysis study --backend host`` with ``--json``, ``--plot``, ``--grid-plot``
 and ``--markdown`` under ``studies/results/preregistered_host*``; only the study as pre-registered (no ``--env``,
@@ -60,13 +65,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")
     parser.add_contracts()
+    parser.add_argument("--exploratory", choices=("target", "cold-start"), help="with --second: a declared "
+                        "exploratory run (not pre-registered) into --json: the KL target at 1.0, or the signature's λ "
+                        "side in the first evaluation window")
+    parser.add_argument("--remake-incident", action="store_true", help="with --second --from-json: run its incident "
+                        "again on --backend (bit for bit) and write the JSON with every incident series to --json")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json)):
+    for flag, given in (("--calibrate", args.calibrate), ("--from-json", args.from_json),
+                        ("--exploratory", args.exploratory), ("--remake-incident", args.remake_incident)):
         if given and not args.second:  # else the first study would run in full, ignoring it
             raise SuiteError(f"{flag} is the second study's: give --second with it")
     if args.calibrate and args.from_json:
         raise SuiteError("--calibrate runs the calibration; --from-json draws a study already run: give one of them")
+    if args.remake_incident and not (args.from_json and args.json):
+        raise SuiteError("--remake-incident runs the incident of --from-json's study again: give --from-json and --json")
+    if args.exploratory and (args.calibrate or args.from_json):
+        raise SuiteError("--exploratory runs its own declared study: give it without --calibrate and --from-json")
     if args.second:
         return second(args, start)
     args.prereg = args.prereg or PREREGISTERED
@@ -121,6 +136,8 @@ def second(args, start: float) -> int:
     prereg = study2.load_prereg2(args.prereg)
     _check_steps(args.steps, prereg.learning.eval_every, prereg.criteria.warmup)
     inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
+    if args.exploratory or args.remake_incident:
+        return _rerun(args, prereg, start)
     ignored = {"--from-json": ["--json", "--env", "--controllers", "--seeds", "--steps"],
                "--calibrate": ["--env", "--controllers", "--steps", "--grid-plot", "--plot", "--markdown"]}
     for flag, given in (("--from-json", args.from_json), ("--calibrate", args.calibrate)):
@@ -159,12 +176,35 @@ def second(args, start: float) -> int:
                 print(f"{env:16s} {name:36s} relative {r['fraction']:6.1%} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]  "
                       f"min<thr {m['fraction']:6.1%}  signature {s['fraction']:6.1%}  ({e['runs']} runs)")
         figures = _draw(result, {args.plot: "second_overview", args.grid_plot: "incident"})
-        if args.markdown:
+        if args.markdown:  # the pre-registered study's section shows its committed exploratory run beside it
+            exploratory = {k: read_result(path, kind) for k, (path, kind) in study2.EXPLORATORY_RESULTS.items()
+                           if result["as_preregistered"] and path.exists()}
             write_text(args.markdown, study_section.document(result, args.markdown, args.json or args.from_json, figures,
-                                                             second=True))
+                                                             second=True, exploratory=exploratory))
     if args.json and not args.from_json:  # compact: the per-run verdicts of 72 000 runs per task
         write_text(args.json, render.strict_json(result, separators=(",", ":")))
     print(f"{result.get('backend', args.backend)}: done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _rerun(args, prereg, start: float) -> int:
+    """``--exploratory`` or ``--remake-incident``: a second-study JSON into ``--json``, nothing else."""
+    flag = f"--exploratory {args.exploratory}" if args.exploratory else "--remake-incident"
+    unused = [o for o in ("--env", "--controllers", "--seeds", "--steps", "--plot", "--grid-plot", "--markdown")
+              if getattr(args, o[2:].replace("-", "_")) is not None]
+    if unused:  # each would be ignored without a word
+        raise SuiteError(f"{flag} takes no {', '.join(unused)} (it writes --json only)")
+    inputs = [("pre-registration", args.prereg)] + ([("study JSON", args.from_json)] if args.from_json else [])
+    _check_outputs(args, inputs, bool(args.exploratory), "exploratory" if args.exploratory else "second")
+    backend = get_backend(args.backend)
+    if args.exploratory:
+        run = study_runs.exploratory_target if args.exploratory == "target" else study_runs.exploratory_cold_start
+        result = run(backend, prereg, progress=policy.progress("study"))
+    else:
+        result = study_runs.remake_incident(backend, read_result(args.from_json, "second"), prereg)
+    if args.json:
+        write_text(args.json, render.strict_json(result, separators=(",", ":")))
+    print(f"{backend.name}: {flag} done in {time.perf_counter() - start:.1f} s")
     return 0
 
 
@@ -182,7 +222,8 @@ def _as_preregistered(args) -> bool:
 #: The committed results (studies/results/) each kind of run may rewrite, by file name.
 RESULT_FILES = {"first": lambda name: name.startswith("preregistered_") and not name.startswith("preregistered_2"),
                 "second": lambda name: name.startswith("preregistered_2_") and "calibration" not in name,
-                "calibration": lambda name: name == "preregistered_2_calibration.json"}
+                "calibration": lambda name: name == "preregistered_2_calibration.json",
+                "exploratory": lambda name: name.startswith("exploratory_2_")}
 
 
 def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> None:

@@ -84,10 +84,10 @@ def preregistered_first(backend, sources: dict | None = None) -> dict:
 
 
 def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None,
-               progress=None, incident_steps: int | None = None) -> dict:
+               progress=None, incident_steps: int | None = None, with_incident: bool = True) -> dict:
     """The second study's JSON; arguments left None are as pre-registered. ``progress`` (a callable taking one
     line) hears when each environment starts and when it is done, with its wall time (s); ``incident_steps``: the
-    incident figure's run length (steps; default pre-registered)."""
+    incident figure's run length (steps; default pre-registered); ``with_incident=False`` runs no incident."""
     as_prereg = all(x is None for x in (envs, names, seeds, grid, steps))
     envs = list(envs or prereg.envs)
     names = ctl.expand(names or prereg.controllers)
@@ -123,7 +123,7 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
                                                      traces, len(seeds), c, signature_steps(prereg))
         say(f"{what} in {time.perf_counter() - start:.1f} s")
-    if prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
+    if with_incident and prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
         result["incident"] = incident(backend, prereg, seed, steps=incident_steps)
     return result
@@ -134,6 +134,56 @@ def reduced_second(backend, prereg: Prereg2 | None = None) -> dict:
     r = study2.REDUCED
     return run_second(backend, prereg or load_prereg2(), envs=r["envs"], names=r["controllers"],
                       seeds=parse_seeds(r["seeds"]), grid=r["grid"], steps=r["steps"], incident_steps=2000)
+
+
+def exploratory_target(backend, prereg: Prereg2 | None = None, progress=None) -> dict:
+    """The exploratory run :data:`repro.learning.study2.EXPLORATORY_TARGET` (the KL target at 1.0; not
+    pre-registered): the second study's JSON of it, marked ``exploratory``, without an incident figure."""
+    x = study2.EXPLORATORY_TARGET
+    prereg = prereg or load_prereg2()
+    prereg = replace(prereg, learning=replace(prereg.learning, kl_target=x["kl_target"]))
+    result = run_second(backend, prereg, envs=x["envs"], names=x["controllers"], seeds=parse_seeds(x["seeds"]),
+                        grid=x["grid"], progress=progress, with_incident=False)
+    result["exploratory"] = (f"not pre-registered: the KL target {x['kl_target']:g} instead of the learners' "
+                             f"{load_prereg2().learning.kl_target:g}, declared after the study's result")
+    return result
+
+
+def exploratory_cold_start(backend, prereg: Prereg2 | None = None, progress=None) -> dict:
+    """The exploratory check :data:`repro.learning.study2.EXPLORATORY_COLD_START` (not pre-registered): the
+    pre-registered grid and seeds for the first evaluation window, and per controller and regime the fraction of
+    runs whose signature λ side is met there."""
+    x = study2.EXPLORATORY_COLD_START
+    prereg = prereg or load_prereg2()
+    window = replace(prereg.learning, steps=prereg.learning.eval_every * x["windows"])
+    seeds, points = parse_seeds(prereg.seeds), grid_points(prereg.grid)
+    groups = [ctl.group(backend, n) for n in x["controllers"]]
+    out = {"exploratory": "not pre-registered: the signature's λ side within the first evaluation window, "
+                          "declared after the study's result", "backend": backend.name, "preregistration": prereg.path,
+           "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "steps": window.steps, "controllers": list(x["controllers"]),
+           "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}, "envs": {}}
+    for env in prereg.envs:
+        _, tables = make(env, prereg.learning.default_max_episode_steps)
+        traces = run_loop(backend, tables, groups, window, seeds, loop_grid(points, prereg.features), measure_of(prereg))
+        out["envs"][env] = second_study.cold_start_block(list(x["controllers"]), points, traces, len(seeds),
+                                                         signature_steps(prereg))
+        if progress:
+            progress(f"cold start {env}: done")
+    return out
+
+
+def remake_incident(backend, result: dict, prereg: Prereg2 | None = None) -> dict:
+    """``result`` (a second study's JSON) with its incident run again on ``backend`` (same seed and steps), now
+    holding every series of :data:`repro.learning.incident.INCIDENT_SERIES`. Refused (:class:`SuiteError`) unless
+    every series the old incident held comes back bit for bit: the new series are then the same run's."""
+    old = result["incident"]
+    new = incident(backend, prereg or load_prereg2(), old["seed"], steps=len(old["steps"]))
+    differ = [f"{arm}.{key}" for arm, series in old["series"].items() for key, values in series.items()
+              if new["series"][arm][key] != values]
+    if differ or new["steps"] != old["steps"]:
+        raise SuiteError(f"the incident run again on {backend.name} differs from the committed one in "
+                         f"{', '.join(differ) or 'its steps'}: not the same run")
+    return {**result, "incident": {**new, "remade_on": backend.name}}
 
 
 def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13), false_alarm: float = 0.05,

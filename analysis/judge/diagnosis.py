@@ -42,7 +42,7 @@ def differences(b: Behaviour, ctrl: Controller, contract: Contract, findings: li
             out.append(Difference(kind="slot", name=role, documented=doc_slot, measured=slot, unit="slot", contract_key=key,
                                   line=line, note="no slot acts as it" if slot is None else ""))
     extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
-    if extra:
+    if extra and not b.history:  # with state elsewhere every slot looks read: the outside_state row says why
         out.append(Difference(kind="slot", name="reads", documented=None, measured=",".join(map(str, extra)), unit="slot",
                               note="λ depends on these slots too"))
     if b.writes:
@@ -112,7 +112,9 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
     for role, slot, doc in (("KL", b.kl_slot, s.kl), ("target", b.target_slot, s.target)):
         out.append(item(f"{role} from slot", "none" if slot is None else str(slot), str(doc), slot == doc))
     extra = sorted(set(b.reads) - {s.lambda_, b.kl_slot, b.target_slot})
-    if extra:
+    if b.history:
+        out.append(item("λ", "depends on earlier calls (state outside the ISV)", "a function of the ISV", False))
+    elif extra:
         out.append(item("also reads slots", ",".join(map(str, extra)), "none", False))
     if b.writes:
         out.append(item("writes slots", ",".join(map(str, b.writes)), "none besides λ", False))

@@ -7,6 +7,7 @@ states a tolerance (the per-step rates, "about 34 steps").
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -298,17 +299,60 @@ def guards(ev: Evidence) -> Finding:
     found = [(r, _differs(r, want, reference, differs_beyond_nan(r.lam, want), event))
              for r, want in zip(ev.guards, expected, strict=True)]
     broken = [(r, where) for r, where in found if where is not None]
+    starts, start_broken = _from_starts(ev, "guards")
     n = len(ev.guards)
-    return Finding(key="guards", title=title, ok=not broken, unit="cases", documented=n, predicted=n, measured=n - len(broken),
-                   detail={"broken": [r.scenario.name for r, _ in broken], "guarded": ctrl.guarded},
-                   where=broken[0][1] if broken else None, line=0, doc=ctrl.guards_doc)
+    first = broken[0][1] if broken else start_broken[0][1] if start_broken else None
+    return Finding(key="guards", title=title, ok=not broken and not start_broken, unit="cases", documented=n, predicted=n,
+                   measured=n - len(broken),
+                   detail={"broken": [r.scenario.name for r, _ in broken], "guarded": ctrl.guarded,
+                           **_starts_detail(starts, start_broken)},
+                   where=first, line=0, doc=ctrl.guards_doc)
+
+
+def _from_starts(ev: Evidence, row: str) -> tuple[list[Run], list[tuple[Run, Where]]]:
+    """The ``starts`` runs this row judges (their ``row`` parameter), and those that differ
+    from the spec model of the contract's rule, bit for bit (a NaN matches a NaN), with where they first do."""
+    runs = [r for r in ev.starts if r.scenario.params["row"] == row]
+    expected = spec.run_each(Rule.of(ev.controller), [(r.scenario.lambda0, r.scenario.kl, r.scenario.target) for r in runs])
+    found = [(r, _differs(r, want, "spec", differs_beyond_nan(r.lam, want))) for r, want in zip(runs, expected, strict=True)]
+    return runs, [(r, where) for r, where in found if where is not None]
+
+
+def _starts_detail(runs: list[Run], broken: list[tuple[Run, Where]]) -> dict:
+    """What a row's cases from other starting λ showed: how many, from which λ0, which differ from the spec."""
+    starts = {r.scenario.params["start"]: float(r.scenario.lambda0) for r in runs}
+    return {"starts": starts, "start_cases": len(runs),
+            "start_broken": [{"case": r.scenario.params["case"], "start": r.scenario.params["start"],
+                              "lambda0": float(r.scenario.lambda0), "lambda": w.lam, "spec": w.expected, "step": w.step}
+                             for r, w in broken]}
+
+
+def _starts_measured(f: Finding) -> str:
+    """``, 80/80 from λ0 0.05, 0.050000004, 0.525, 1 as the spec model`` ("" where none ran)."""
+    d = f.detail
+    if not d.get("start_cases"):
+        return ""
+    n = d["start_cases"]
+    return f", {n - len(d['start_broken'])}/{n} from λ0 {', '.join(g(x) for x in d['starts'].values())} as the spec model"
+
+
+def _start_differences(row: Finding, kind: str) -> list[Difference]:
+    """A failing row's cases from other starting λ as differences (three at most; a case that already fails
+    from the seed λ is said once, by the pinned case)."""
+    said = {case for case, _, _ in (row.where.cases if row.where else ())} | set(row.detail.get("broken", []))
+    return [Difference(kind=kind, name=b["case"], documented=b["spec"], measured=b["lambda"],
+                       note=f"from λ0 {g(b['lambda0'])} ({b['start']}): λ {g(b['lambda'])} at step {b['step']} where the "
+                       f"spec model gives {g(b['spec'])}")
+            for b in row.detail.get("start_broken", []) if b["case"] not in said][:3]
 
 
 def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
-    """A failing guards row as one difference: the cases (three at most) where λ moved."""
+    """A failing guards row as one difference: the cases (three at most) where λ moved; and its cases from
+    other starting λ that differ from the spec model."""
     broken = ",".join(row.detail.get("broken", [])[:3])
-    return [Difference(kind="guard", name="guard", documented="unchanged", measured=broken,
-                       note="λ moves where the guard must leave it")]
+    out = [Difference(kind="guard", name="guard", documented="unchanged", measured=broken,
+                      note="λ moves where the guard must leave it")] if broken else []
+    return out + _start_differences(row, "guard")
 
 
 def isolation(ev: Evidence) -> Finding:
@@ -317,15 +361,27 @@ def isolation(ev: Evidence) -> Finding:
     # A write outside the ISV (caught by the canaries around it) is shown first: it is the worse fault.
     outside = next((r for r in stray if any(i < 0 or i >= ev.isv_len for i in r.stray)), None)
     first = outside or (stray[0] if stray else None)
-    where = Where(scenario=first.scenario.name, event="stray", slots=tuple(first.stray),
+    mine = _own_writes(ev, stray)
+    where = Where(scenario=first.scenario.name, event="stray", slots=tuple(s for s in first.stray if mine(s)),
                   expected=ev.isv_len or None) if first else None
     n = len(everything)
-    written = sorted({s for r in stray for s in r.stray})
+    written = sorted({s for r in stray for s in r.stray if mine(s)})
     state = [s.slot for s in ev.controller.state]  # a stateful entry's own slots, declared in the contract
     return Finding(key="isolation", title="only the λ slot is written" + (" and the declared state" if state else ""),
                    ok=not stray, unit="runs", documented=n, predicted=n, measured=n - len(stray),
                    detail={"lambda_slot": ev.lambda_slot, "written": written, "isv_len": ev.isv_len, "state": state},
                    where=where, line=0, doc="the controller writes λ's ISV slot and nothing else")
+
+
+def _own_writes(ev: Evidence, stray: list[Run]) -> Callable[[int], bool]:
+    """Whether a slot a run shows written is the candidate's own index rather than a neighbour's write outside its
+    ISV: the looped harness lays the runs' ISVs end to end, so ``isv[-3]`` of one run is slot 509 of the run before
+    it. A slot that such an offset, seen outside an ISV, explains (509 = 512 − 3) is a neighbour's, unless a run
+    launched in a window of its own (``per_step``) writes it too."""
+    n = ev.isv_len
+    outside = {i for r in stray for i in r.stray if i < 0 or i >= n}
+    alone = {i for r in ev.per_step for i in r.stray}
+    return lambda s: not (0 <= s < n and s not in alone and (s - n in outside or s + n in outside))
 
 
 def stray_write_causes(f: Finding, text: str) -> list[Difference]:
@@ -398,10 +454,15 @@ def nonfinite(ev: Evidence) -> Finding:
     n = len(table)
     lambda0 = {r.scenario.name: float(r.scenario.lambda0) for r in ev.nonfinite}
     lambda1 = {r.scenario.name: float(r.lam[0]) for r in ev.nonfinite}
-    detail = {"seen": seen, **({"unmeasured": unmeasured} if unmeasured else {}), "lambda0": lambda0, "lambda1": lambda1}
-    if unmeasured and {k for k, _, _ in wrong} <= set(unmeasured):  # no case that ran is wrong: it fails on no evidence
-        detail["not_measured"] = f"{', '.join(unmeasured)} did not finish (see the execution row)"
-    return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised", ok=not wrong, unit="cases",
+    starts, start_broken = _from_starts(ev, "nonfinite")
+    detail = {"seen": seen, **({"unmeasured": unmeasured} if unmeasured else {}), "lambda0": lambda0, "lambda1": lambda1,
+              **_starts_detail(starts, start_broken)}
+    if unmeasured and {k for k, _, _ in wrong} <= set(unmeasured) and not start_broken:
+        detail["not_measured"] = f"{', '.join(unmeasured)} did not finish (see the execution row)"  # no case that ran is wrong
+    if where is None and start_broken:
+        where = start_broken[0][1]
+    return Finding(key="nonfinite", title="NaN and ±inf inputs behave as characterised (from several λ0)",
+                   ok=not wrong and not start_broken, unit="cases",
                    documented=n, predicted=n, measured=n - len(wrong), detail=detail, where=where,
                    line=ev.controller.nonfinite_line,
                    doc="characterised by measurement and pinned in the contract's [nonfinite] table")
@@ -418,10 +479,10 @@ def nonfinite_differences(row: Finding, b: Behaviour) -> list[Difference]:
     """
     if row.where is None:
         return []
+    out = _start_differences(row, "nonfinite")
     measured = None
     if None not in (b.floor, b.ceiling, b.ramp, b.decay, b.upper):
         measured = spec.Rule(F32(b.floor), F32(b.ceiling), F32(b.upper.factor), F32(b.ramp), F32(b.decay))
-    out = []
     for case, seen, pinned in row.where.cases:
         if case not in row.detail["lambda1"]:  # not measured: the case crashed or hung (the execution row says so)
             continue
@@ -530,6 +591,111 @@ def coverage(ev: Evidence, required: bool) -> Finding:
                    doc="--require-coverage" if required else "informational")
 
 
+def _token_lines(tokens: tuple[tuple[int, str], ...]) -> list[int]:
+    return sorted({line for line, _ in tokens})
+
+
+def device_view(ev: Evidence) -> Finding:
+    """The candidate's own text preprocesses to the same tokens for every device compiler (NVRTC, nvcc's device
+    pass, each GPU architecture the team builds for) as for the host build: else the GPU runs code that no CPU
+    run measured. Each difference is named by the candidate's lines (the conditional group holding them)."""
+    dv = ev.device_views
+    host = dv.host
+    host_text = [tok for _, tok in host.tokens]
+    differing = []  # (view, host lines, device lines, host text, device text) of the first difference per view
+    for view in dv.devices:
+        if view.error:
+            differing.append({"view": view.name, "error": view.error, "host_lines": [], "device_lines": [],
+                              "host": "", "device": ""})
+            continue
+        device_text = [tok for _, tok in view.tokens]
+        if device_text == host_text:
+            continue
+        blocks = [op for op in difflib.SequenceMatcher(None, host_text, device_text, autojunk=False).get_opcodes()
+                  if op[0] != "equal"]
+        host_lines = sorted({ln for _, i1, i2, _, _ in blocks for ln in _token_lines(host.tokens[i1:i2])})
+        device_lines = sorted({ln for _, _, _, j1, j2 in blocks for ln in _token_lines(view.tokens[j1:j2])})
+        _, i1, i2, j1, j2 = blocks[0]
+        differing.append({"view": view.name, "error": "", "host_lines": host_lines, "device_lines": device_lines,
+                          "host": " ".join(host_text[i1:i2]), "device": " ".join(device_text[j1:j2])})
+    lines = sorted({ln for d in differing for ln in d["host_lines"] + d["device_lines"]})
+    groups = [c for c in dv.conditionals if any(c.first <= ln <= c.last for ln in lines)]
+    innermost = [c for c in groups if not any(o is not c and c.first <= o.first and o.last <= c.last for o in groups)]
+    n = len(dv.devices)
+    where = None
+    if differing:
+        views = ", ".join(d["view"] for d in differing)
+        first = differing[0]
+        if first["error"]:
+            said = f"{first['view']}: the preprocessor stops: {first['error']}"
+        else:
+            said = (f"the GPU builds `{first['device'] or '(nothing)'}` where the CPU build has "
+                    f"`{first['host'] or '(nothing)'}` (line(s) {', '.join(map(str, lines))})")
+        at = "; ".join(f"lines {c.first}–{c.last} ({c.directive})" for c in innermost)
+        where = Where(scenario=f"{views} differ from the host build" + (f" at {at}" if at else "") + f": {said}",
+                      event="device_view")
+    return Finding(key="device_view", title="the device compilers see the kernel the host build runs", ok=not differing,
+                   unit="device views", documented=n, predicted=n, measured=n - len(differing),
+                   detail={"views": [v.name for v in dv.devices], "differing": differing, "lines": lines,
+                           "conditionals": [[c.first, c.last, c.directive] for c in innermost]},
+                   where=where, line=0,
+                   doc="the CPU gate measures what the GPU runs: no difference between the device and host preprocessing")
+
+
+def device_view_causes(f: Finding, text: str) -> list[Difference]:
+    """A failing device_view row's cause at the candidate's line: the conditional group that differs (else the
+    first differing line)."""
+    if f.ok or not f.detail.get("differing"):
+        return []
+    groups = f.detail["conditionals"]
+    line = groups[0][0] if groups else (f.detail["lines"] or [0])[0]
+    shown = "; ".join(f"lines {a}–{b} ({directive})" for a, b, directive in groups) or \
+        f"line(s) {', '.join(map(str, f.detail['lines']))}"
+    return [Difference(kind="device_view", name="preprocessing", documented="the host build's tokens",
+                       measured=", ".join(d["view"] for d in f.detail["differing"]), source_line=line,
+                       note=f"{shown}: preprocessed differently for the GPU; the CPU gate cannot measure the GPU's code "
+                       "(make the kernel's text the same for every compiler)")]
+
+
+def outside_state(ev: Evidence) -> Finding:
+    """The kernel keeps no state outside the ISV: on the host build, none of its own writable data objects (a
+    ``__device__`` or ``__constant__`` variable, a ``static``) changed over the runs; in the PTX (where NVRTC ran),
+    no store goes anywhere but through the ISV pointer."""
+    st, static = ev.state, ev.static
+    unread = ("" if st is not None and st.measured and st.runs else
+              "this backend's build cannot be read for its data" if st is None else
+              f"the host build's data could not be read ({st.why})" if not st.measured else
+              "the host build's data was read in a worker that ran no experiment (started after a hang)")
+    st = None if unread else st
+    changed = [list(c) for c in st.changed] if st is not None else []
+    stores = list(static.outside_stores) if static is not None else []
+    sources = (["host build's data"] if st is not None else []) + (["PTX"] if static is not None else [])
+    detail = {"changed": changed, "objects": list(st.objects) if st is not None else [], "stores": stores,
+              "sources": sources, **({"unread": unread} if unread else {})}
+    if not sources:
+        detail["not_measured"] = f"{unread}, and NVRTC's PTX rule did not run"
+    bad = [f"{name} differs from its load image" for name, _ in changed] + [f"PTX {s}" for s in stores]
+    where = Where(scenario="state outside the ISV: " + "; ".join(bad[:4]), event="state") if bad else None
+    return Finding(key="outside_state", title="no state outside the ISV (device variables, statics)",
+                   ok=bool(sources) and not bad, unit="objects", documented=0, predicted=0, measured=len(bad),
+                   detail=detail, where=where, line=0, doc="kernel: Per `feedback_cpu_is_read_only`: all state in ISV.")
+
+
+def outside_state_causes(f: Finding, text: str) -> list[Difference]:
+    """A failing outside_state row's cause: the first line that declares one of the objects written."""
+    names = [name for name, _ in f.detail.get("changed", [])]
+    names += [m.group(1) for s in f.detail.get("stores", []) for m in [re.search(r"\[([A-Za-z_][\w:]*)", s)] if m]
+    names = [name.split("::")[-1] for name in names]  # a function-local static: the function's name, then its own
+    if f.ok or not names:
+        return []
+    lines = code_lines(text)
+    line = next((i for name in names for i, code in enumerate(lines, 1) if re.search(rf"\b{re.escape(name)}\b", code)), 0)
+    return [Difference(kind="state", name="state", documented="the ISV only", measured=", ".join(dict.fromkeys(names)),
+                       source_line=line,
+                       note=f"keeps state outside the ISV in {', '.join(dict.fromkeys(names))}: it survives across "
+                       "launches, checkpoints and CUDA graph replays unlike the ISV (keep it in an ISV slot)")]
+
+
 def vanishing_summary(r: Run) -> dict:
     """What sustained aligned KL, then sustained high KL, did to λ in the ``vanishing`` run.
 
@@ -590,6 +756,15 @@ def _bound_measured(f: Finding) -> str:
     d = f.detail
     held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
     return f"{d['extreme']} λ {g(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
+
+
+def _state_measured(f: Finding) -> str:
+    d = f.detail
+    bad = [f"{name} changed" for name, _ in d["changed"]] + [f"PTX {s}" for s in d["stores"]]
+    if bad:
+        return "; ".join(bad)
+    return f"none (read: {' and '.join(d['sources'])}; {len(d['objects'])} data object(s) in the host build)" \
+        if "host build's data" in d["sources"] else f"none (read: {' and '.join(d['sources'])})"
 
 
 def _rate_measured(f: Finding) -> str:
@@ -752,22 +927,27 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
     Property(key="decay_onset", check=_plain(_onset, which="decay"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
-    Property(key="guards", check=_plain(guards), needs=("guards",), depends=frozenset({"guard"}),
+    Property(key="guards", check=_plain(guards), needs=("guards", "starts"), depends=frozenset({"guard"}),
              differences=guard_differences,
              reads=Reads(documented=lambda f: "unchanged" if f.detail.get("guarded", True) else "the source's rule (no guard)",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} cases "
-                         + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source"))),
-    Property(key="nonfinite", check=_plain(nonfinite), needs=("nonfinite",), blames=frozenset({"nonfinite"}),
+                         + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source")
+                         + _starts_measured(f))),
+    Property(key="nonfinite", check=_plain(nonfinite), needs=("nonfinite", "starts"), blames=frozenset({"nonfinite"}),
              differences=nonfinite_differences,
              depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
              reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
-                         measured=_fraction("cases as pinned"))),
+                         measured=lambda f: f"{f.measured:g}/{f.documented:g} cases as pinned" + _starts_measured(f))),
     Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
              source_causes=stray_write_causes,
              reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only" if not f.detail.get("state") else
                          f"slot {f.detail['lambda_slot']}, state {reading.slot_ranges(f.detail['state'])}",
                          predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
+    Property(key="outside_state", check=_plain(outside_state), needs=("state",), blames=frozenset({"state"}),
+             source_causes=outside_state_causes,
+             reads=Reads(documented=lambda f: "none", predicted=_same_as_documented,
+                         measured=_state_measured)),
     Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue",), reads=_IDENTICAL,
              depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),
     Property(key="launch_modes", check=_plain(launch_modes), needs=("catalogue", "per_step"), reads=_IDENTICAL),
@@ -778,6 +958,11 @@ RECORDS: dict[str, Property] = {p.key: p for p in (
              reads=Reads(documented=lambda f: "no crash, no hang",
                          measured=lambda f: (f"{f.measured:g} crash(es)/time-out(s) ({f.detail['limit']})" if f.measured
                                              else f"all ran ({f.detail['limit']})"))),
+    Property(key="device_view", check=_plain(device_view), needs=("device_view",),
+             shown=lambda ev, required: ev.device_views is not None, source_causes=device_view_causes,
+             reads=Reads(documented=lambda f: "same tokens as the host build",
+                         measured=lambda f: f"{f.measured:g}/{f.documented:g} device views ({', '.join(f.detail['views'])}) "
+                         "preprocess as the host build")),
     Property(key="no_atomics", check=_plain(no_atomics), needs=("static",), shown=lambda ev, required: ev.static is not None,
              reads=Reads(documented=lambda f: "none",
                          measured=lambda f: ", ".join(f.detail["atomics"]) if f.detail["atomics"]
@@ -806,6 +991,8 @@ def missing(ev: Evidence, needs: tuple[str, ...]) -> str:
     """Why the evidence in ``needs`` is not all there, in words ("" when it is)."""
     groups = [n for n in needs if n in GROUPS and n not in ev.groups_run]
     out = [f"{', '.join(groups)} did not finish (see the execution row)"] if groups else []
+    if "device_view" in needs and ev.device_views is None:
+        out.append("the candidate was not preprocessed (no C++ compiler here)")
     if "static" in needs and ev.static is None:
         out.append("the static rules did not run" + (": NVRTC is not available here" if "static" in ev.unavailable else ""))
     cov = ev.coverage

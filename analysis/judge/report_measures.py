@@ -41,18 +41,20 @@ class Report:
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON
     study2: dict | None = None  # the second learning-loop study's JSON
+    study2_exploratory: dict | None = None  # its exploratory runs' JSONs by name (not pre-registered)
     measures: dict[str, PeerMeasures] = field(default_factory=dict)  # the comparison's: fixed, original, peers
     design: DesignSection | None = None  # cold starts and the design measures, every controller (issue 35)
 
 
 def bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
-    """One row per bad-value case and controller: the slot/regime column, the value, what step 1 did."""
+    """One row per bad-value case and controller: the slot/regime column, the value, the starting λ (``start``:
+    seed, or the floor, above it, mid-band, the ceiling: the guard and non-finite cases run from those too),
+    λ0, what step 1 did."""
     rows = []
     for name, ev in evidence.items():
         rule = spec.Rule.of(ev.controller)
-        for r in ev.catalogue:
-            if r.scenario.family != "bad_values":
-                continue
+        from_starts = [r for r in ev.starts if len(r.scenario.inputs) == 1]  # one unusual input, as the catalogue's
+        for r in [r for r in ev.catalogue if r.scenario.family == "bad_values"] + from_starts:
             parts = dict(r.scenario.inputs)
             if "lambda" in parts:
                 column, value = f"λ (KL {parts['kl']})", parts["lambda"]
@@ -60,6 +62,7 @@ def bad_input_outcomes(evidence: dict[str, Evidence]) -> pd.DataFrame:
                 (slot, value), = parts.items()
                 column = "KL" if slot == "kl" else "target"
             rows.append({"controller": name, "case": r.scenario.name, "column": column, "value": value,
+                         "start": r.scenario.params.get("start", "seed"), "lambda0": float(r.scenario.lambda0),
                          "outcome": classify(r.scenario.lambda0, r.lam[0], rule)})
     return pd.DataFrame(rows)
 

@@ -188,6 +188,21 @@ def incident_seed(result: dict, incident: dict, seeds: np.ndarray) -> int:
     return int(seeds[hits.index(1)]) if 1 in hits else int(seeds[0])
 
 
+def cold_start_block(names: list[str], points: list[dict], traces: Traces, n_seeds: int, quiet_steps: int) -> dict:
+    """One task's block of the cold-start check: per controller (runs controller-major as in :func:`env_block`),
+    the fraction of runs whose signature λ side (``quiet_steps`` steps in a row at the floor with a quiet KL) is
+    met within the first evaluation window, overall and per regime, with intervals (95 %)."""
+    P, K = len(points), n_seeds
+    side = traces.quiet_floor_run[0] >= quiet_steps  # [N] the first window's longest quiet run at the floor
+    regs = regimes(points)
+    out = {"window_steps": int(traces.steps[0]), "regimes": regs, "controllers": {}}
+    for g, name in enumerate(names):
+        hit = side[g * P * K:(g + 1) * P * K].reshape(P, K)
+        out["controllers"][name] = {"lambda_side_first_window": {
+            **interval(hit.ravel(), 0.95), "per_regime": [interval(hit[r["points"]].ravel(), 0.95) for r in regs]}}
+    return out
+
+
 def calibration_block(tables: Tables, names: list[str], points: list[dict], traces: Traces, n_seeds: int,
                       c: Criteria, quiet_steps: int, candidates) -> tuple[dict, dict]:
     """One environment's block of the calibration (:data:`CALIBRATION_RULE`; ``names`` are the constant-λ

@@ -163,3 +163,107 @@ def incident(result: dict) -> tuple[bool, int | None]:
     floor = result["parameters"]["signature"]["floor_lambda"]
     at = next((k for k, x in enumerate(inc["series"]["original"]["lam"]) if x is not None and x <= floor), None)
     return bool(shows), inc["steps"][at] if at is not None else None
+
+
+#: The second study's criteria the pre-registration names primary and secondary (``repro.learning.study2``'s
+#: docstring and studies/preregistered_2.toml: relative is primary).
+PRIMARY, SECONDARY = "relative", ("minimum", "signature")
+
+
+def primary_by_task(result: dict) -> list[dict]:
+    """Second study, per task that ran original and fixed, under the primary criterion per regime: the original's
+    and the fixed kernel's fractions (least and greatest over regimes), and the regimes where the original meets
+    it significantly more often (the fix helps), where the fixed kernel does (the fix hurts), and all regimes
+    (McNemar per regime, p < :data:`ALPHA`, uncorrected)."""
+    out = []
+    for env, block in result["envs"].items():
+        test = pair(block)
+        if test is None:
+            continue
+        tests = test[PRIMARY]["per_regime"]
+        frac = {n: [x["fraction"] for x in block["controllers"][n][PRIMARY]["per_regime"]] for n in ("original", "fixed")}
+        out.append({"env": env, "original": (min(frac["original"]), max(frac["original"])),
+                    "fixed": (min(frac["fixed"]), max(frac["fixed"])), "fix_helps": sum(map(a_more, tests)),
+                    "fix_hurts": sum(map(b_more, tests)), "regimes": len(tests),
+                    "equal": sum(o == f for o, f in zip(frac["original"], frac["fixed"], strict=True))})
+    return out
+
+
+def unregistered_tests(result: dict) -> list[str]:
+    """Second study: what its paired tests use that the pre-registration's [criteria] does not set (an α, a
+    multiplicity correction, which cell is confirmatory), by the keys it would need."""
+    c = result["parameters"]["criteria"]
+    return [what for what, keys in (("α", ("alpha",)), ("multiplicity correction", ("correction", "multiplicity")),
+                                    ("confirmatory cell", ("confirmatory",))) if not any(k in c for k in keys)]
+
+
+def signature_vs_lambda0(result: dict) -> list[dict]:
+    """Second study, per task: the signature criterion's fraction per regime for the original and for λ held at 0
+    (``const:0``: no controller at all), the regimes where λ = 0 shows it at least as often, and the original's
+    λ side over the whole run (the fraction of its runs), and the regimes where the median original run's λ is at
+    its floor already at the first evaluation (the EMA's cold start: a KL EMA from 0 reads as a quiet KL)."""
+    floor = result["parameters"]["signature"]["floor_lambda"]
+    out = []
+    for env, block in result["envs"].items():
+        ctrl = block["controllers"]
+        if not {"original", "const:0"} <= set(ctrl):
+            continue
+        o, z = ([x["fraction"] for x in ctrl[n]["signature"]["per_regime"]] for n in ("original", "const:0"))
+        out.append({"env": env, "original": o, "lambda0": z, "lambda0_at_least": sum(b >= a for a, b in zip(o, z, strict=True)),
+                    "regimes": len(o), "lambda_side": ctrl["original"]["lambda_side"]["fraction"],
+                    "first_step": block["eval_steps"][0],
+                    "floor_at_first": sum(x[0] is not None and x[0] <= floor
+                                          for x in ctrl["original"]["median_over_steps_per_regime"]["lam"])})
+    return out
+
+
+def aliased_criterion(block: dict, warmup: int, view: str = "view:4") -> dict | None:
+    """Second study, one task: why the fixed kernel can meet the relative criterion more often without its
+    agreement being worse. At the grid points where π sees ``view`` (states aliased): λ = 1's relative fraction
+    (least, greatest), and at how many of them λ = 0's median final agreement is above λ = 1's; λ = 0's median
+    count of judged states at the last evaluation (least over points) against the original's (greatest); per
+    regime, the original's minus the fixed kernel's median agreement averaged over the evaluations after
+    ``warmup`` (steps) (least, greatest). None: the block lacks λ = 0, λ = 1, original or fixed."""
+    ctrl = block["controllers"]
+    if not {"const:0", "const:1", "original", "fixed"} <= set(ctrl):
+        return None
+    at = [i for i, p in enumerate(block["grid_points"]) if p["policy"] == view]
+    one = [ctrl["const:1"]["relative"]["per_point"][i]["fraction"] for i in at]
+    final = {n: ctrl[n]["final_agreement_median_per_point"] for n in ("const:0", "const:1")}
+    above = sum(final["const:0"][i] is not None and final["const:1"][i] is not None
+                and final["const:0"][i] > final["const:1"][i] for i in at)
+    judged = np.asarray(block["eval_steps"]) > warmup
+    series = {n: ctrl[n]["median_over_steps_per_regime"] for n in ("original", "fixed")}
+    gaps, lam = [], {"original": [], "fixed": []}
+    for j in range(len(block["regimes"])):
+        o, f = (np.asarray(series[n]["agree_unique"][j], float) for n in ("original", "fixed"))
+        with np.errstate(invalid="ignore"):
+            gaps.append(float(np.nanmean((o - f)[judged])))
+            for n in lam:
+                lam[n].append(float(np.nanmean(np.asarray(series[n]["lam"][j], float)[judged])))
+    return {"points": len(at), "lambda1": (min(one), max(one)) if one else None, "lambda0_above": above,
+            "judged_lambda0": min(ctrl["const:0"]["final_unique_states_median_per_point"]),
+            "judged_original": max(ctrl["original"]["final_unique_states_median_per_point"]),
+            "gap": (min(gaps), max(gaps)), "lam": {n: (min(v), max(v)) for n, v in lam.items()}}
+
+
+def incident_minimum(result: dict) -> dict | None:
+    """Second study's incident figure: per arm, the lowest log10 agreement of one odd state (the states the
+    even-state KL never sees) after the warm-up and its step; and the original's λ-at-floor stretches after the
+    warm-up (``[(first step, last step)]``). None: the incident holds no per-step minimum (made before it did)."""
+    inc = result.get("incident")
+    if not inc or any("log10_min_odd" not in s for s in inc["series"].values()):
+        return None
+    steps = np.asarray(inc["steps"])
+    judged = steps > result["parameters"]["criteria"]["warmup"]
+    out = {}
+    for arm, s in inc["series"].items():
+        m = np.where(judged, np.asarray(s["log10_min_odd"], float), np.nan)  # null (no odd state judged) reads NaN
+        k = int(np.nanargmin(m)) if np.isfinite(m).any() else None
+        out[arm] = None if k is None else (float(m[k]), int(steps[k]))
+    lam = np.asarray(inc["series"]["original"]["lam"], float)
+    at = steps[judged & (lam <= result["parameters"]["signature"]["floor_lambda"])]
+    breaks = np.flatnonzero(np.diff(at) > 1)
+    out["floor_stretches"] = [(int(a), int(b)) for a, b in zip(at[np.r_[0, breaks + 1]], at[np.r_[breaks, len(at) - 1]],
+                                                               strict=True)] if at.size else []
+    return out

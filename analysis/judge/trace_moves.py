@@ -1,5 +1,5 @@
 """What each controller did to λ over a replayed trace: where it started and ended, its range, and how many
-steps raised, lowered or held it (pure: a function of the replay's tidy frame)."""
+steps raised, lowered or held it (pure: a function of λ's steps)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,9 @@ class Moves:
         return self.steps - self.up - self.down
 
 
-def moves(frame) -> list[Moves]:
-    """One :class:`Moves` per controller of ``frame`` (columns controller, lambda0, lambda), in frame order."""
-    out = []
-    for name, part in frame.groupby("controller", sort=False):
-        lam = np.concatenate([[part.lambda0.iloc[0]], part["lambda"].to_numpy()]).astype(np.float32)
-        out.append(Moves(controller=name, start=float(lam[0]), end=float(lam[-1]), low=float(np.nanmin(lam)),
-                         high=float(np.nanmax(lam)), steps=len(part), up=int((lam[1:] > lam[:-1]).sum()),
-                         down=int((lam[1:] < lam[:-1]).sum())))
-    return out
+def moves_of(controller: str, lambda0: float, lam: np.ndarray) -> Moves:
+    """The :class:`Moves` of one replay: λ before step 1 and λ after each step (``[T]``)."""
+    lam = np.concatenate([[lambda0], lam]).astype(np.float32)
+    return Moves(controller=controller, start=float(lam[0]), end=float(lam[-1]), low=float(np.nanmin(lam)),
+                 high=float(np.nanmax(lam)), steps=len(lam) - 1, up=int((lam[1:] > lam[:-1]).sum()),
+                 down=int((lam[1:] < lam[:-1]).sum()))

@@ -31,5 +31,5 @@ def aligned(traces: pd.DataFrame):
     ax.set(xscale="symlog", yscale="log", ylim=(tiny / 3, 3e3), xlim=(0, traces.step.max() * 1.2),
            xlabel="steps of aligned KL (KL = target/100; symlog)",
            ylabel="λ (coefficient, log)", title="Sustained aligned KL: where each rule's λ ends up")
-    ax.legend(loc="upper right", ncol=2)
+    ax.legend(loc="center left", ncol=2)  # the empty middle left: every rule is near its seed λ there
     return fig

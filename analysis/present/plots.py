@@ -65,8 +65,9 @@ def collapse(traj, contracts: dict[str, Controller], floor_steps: dict[str, int 
             continue
         ax.plot([s], [lam[s]], "o", color=COLORS[name], ms=6)
         before = f" (λ = {lam[s - 1]:.5f} after {s - 1})" if name == "original" else ""
-        ax.annotate(f"at the floor from step {s}{before}", (s, lam[s]), xytext=(14, 18 if name == "fixed" else 40),
-                    textcoords="offset points", color=COLORS[name], fontsize=8,
+        # below the fixed line (its floor's label sits above it at the right edge), above the original's
+        ax.annotate(f"at the floor from step {s}{before}", (s, lam[s]), xytext=(-14, -34) if name == "fixed" else (14, 40),
+                    textcoords="offset points", color=COLORS[name], fontsize=8, ha="right" if name == "fixed" else "left",
                     arrowprops={"arrowstyle": "->", "color": COLORS[name], "lw": 0.8})
     lowest = min(_series(traj, name, "aligned")[1].min() for name in ("original", "fixed"))
     ax.set(yscale="log", xlim=(0, xmax), ylim=(min(5e-4, lowest / 2), 1.5),
@@ -93,8 +94,9 @@ def ramp_decay(traj, counts: dict[str, dict[str, int]]):
         right.plot(x[1:], lam[1:] / lam[0], color=COLORS[name], lw=1.6, label=LABELS[name])
         h = counts[name]["halve"]
         right.plot([h], [lam[h] / lam[0]], "s", ms=9, mfc="none", mec=COLORS[name], mew=1.5)
-        right.annotate(f"halved at step {h}", (h, lam[h] / lam[0]), xytext=(8, -14 if name == "fixed" else 10),
-                       textcoords="offset points", color=COLORS[name], fontsize=8)
+        # the fixed one's marker sits near the right edge: its label goes left of it, inside the axes
+        right.annotate(f"halved at step {h}", (h, lam[h] / lam[0]), xytext=(-10, -16) if name == "fixed" else (8, 10),
+                       textcoords="offset points", color=COLORS[name], fontsize=8, ha="right" if name == "fixed" else "left")
     left.axhline(2, color="k", lw=0.8, ls=":")
     left.annotate(f"×2 at step {counts['fixed']['double']} (both)", (counts["fixed"]["double"], 2),
                   xytext=(10, -18), textcoords="offset points", fontsize=8)
@@ -176,45 +178,82 @@ def oscillation_recovery(traj, recovery: dict[str, pd.DataFrame]):
     return tight(fig)
 
 
-def scenario_grid(traj, scenarios: list[str]):
-    """Figure 6: small multiples of every catalogue scenario, both controllers (log λ)."""
+def scenario_grid(traj, scenarios: list[str], titles: dict[str, str] | None = None):
+    """Figure 6: small multiples of every catalogue scenario: λ of both controllers (log) above the KL that
+    drives it, as a multiple of the target (log, shared steps). ``titles``: scenario → its panel's title."""
     cols = 4
     rows_n = -(-len(scenarios) // cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(12, 2.4 * rows_n), squeeze=False)
-    for ax, scenario in zip(axes.flat, scenarios, strict=False):  # the grid may have spare axes
+    height = 3.3 * rows_n
+    fig = plt.figure(figsize=(12, height))
+    # a pair (λ over KL) close together, the scenarios apart: two levels of spacing, so not tight_layout
+    cells = fig.add_gridspec(rows_n, cols, hspace=0.32, wspace=0.3, left=0.07, right=0.99, bottom=0.45 / height,
+                             top=1 - 0.75 / height)
+    first = None
+    for i, scenario in enumerate(scenarios):
+        row, col = divmod(i, cols)
+        pair = cells[row, col].subgridspec(2, 1, height_ratios=[2, 1], hspace=0.06)
+        lam_ax = fig.add_subplot(pair[0])
+        kl_ax = fig.add_subplot(pair[1], sharex=lam_ax)
+        first = first or lam_ax
+        ratios = {}
         for name in ("original", "fixed"):
             x, lam = _series(traj, name, scenario)
-            ax.plot(x, lam, color=COLORS[name], lw=1.1, label=LABELS[name])
-        ax.set(yscale="log", ylim=(5e-4, 1.5))
-        ax.set_title(scenario, fontsize=9)
-        ax.tick_params(labelsize=7)
-    plt.setp(axes.flat[len(scenarios):], visible=False)
-    plt.setp(axes[:, 0], ylabel="λ (log)")
-    plt.setp(axes[-1, :], xlabel="step")
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0))
-    fig.suptitle("Every catalogue scenario, both controllers", y=1.03)
-    return tight(fig)
+            lam_ax.plot(x, lam, color=COLORS[name], lw=1.1, label=LABELS[name])
+            rows = traj[(traj.controller == name) & (traj.scenario == scenario)].sort_values("step")
+            ratios[name] = (rows.step.to_numpy(), (rows.kl / rows.kl_target).to_numpy())
+        (xa, a), (xb, b) = ratios.values()
+        same = np.array_equal(xa, xb) and np.array_equal(a, b)
+        for name, (x, ratio) in ratios.items():  # one black line where both controllers saw the same KL
+            if not (same and name == "fixed"):
+                kl_ax.plot(x, ratio, color="k" if same else COLORS[name], lw=0.9)
+        lam_ax.set(yscale="log", ylim=(5e-4, 1.5))
+        lam_ax.set_title(titles.get(scenario, scenario) if titles else scenario, fontsize=9)
+        lam_ax.tick_params(labelsize=7, labelbottom=False)
+        kl_ax.axhline(1.0, color="k", ls=":", lw=0.7)
+        kl_ax.set(yscale="log", ylim=(5e-3, 200))
+        kl_ax.set_yticks([1e-2, 1, 1e2], ["1/100", "1", "100"])
+        kl_ax.minorticks_off()
+        kl_ax.tick_params(labelsize=7)
+        if col == 0:
+            lam_ax.set_ylabel("λ (log)")
+            kl_ax.set_ylabel("KL / target")
+        if i + cols >= len(scenarios):  # the lowest panel of its column
+            kl_ax.set_xlabel("step")
+    fig.legend(*first.get_legend_handles_labels(), loc="lower center", ncol=2, bbox_to_anchor=(0.5, 1 - 0.42 / height))
+    fig.suptitle("Every catalogue scenario, both controllers: λ (above) and the KL input that drives it (below)",
+                 y=1 + 0.05 / height, va="bottom")
+    return fig
 
 
 def bad_input(outcomes: pd.DataFrame):
-    """Figure 7: what one step does to λ for each unusual value, per slot and KL regime, per controller."""
-    columns = list(dict.fromkeys(outcomes.column))
+    """Figure 7: what one step does to λ for each unusual value, per slot and KL regime, per controller; the KL
+    and target values from each starting λ (the floor, just above it, the seed, mid-band, the ceiling)."""
+    order = ("floor", "above floor", "seed", "mid-band", "ceiling")
+    outcomes = outcomes.assign(rank=[order.index(s) if s in order else len(order) for s in outcomes.start])
+    outcomes = outcomes.sort_values("rank", kind="stable")
+    keys = list(dict.fromkeys(zip(outcomes.column, outcomes.start, strict=True)))
+    keys.sort(key=lambda k: (0 if k[0] == "KL" else 1 if k[0] == "target" else 2))  # stable: starts in order
     values = list(dict.fromkeys(outcomes.value))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.95 * len(keys) + 2), 9.5))
     for ax, name in zip(axes, ("original", "fixed"), strict=True):
         d = outcomes[outcomes.controller == name]
-        ax.set(xlim=(0, len(columns)), ylim=(len(values), 0))
+        ax.set(xlim=(0, len(keys)), ylim=(len(values), 0))
         for _, r in d.iterrows():
-            i, j = values.index(r.value), columns.index(r.column)
+            i, j = values.index(r.value), keys.index((r.column, r.start))
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=OUTCOME_COLORS.get(r.outcome, "#fb6a4a"), ec="white"))
-            ax.text(j + 0.5, i + 0.5, r.outcome, ha="center", va="center", fontsize=8)
-        ax.set_xticks(np.arange(len(columns)) + 0.5, columns, fontsize=8)
+            ax.text(j + 0.5, i + 0.5, r.outcome, ha="center", va="center", fontsize=7)
+        lambda0 = {(c, s): v for c, s, v in zip(d.column, d.start, d.lambda0, strict=True)}
+        labels = [column if column.startswith("λ") else
+                  f"{column}\nλ0 {np.format_float_positional(np.float32(lambda0.get((column, start), np.nan)), unique=True)}"
+                  f"\n({start})" for column, start in keys]
+        ax.set_xticks(np.arange(len(keys)) + 0.5, labels, fontsize=7)
         ax.set_yticks(np.arange(len(values)) + 0.5, values, fontsize=8)
         ax.tick_params(length=0)
         ax.grid(False)
         ax.set_title(LABELS[name], color=COLORS[name])
-    axes[0].set_ylabel("the unusual value")
-    fig.suptitle("Bad input: what one step does to λ (other inputs valid: seed λ, target, KL in the named regime)")
+        ax.set_ylabel("the unusual value")
+    fig.suptitle("Bad input: what one step does to λ, from several starting λ (other inputs valid: target, KL in the "
+                 "named regime)")
     return tight(fig)
 
 
@@ -249,20 +288,31 @@ def closed_loop(results: dict[str, dict]):
 
 
 def ablation(table: pd.DataFrame):
-    """Collapse fraction of each of the 16 combinations of the fixes (bars), ordered as run."""
+    """Collapse fraction of each of the 16 combinations of the fixes (bars, a fraction in [0, 1]), ordered as run,
+    coloured by how many of the four changes the variant has (the key below the axis)."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
     y = np.arange(len(table))
     parts = table[list(FACTORS)]  # the fix's parts each variant has (None: a whole kernel, the candidate)
-    colors = np.where(parts.eq(False).all(axis=1), COLORS["original"],
-                      np.where(parts.eq(True).all(axis=1), COLORS["fixed"], "#7f7f7f"))
+    none, every, whole = parts.eq(False).all(axis=1), parts.eq(True).all(axis=1), parts.isna().all(axis=1)
+    kinds = [("none of the four changes (the original)", none, COLORS["original"]),
+             ("some of them", ~(none | every | whole), "#7f7f7f"),
+             ("all four (the fix)", every, COLORS["fixed"]), ("a candidate kernel", whole, "#9467bd")]
+    colors = np.empty(len(table), dtype=object)
+    for _, mask, color in kinds:
+        colors[mask.to_numpy()] = color
     ax.barh(y, table.collapse_fraction, color=colors)
     for i, r in enumerate(table.itertuples()):
+        inside = r.collapse_fraction > 0.55  # a long bar holds its label: the axis ends at 1
         ax.annotate(f"{r.collapse_fraction:.0%}  (median min agree 10^{r.median_log10_q_pi_agree_min:.1f})",
-                    (r.collapse_fraction, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+                    (r.collapse_fraction, i), xytext=(-4 if inside else 4, 0), textcoords="offset points",
+                    va="center", ha="right" if inside else "left", fontsize=7, color="white" if inside else "black")
     ax.set_yticks(y, table.variant, fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlim=(0, 1.25), xlabel=f"fraction of runs that collapse (q_pi_agree < {COLLAPSE:g}), {int(table.runs.iloc[0])} runs "
-                                   "each (grid × seeds)",
+    drawn = [(label, color) for label, mask, color in kinds if mask.any()]  # the key: the kinds of bar drawn
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=c) for _, c in drawn], [label for label, _ in drawn],
+              loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(drawn), frameon=False)
+    ax.set(xlim=(0, 1), xlabel=f"fraction of runs that collapse (q_pi_agree < {COLLAPSE:g}), {int(table.runs.iloc[0])} "
+                                "runs each (grid × seeds)",
            title="Which fix prevents the collapse: the original with each combination of the four changes")
     return tight(fig)
 

@@ -81,8 +81,10 @@ def difference(d: Difference) -> str:
         return f"slot change: reads the {role} from slot {d.measured} (contract: slot {d.documented})"
     if d.kind == "nonfinite":
         return f"{d.name}: {d.note}"
-    if d.kind == "guard":
-        return f"guard: {d.note} ({d.measured})"
+    if d.kind == "guard":  # the pinned cases as one; a case from another starting λ by its name
+        return f"guard: {d.note} ({d.measured})" if d.name == "guard" else f"{d.name}: {d.note}"
+    if d.kind in ("device_view", "state"):
+        return d.note
     if d.kind == "edge" and d.measured == "inclusive":
         side = "ramp" if d.name == "upper" else "decay"
         return f"the {side} edge is inclusive (the edge value itself moves λ; {d.note})"

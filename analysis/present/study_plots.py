@@ -80,10 +80,15 @@ def grid_heatmap(result: dict):
 
 def incident(result: dict):
     """The second study's incident figure: one seed, original beside fixed; λ, the KL the controller sees (with
-    target/tolerance), agreement (ties excluded) on visited and odd states; left the first steps, right the run."""
+    target/tolerance), and log10 of the lowest agreement (ties excluded) over the odd states — those the
+    even-state KL never sees; a mean over states would hide one state's collapse — with the minimum criterion's
+    threshold; left the first steps, right the whole run. An incident made before the loop wrote that minimum
+    (no ``log10_min_odd``) shows the mean over odd states instead, and says so on its axis."""
     inc = result["incident"]
     steps = np.asarray(inc["steps"])
     early = steps <= min(400, steps[-1])
+    has_min = all("log10_min_odd" in s for s in inc["series"].values())
+    threshold = np.log10(result["parameters"]["criteria"]["min_threshold"])
     fig, axes = plt.subplots(3, 2, figsize=(15, 9), sharex="col", squeeze=False)
     for col, keep in enumerate((early, np.ones_like(early))):
         for name in ("original", "fixed"):
@@ -92,16 +97,18 @@ def incident(result: dict):
             arr = {k: np.array(s[k], float)[keep] for k in s}  # JSON's null (a NaN written) reads as NaN
             axes[0, col].plot(steps[keep], arr["lam"], color=color, lw=1.4, label=name)
             axes[1, col].plot(steps[keep], arr["kl_ema"], color=color, lw=1.0, label=name)
-            axes[2, col].plot(steps[keep], arr["agree_unique"], color=color, lw=1.2, label=f"{name}: visited states")
-            axes[2, col].plot(steps[keep], arr["agree_odd"], color=color, lw=1.0, ls="--", label=f"{name}: odd states")
+            low = arr["log10_min_odd"] if has_min else np.log10(arr["agree_odd"])
+            axes[2, col].plot(steps[keep], low, color=color, lw=0.8, label=name)
         axes[1, col].axhline(inc["quiet_kl"], color="k", ls=":", lw=0.8, label="target / original's tolerance")
         axes[1, col].axhline(inc["kl_target"], color="grey", ls="-.", lw=0.8, label="target")
+        axes[2, col].axhline(threshold, color="k", ls=":", lw=0.8, label="minimum criterion's threshold")
         axes[0, col].set(yscale="log", ylabel="λ")
         axes[1, col].set(yscale="log", ylabel="KL the controller sees (nats)")
-        axes[2, col].set(yscale="log", ylabel="π(Q's unique greedy action)", xlabel="step")
+        axes[2, col].set(ylabel="log10 min over odd states of π(Q's greedy action)" if has_min
+                         else "log10 mean over odd states (no minimum in this JSON)", xlabel="step")
         axes[0, col].set_title(f"{inc['env']}, seed {inc['seed']}, KL on {inc['point']['kl_site']} states, "
                                f"{inc['point']['policy']}, aux {inc['point']['aux_reward']:g}"
-                               + (": the first steps" if col == 0 else f": the replay, steps 1–{int(steps[-1])}"))
+                               + (": the first steps" if col == 0 else f": the run, steps 1–{int(steps[-1])}"))
     axes[0, 0].legend(fontsize=8)
     axes[1, 0].legend(fontsize=7)
     axes[2, 1].legend(fontsize=7)

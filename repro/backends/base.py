@@ -30,6 +30,11 @@ class CompiledKernel(ABC):
         if not shape_ok or target.shape != kl.shape:
             raise SuiteError(f"looped run: shapes disagree (isv {isv.shape}, kl {kl.shape}, target {target.shape})")
 
+    def outside_state(self):
+        """The state this build keeps outside the ISV: a :class:`repro.backends.host_state.HostState` (the host
+        build's own writable data, against its load image), or None where the backend cannot read it."""
+        return None
+
     def _check_batch(self, isv) -> None:
         if not (isv.flags.c_contiguous and isv.dtype == np.float32 and isv.shape[-1] == self.slots.isv_len):
             raise SuiteError("batched step needs a C-contiguous float32 [S, isv_len] ISV")

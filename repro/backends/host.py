@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
+from repro.backends.host_state import HostState, changed_objects
 from repro.backends.translation_unit import (
     HOST_GRID,
     HOST_INCLUDE,
@@ -191,6 +192,9 @@ class HostKernel(CompiledKernel):
         self._looped = _void_function(lib, "rlq_looped", [_ptr] * 4 + [_c_long] * 2)
         self._private = _void_function(lib, "rlq_looped_private", [_ptr] * 4 + [_c_long] * 2)
         self._as_threads = _void_function(lib, "rlq_as_threads", [_ptr, _ptr, _c_long, _ptr])
+
+    def outside_state(self) -> HostState:
+        return changed_objects(Path(self._lib._name), self.step)
 
     def dump_coverage(self) -> None:
         """A ``--coverage`` build (repro.runners.coverage): write the gcov counters now."""

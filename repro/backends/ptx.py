@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from repro.backends.host_state import demangled
 from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
@@ -26,6 +27,35 @@ ARCH = "sm_90"
 _ATOMIC = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:atom|red)\.[\w.]+)", re.M)
 _LOCAL = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:ld|st)\.local[\w.]*)|^\s*\.local\b", re.M)
 _GLOBAL_STORE = re.compile(r"^\s*(?:@!?%\w+\s+)?(st\.global[\w.]*)", re.M)
+# One instruction: its opcode, its first operand (the destination, or a store's address) and the rest.
+_INSTRUCTION = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)\s+([^,;]+?)\s*(?:,\s*(.*?))?\s*;", re.M)
+_ADDRESS = re.compile(r"\[\s*([%\w$.]+)")
+# Stores to memory no parameter points at (a module variable) are what this reads; local, shared and
+# parameter space are the thread's or the block's own.
+_OWN_SPACES = {"local", "shared", "param"}
+
+
+def outside_stores(ptx: str) -> tuple[str, ...]:
+    """Each store (``st.global``, or a generic ``st``) whose address does not come from a kernel or function
+    parameter (the ISV pointer) but from a module variable (``st.global.f32 [g_last_kl]``) or from anything else,
+    as ``opcode [address]``. Registers are followed through ``ld.param``, ``mov``, ``cvta``, ``add``/``sub``/``mad``
+    from a parameter; everything else is not the ISV."""
+    from_param: set[str] = set()
+    out = []
+    for m in _INSTRUCTION.finditer(ptx):
+        op, first, rest = m.group(1), m.group(2).strip(), m.group(3) or ""
+        if op.startswith("st.") or op == "st":
+            if set(op.split(".")[1:]) & _OWN_SPACES:
+                continue
+            base = _ADDRESS.match(first)
+            if base is None or base.group(1) not in from_param:
+                out.append(f"{op} {first}")
+            continue
+        sources = re.findall(r"%\w+|\[[^\]]*\]", rest)
+        if op.startswith("ld.param") or (op.split(".")[0] in ("mov", "cvta", "add", "sub", "mad")
+                                         and any(s in from_param for s in sources)):
+            from_param.add(first)
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -35,6 +65,7 @@ class StaticReport:
     atomics: tuple[str, ...]  # atom./red. instructions, as written (a tuple: analyse() hands out one report)
     local_accesses: int  # ld.local/st.local instructions and .local declarations
     global_stores: int  # st.global instructions
+    outside_stores: tuple[str, ...]  # stores not through a parameter (the ISV): module variables (outside_stores())
     registers: int | None  # per thread, from ptxas (None when it did not say)
     stack_bytes: int | None
     spill_bytes: int | None  # spill stores + spill loads
@@ -94,6 +125,13 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     return ptx.decode(errors="replace").rstrip("\x00"), log_text
 
 
+def _readable(stores: tuple[str, ...]) -> tuple[str, ...]:
+    """The stores with a C++ symbol as its source spells it (``[_ZZ…E5calls]`` → ``[rl_q_…::calls]``)."""
+    symbols = sorted({m.group(1) for s in stores for m in [re.search(r"\[(_Z\w+)", s)] if m})
+    names = demangled(symbols)
+    return tuple(re.sub(r"\[(_Z\w+)", lambda m: "[" + names.get(m.group(1), m.group(1)), s) for s in stores)
+
+
 def _ptxas_number(log: str, pattern: str) -> int | None:
     found = re.findall(pattern, log)
     return sum(int(x) for x in found) if found else None
@@ -112,6 +150,7 @@ def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
         atomics=tuple(sorted(set(_ATOMIC.findall(ptx)))),
         local_accesses=len(_LOCAL.findall(ptx)),
         global_stores=len(_GLOBAL_STORE.findall(ptx)),
+        outside_stores=_readable(outside_stores(ptx)),
         registers=_ptxas_number(block, r"Used (\d+) registers"),
         stack_bytes=_ptxas_number(block, r"(\d+) bytes stack frame"),
         spill_bytes=None if None in spills else sum(spills),

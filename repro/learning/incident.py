@@ -17,11 +17,15 @@ from repro.learning.agent import run_loop
 from repro.learning.env import make
 from repro.learning.study2 import GRID_AXES_2, Prereg2, loop_grid, measure_of
 
+#: The per-step series the incident holds per arm (:class:`repro.learning.agent.Traces` fields).
+INCIDENT_SERIES = ("lam", "kl_ema", "agree_unique", "agree_odd", "log10_min_odd")
+
 
 def incident(backend, prereg: Prereg2, seed: int, steps: int | None = None) -> dict:
     """One seed's run of the original and the fixed kernel at the incident figure's grid point, evaluated every
     step (``steps`` of them; default pre-registered): λ, the KL the controller sees, agreement (ties excluded) on
-    visited and odd states."""
+    visited and odd states, and log10 of the lowest odd state's (the states the even-state KL never sees; the
+    incident figure plots it: a mean hides one state's collapse)."""
     inc = prereg.incident
     _, tables = make(inc["env"], prereg.learning.default_max_episode_steps)
     point = {k: inc[k] for k in GRID_AXES_2}
@@ -32,6 +36,6 @@ def incident(backend, prereg: Prereg2, seed: int, steps: int | None = None) -> d
     traces = run_loop(backend, tables, groups, learning, np.array([seed], np.uint64), loop_grid([point], prereg.features),
                       measure)
     series = {arm.name: {key: [finite_or_none(x) for x in getattr(traces, key)[:, g].astype(np.float64)]
-                         for key in ("lam", "kl_ema", "agree_unique", "agree_odd")} for g, arm in enumerate(groups)}
+                         for key in INCIDENT_SERIES} for g, arm in enumerate(groups)}
     return {"env": inc["env"], "point": point, "seed": int(seed), "every": 1, "steps": traces.steps.tolist(),
             "quiet_kl": measure.quiet_kl, "kl_target": prereg.learning.kl_target, "series": series}

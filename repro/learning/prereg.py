@@ -77,7 +77,7 @@ def load_prereg(path: Path | str = PREREGISTERED) -> Prereg:
 
 #: What tells the two studies' JSONs apart: every controller entry of the first holds the first key, of the
 #: second the second study's first criterion.
-_RESULT_KEYS = {"first": "collapse_fraction", "second": "relative"}
+_RESULT_KEYS = {"first": "collapse_fraction", "second": "relative", "cold_start": "lambda_side_first_window"}
 
 
 def read_result(path: Path, kind: str) -> dict:

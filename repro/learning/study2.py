@@ -120,3 +120,23 @@ REDUCED = {"envs": ("FrozenLake-v1", "CliffWalking-v1"), "seeds": "0:4", "steps"
            "controllers": ("fixed", "original", "const:0", "const:0.001", "const:1"),
            "grid": {"kl_site": ("visited", "replay", "even"), "kl_before": (0,), "policy": ("view:1",),
                     "aux_reward": (1.0,)}}
+
+#: An exploratory run (not pre-registered: declared after the study's result, from a review of it): the second
+#: study's loop and criteria with the KL target at 1.0 instead of the learners' 0.1, on CliffWalking at the
+#: incident figure's point with the KL at the visited state or on the even states only. Its JSON is committed as
+#: :data:`EXPLORATORY_TARGET_RESULT`; the report shows it as exploratory, a warning, never as a confirmation.
+EXPLORATORY_TARGET = {"envs": ("CliffWalking-v1",), "seeds": "1000:1100", "kl_target": 1.0,
+                      "controllers": ("original", "fixed", "const:0", "const:0.05", "const:1"),
+                      "grid": {"kl_site": ("visited", "even"), "kl_before": (0,), "policy": ("view:1",),
+                               "aux_reward": (1.0,)}}
+EXPLORATORY_TARGET_RESULT = ROOT / "studies" / "results" / "exploratory_2_target1_host.json"
+
+#: An exploratory check of the signature criterion (not pre-registered; from the same review): the study's
+#: grid, seeds and controllers below for the first evaluation window only (its first ``steps`` steps, the same
+#: steps as the full runs': nothing in a run depends on its length), and whether the signature's λ side is met
+#: there — the KL EMA's cold start. Committed as :data:`EXPLORATORY_COLD_START_RESULT`.
+EXPLORATORY_COLD_START = {"controllers": ("original", "const:0"), "windows": 1}
+EXPLORATORY_COLD_START_RESULT = ROOT / "studies" / "results" / "exploratory_2_cold_start_host.json"
+#: The committed exploratory JSONs by name, and the kind :func:`repro.learning.prereg.read_result` reads each as.
+EXPLORATORY_RESULTS = {"target": (EXPLORATORY_TARGET_RESULT, "second"),
+                       "cold_start": (EXPLORATORY_COLD_START_RESULT, "cold_start")}

@@ -11,6 +11,9 @@ or hangs, re-run its scenarios one by one to find the culprit.
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 import numpy as np
 
 from repro.backends.base import CompiledKernel
@@ -18,7 +21,17 @@ from repro.core.contract import Controller, Slots
 from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.probes import onsets, single_thread
 from repro.runners.runner import Run, run_scenarios
-from repro.runners.scenarios import REF_TARGET, Scenario, case, catalogue, dead_zone_probes, guard_cases, onset_targets, vanishing
+from repro.runners.scenarios import (
+    REF_TARGET,
+    Scenario,
+    case,
+    catalogue,
+    dead_zone_probes,
+    guard_cases,
+    onset_targets,
+    start_cases,
+    vanishing,
+)
 
 
 def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[list[Scenario], str]]:
@@ -31,6 +44,9 @@ def scenario_groups(controller: Controller, seed: int = 0) -> dict[str, tuple[li
             _GROUPS.pop(next(iter(_GROUPS)))
     return held[1]
 
+
+#: Groups run per (process, kernel source): what the ``state`` group's read comes after.
+_SERVED: dict[tuple[int, str], int] = {}
 
 #: scenario_groups' answers by (id of the controller, seed), with the controller kept so that the id stays its own.
 _GROUPS: dict[tuple[int, int], tuple[Controller, dict]] = {}
@@ -45,6 +61,7 @@ def _scenario_groups(controller: Controller, seed: int) -> dict[str, tuple[list[
         "nonfinite": ([case(controller, c, steps=1) for c in controller.nonfinite], "looped"),
         "dead_zone": (dead_zone_probes(controller) if controller.is_band else [], "looped"),
         "vanishing": ([vanishing(controller)] if controller.bound("floor") is None else [], "looped"),
+        "starts": (start_cases(controller), "looped"),
     }
 
 
@@ -53,8 +70,17 @@ def run_group(kernel: CompiledKernel, controller: Controller, group: str, only: 
     """The raw result of one group (or of the scenarios ``only`` of a scenario group, in that order), small
     enough to pickle.
 
-    Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`.
+    Scenario groups give ``[(λ, stray), …]``; ``onsets`` a dict of arrays; ``threads`` a :class:`ThreadProbe`;
+    ``state`` the build's writable data against its load image (:class:`repro.backends.host_state.HostState`, or
+    ``False`` where the backend cannot read it), with the number of groups this process ran on the kernel before
+    (it runs last, after every other group in the same worker; a worker started after a hang ran none: its read
+    shows nothing, and the row says so). It runs nothing itself: a scenario that hangs or crashes is not met again.
     """
+    served = (os.getpid(), kernel.source.sha256)  # a forked worker is a process of its own: it starts at none
+    if group == "state":
+        found = kernel.outside_state()
+        return False if found is None else replace(found, runs=_SERVED.get(served, 0))
+    _SERVED[served] = _SERVED.get(served, 0) + 1
     if group == "onsets":
         return onsets(kernel, onset_targets(controller), controller.value("seed_lambda"))
     if group == "threads":
@@ -85,6 +111,7 @@ def assemble(controller: Controller, slots: Slots, results: dict, faults: list[F
         onsets=results.get("onsets", missing),
         lambda_slot=slots.lambda_,
         threads=results.get("threads"),
+        state=results.get("state") or None,
         faults=list(faults),
         isv_len=slots.isv_len,
         groups_run=frozenset(g for g in GROUPS if g in results and (results[g] not in ({}, [])

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from repro.backends.device_view import DeviceViews
+from repro.backends.host_state import HostState
 from repro.backends.ptx import StaticReport
 from repro.core.contract import Controller
 from repro.runners.inference import Behaviour
@@ -20,11 +22,12 @@ from repro.runners.runner import Run
 from repro.runners.sanitize import SanitizerReport
 
 #: The experiment groups that run scenarios (each a list of :class:`Run` in :class:`Evidence`, by that name).
-SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing")
-#: Every experiment group, in the order they run.
-GROUPS = (*SCENARIO_GROUPS, "onsets", "threads")
-#: Evidence that is not an experiment group: the rule inferred, the PTX rules, the coverage build, the sanitizer.
-SOURCES = ("inference", "static", "coverage", "sanitizer")
+SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing", "starts")
+#: Every experiment group, in the order they run (``state`` last: it reads what the runs before it left behind).
+GROUPS = (*SCENARIO_GROUPS, "onsets", "threads", "state")
+#: Evidence that is not an experiment group: the rule inferred, the PTX rules, the coverage build, the sanitizer,
+#: the candidate preprocessed as the device compilers and the host build see it.
+SOURCES = ("inference", "static", "coverage", "sanitizer", "device_view")
 
 
 class MissingEvidence(KeyError):
@@ -140,6 +143,9 @@ class Evidence:
     onsets: dict[str, np.ndarray]  # ramp/decay onset KL per probe target
     lambda_slot: int  # the one ISV slot the controller may write
     vanishing: list[Run] = field(default_factory=list)  # aligned until λ settles, then high KL (rules with no floor)
+    starts: list[Run] = field(default_factory=list)  # the guard and non-finite cases from other starting λ
+    state: HostState | None = None  # the build's own writable data after the runs (None: not measurable here)
+    device_views: DeviceViews | None = None  # the candidate's tokens per preprocessor view, where a C++ compiler is
     threads: ThreadProbe | None = None  # None when the probe did not finish
     faults: list[Fault] = field(default_factory=list)
     isv_len: int = 0  # floats in the ISV: a stray index outside [0, isv_len) is a write outside it

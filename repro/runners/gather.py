@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from repro.backends import Backend, get_backend, ptx
+from repro.backends import Backend, device_view, get_backend, host_state, ptx
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -51,7 +52,9 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     Compiles first (a compile error is the caller's to report: :class:`SuiteError`, exit 2). ``isolate``:
     the candidate's code runs in child processes only, each request under a limit (``timeout`` s: a
     fixed limit, the ``--timeout`` override; None: derived from the reference); ``isolate=False`` runs it
-    here, unprotected (trusted kernels only). ``static``: NVRTC's PTX rules where NVRTC is installed.
+    here, unprotected (trusted kernels only). ``static``: the static checks of the source: the candidate
+    preprocessed as the device compilers and the host build see it (the device_view row; needs the host's C++
+    compiler), and NVRTC's PTX rules where NVRTC is installed.
     ``coverage``: gcov line and branch counts where g++ and gcov are. ``inference``: the rule the kernel
     behaves as. ``sanitize``: compute-sanitizer's memcheck and initcheck (needs a GPU). ``progress``
     receives one line per experiment group.
@@ -60,6 +63,20 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     slots = slots.with_state(controller.state)  # a stateful entry's own slots: seeded, and its writes allowed
     notes, unavailable = [], set()
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source
+    # The candidate as the device compilers and the host build preprocess it (a static check of the source, with
+    # the PTX rules): subprocesses of the host's compiler, started now and read at the end (they overlap the runs;
+    # nothing of the candidate runs in them).
+    views, cxx = None, None
+    if static:
+        try:
+            cxx = get_backend("host").cxx
+        except BackendUnavailable as err:
+            notes.append(f"device and host views not compared: {err}")
+            unavailable.add("device_view")
+    if cxx:
+        pool = ThreadPoolExecutor(1)
+        views = pool.submit(device_view.measure, cxx, source)
+        pool.shutdown(wait=False)
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
         reason = ptx.nvrtc_unavailable()
@@ -133,5 +150,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         listed = ", ".join(f"{name} (line {line})" for name, line in approx)
         notes.append(f"approximate intrinsics {listed}: CPU and GPU results may differ in the last bits")
     return replace(evidence, static=static_report, coverage=coverage_report, sanitizer=reports, faults=faults,
+                   device_views=views.result() if views is not None else None,
+                   state=host_state.readable(evidence.state) if evidence.state is not None else None,
                    notes=tuple(notes), unavailable=frozenset(unavailable), backend=backend.name,
                    device=backend.describe())

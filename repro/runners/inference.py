@@ -50,6 +50,7 @@ class Behaviour:
     upper: Edge | None = None
     lower: Edge | None = None
     notes: dict = field(default_factory=dict)
+    history: bool = False  # λ from one ISV depends on the calls before it: state kept outside the ISV
 
 
 def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
@@ -100,6 +101,25 @@ def reads_and_roles(kernel: CompiledKernel, lambdas: tuple[float, ...],
         kl_slot = s.kl if s.kl in up else (up[0] if up else None)
         target_slot = s.target if s.target in down else (down[0] if down else None)
     return tuple(sorted(read)), kl_slot, target_slot
+
+
+def depends_on_history(kernel: CompiledKernel, lambdas: tuple[float, ...], tolerance: float) -> bool:
+    """Whether one ISV gives different λ after calls on other ISVs: the baselines of :func:`reads_and_roles`
+    (each KL regime × each λ) run in one order and in the reverse order. A kernel whose step is a function of
+    the ISV alone gives the same bits either way; one that keeps state elsewhere (a device variable) sees
+    another call before each and may not (then every slot looks read: perturbing any row moves the next)."""
+    s = kernel.slots
+    tgt = F32(REF_TARGET)
+    near = 1.5 * tolerance
+    configs = [(r, lam) for r in (FAR, near, 1.0, 1.0 / near, 1.0 / FAR) for lam in lambdas]
+    isv = np.full((len(configs), s.isv_len), tgt, dtype=F32)
+    isv[:, s.lambda_] = [lam for _, lam in configs]
+    isv[:, s.kl] = [F32(tgt * regime) for regime, _ in configs]
+    out = []
+    for rows in (isv, isv[::-1].copy()):
+        lam, _ = kernel.run_looped(rows, rows[None, :, s.kl].copy(), rows[None, :, s.target].copy())
+        out.append(lam[0])
+    return not bool(np.all(equal_bits(out[0], out[1][::-1])))
 
 
 def writes(kernel: CompiledKernel, lambda0: float) -> tuple[int, ...]:
@@ -171,9 +191,10 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     floor_doc, ceiling_doc = controller.value("floor"), controller.value("ceiling")
     lambdas = (seed, float(np.sqrt(floor_doc * ceiling_doc)), 0.5 * ceiling_doc)
     read, kl_slot, target_slot = reads_and_roles(kernel, lambdas, controller.value("tolerance"))
+    history = depends_on_history(kernel, lambdas, controller.value("tolerance"))
     written = writes(kernel, seed)
     if kl_slot is None or target_slot is None:
-        return Behaviour(read, written, kl_slot, target_slot)
+        return Behaviour(read, written, kl_slot, target_slot, history=history)
     run = functools.partial(_run_in_layout, kernel, kl_slot, target_slot)
     grid = np.unique(np.concatenate([np.geomspace(1e-3, 1.0, 13), [floor_doc, ceiling_doc, seed,
                                                                    floor_doc * 1.01]]).astype(F32))
@@ -205,4 +226,5 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     found = onsets(kernel, targets, probe_lambda, one_step=one_step)
     return Behaviour(read, written, kl_slot, target_slot, floor, ceiling, ramp, ramp_exact, decay, decay_exact,
                      _edge(targets, found["ramp"], upper=True), _edge(targets, found["decay"], upper=False),
-                     {"onset_targets": targets.tolist(), "onsets": {k: v.tolist() for k, v in found.items()}})
+                     {"onset_targets": targets.tolist(), "onsets": {k: v.tolist() for k, v in found.items()}},
+                     history)

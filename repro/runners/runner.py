@@ -49,9 +49,34 @@ def run_scenarios(kernel: CompiledKernel, scenarios: list[Scenario], mode: str =
     lam, window = kernel.run_looped(new_window(slots, [sc.lambda0 for sc in scenarios]), kl, target, pad=PAD)
     isv, outside = window_rows(slots, window), outside_writes(slots, window)
     last = len(scenarios) - 1
-    return [_run(slots, sc, lam[: sc.steps, i].copy(), isv[i : i + 1],
+    runs = [_run(slots, sc, lam[: sc.steps, i].copy(), isv[i : i + 1],
                  [o for o in outside if (o < 0 and i == 0) or (o >= 0 and i == last)])
             for i, sc in enumerate(scenarios)]
+    return _neighbours_writes(runs, outside, slots.isv_len)
+
+
+def _neighbours_writes(runs: list[Run], outside: list[int], isv_len: int) -> list[Run]:
+    """The looped harness lays the runs' ISVs end to end, so a write outside a run's ISV lands in its
+    neighbour's: ``isv[-3]`` of run i+1 is slot 509 of run i, ``isv[600]`` of run i−1 is slot 88 of run i. Only
+    the first run's ``isv[-3]`` and the last run's ``isv[600]`` reach the canaries (``outside``). A slot written
+    in a row that the same offset explains is the neighbour's write: it is moved to the run that made it, as the
+    offset it has there. A row whose own run writes that slot is told apart by the end rows: the last row has
+    no run after it to write its slot 509 (the first none before it to write its slot 88), so the slot is moved
+    only where the end row shows it unwritten."""
+    if len(runs) < 2 or not outside:
+        return runs
+    after = {isv_len + o for o in outside if o < 0} - set(runs[-1].stray)  # slot s of row i: run i+1 wrote s − isv_len
+    before = {o - isv_len for o in outside if o >= isv_len} - set(runs[0].stray)  # run i−1 wrote s + isv_len
+    stray = [set(r.stray) for r in runs]
+    for i, r in enumerate(runs):
+        for slot in r.stray:
+            if slot in after and i + 1 < len(runs):
+                stray[i].discard(slot)
+                stray[i + 1].add(slot - isv_len)
+            elif slot in before and i > 0:
+                stray[i].discard(slot)
+                stray[i - 1].add(slot + isv_len)
+    return [Run(r.scenario, r.lam, sorted(s)) for r, s in zip(runs, stray, strict=True)]
 
 
 def _run(slots: Slots, sc: Scenario, lam: np.ndarray, isv: np.ndarray, outside: list[int] = ()) -> Run:

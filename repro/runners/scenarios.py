@@ -9,7 +9,6 @@ controller's documented tolerance from the contract.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -21,6 +20,7 @@ from repro.core.contract import Controller
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32
 from repro.core.spec import Rule, band_edges, steps_to_double, steps_to_settle
+from repro.runners import trace_file
 
 #: The KL target the scripted training loop writes (nats). The rule is
 #: scale-free (it compares KL with target·tol), so any positive value serves.
@@ -42,6 +42,7 @@ class Scenario:
     description: str
     params: dict = field(default_factory=dict)
     inputs: tuple[tuple[str, str], ...] = ()  # a case's unusual inputs as written: (slot, text), in order
+    title: str = ""  # a few plain words for a figure's panel (the name where empty)
 
     @property
     def steps(self) -> int:
@@ -54,6 +55,7 @@ class Scenario:
         object.__setattr__(self, "kl", kl)
         object.__setattr__(self, "target", target)
         object.__setattr__(self, "lambda0", F32(self.lambda0))
+        object.__setattr__(self, "title", self.title or self.name)
 
 
 def _const(value: float, steps: int) -> np.ndarray:
@@ -150,7 +152,8 @@ def warm_up(controller: Controller, alpha: float, level: float = WARM_UP_LEVEL, 
     return Scenario(f"warm_up_a{alpha:g}", "warm_up", ema_from_zero(alpha, level * REF_TARGET, n), REF_TARGET,
                     controller.value("seed_lambda"),
                     f"cold start: the KL EMA warming up from 0 at rate {alpha:g} toward {level:g}·target",
-                    {"alpha": alpha, "level": level, "restart": 0, "warm_up_steps": warm_up_steps(alpha)})
+                    {"alpha": alpha, "level": level, "restart": 0, "warm_up_steps": warm_up_steps(alpha)},
+                    title=f"KL EMA from 0 at rate {alpha:g} (cold start)")
 
 
 def resumes(controller: Controller) -> list[Scenario]:
@@ -163,10 +166,11 @@ def resumes(controller: Controller) -> list[Scenario]:
         Scenario("resume_ema_reset", "resume", np.concatenate([settled, ema_from_zero(a, level * tgt, n)]), tgt, lam0,
                  f"{RESUME_AFTER} steps at {level:g}·target, then a resume that restores λ while the KL EMA restarts "
                  f"from 0 at rate {a:g}", {"alpha": a, "level": level, "restart": RESUME_AFTER,
-                                           "warm_up_steps": warm_up_steps(a)}),
+                                           "warm_up_steps": warm_up_steps(a)},
+                 title="KL EMA from 0 after a resume, λ restored"),
         Scenario("resume_lambda_reset", "resume", _const(level * tgt, n), tgt, lam0,
                  f"a resume that restarts λ from its seed while the KL EMA is kept at {level:g}·target",
-                 {"level": level}),
+                 {"level": level}, title="KL EMA kept after a resume, λ from its seed"),
     ]
 
 
@@ -193,39 +197,48 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
     rng = np.random.default_rng(seed)
     out = [
         Scenario("aligned", "sustained", _const(lo, down_steps), tgt, lam0,
-                 "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR}),
+                 "KL far below the band (the collapse: Q and π agree, λ decays)", {"kl_over_target": 1 / FAR},
+                 title=f"KL at target/{FAR:g} (the collapse)"),
         Scenario("diverged", "sustained", _const(hi, up_steps), tgt, lam0,
-                 "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR}),
-        Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)"),
+                 "KL far above the band (λ ramps to the ceiling)", {"kl_over_target": FAR},
+                 title=f"KL at {FAR:g}× target"),
+        Scenario("in_band", "sustained", _const(tgt, 200), tgt, lam0, "KL at the target (dead zone)",
+                 title="KL at target (the dead zone)"),
         Scenario("ramp_from_floor", "sustained", _const(hi, up_steps), tgt, low,
-                 "KL far above the band, starting at the floor (doubling, then the ceiling)"),
+                 "KL far above the band, starting at the floor (doubling, then the ceiling)",
+                 title=f"KL at {FAR:g}× target, λ from the floor"),
         Scenario("decay_from_ceiling", "sustained", _const(lo, max(1600, down_steps)), tgt, high,
-                 "KL far below the band, starting at the ceiling (halving, then the floor)"),
+                 "KL far below the band, starting at the ceiling (halving, then the floor)",
+                 title=f"KL at target/{FAR:g}, λ from the ceiling"),
     ]
     if controller.is_band:
         e = band_edges(tgt, rule)
         order = ["upper", "above", "inside_upper", "lower", "below", "inside_lower"]
         out.append(Scenario("band_edges", "band", _blocks([e[k] for k in order], 10), tgt, lam0,
                             "10 steps each at the documented band's edges and their neighbouring floats: "
-                            + ", ".join(order), {"edges": ",".join(order)}))
+                            + ", ".join(order), {"edges": ",".join(order)}, title="KL on the band's edges"))
     out += [
         Scenario("step_up", "step", np.concatenate([_const(tgt, 100), _const(hi, 100)]), tgt, lam0,
-                 "in band for 100 steps, then far above"),
+                 "in band for 100 steps, then far above", title=f"KL steps up to {FAR:g}× target"),
         Scenario("step_down", "step", np.concatenate([_const(tgt, 100), _const(lo, 400)]), tgt, lam0,
-                 "in band for 100 steps, then far below"),
+                 "in band for 100 steps, then far below", title=f"KL steps down to target/{FAR:g}"),
         Scenario("square_wave", "oscillation", np.tile(_blocks([tgt * 5, tgt / 5], 20), 10), tgt, lam0,
-                 "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0}),
+                 "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0},
+                 title="KL alternates 5× and 1/5× target"),
         Scenario("drift", "drift", (tgt * np.geomspace(0.1, 10.0, 400)).astype(F32), tgt, lam0,
-                 "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0}),
+                 "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0},
+                 title="KL drifts from target/10 to 10×"),
     ]
     for sigma in (0.25, 0.5, 1.0):
         noise = rng.standard_normal(500)
         out.append(Scenario(f"lognormal_sigma{sigma}", "noise", (tgt * np.exp(sigma * noise)).astype(F32), tgt, lam0,
-                            f"log-normal KL noise around the target, σ = {sigma}", {"sigma": sigma, "seed": seed}))
+                            f"log-normal KL noise around the target, σ = {sigma}", {"sigma": sigma, "seed": seed},
+                            title=f"KL noisy around target (σ = {sigma})"))
     base = tgt * np.exp(0.1 * rng.standard_normal(500))
     spikes = rng.random(500) < 0.02
     out.append(Scenario("spikes", "noise", np.where(spikes, base * 50, base).astype(F32), tgt, lam0,
-                        "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed}))
+                        "KL near the target with rare (p = 0.02) spikes of 50×", {"p": 0.02, "factor": 50.0, "seed": seed},
+                        title="KL near target, rare 50× spikes"))
     out += [warm_up(controller, a) for a in WARM_UP_RATES] + resumes(controller)
     for slot in ("kl", "target"):
         out += [case(controller, f"{slot}={v}") for v in BAD_VALUES]
@@ -246,85 +259,21 @@ def vanishing(controller: Controller) -> Scenario:
 
 
 def from_csv(path: Path | str, target: float | None = None, lambda0: float = 0.1,
-             allow_nonfinite: bool = False) -> Scenario:
-    """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``).
+             allow_nonfinite: bool = False, max_rows: int | None = None) -> Scenario:
+    """Replay a recorded KL trace: a CSV with a header naming a ``kl`` column (and optionally ``kl_target``),
+    read by :func:`repro.runners.trace_file.read` (its checks, its row limit unless ``max_rows``).
 
     The target comes from the ``kl_target`` column or from ``target`` (exactly one of them;
     positive and finite). NaN/inf values are refused with their line unless ``allow_nonfinite``.
     """
-    path = Path(path)
-    try:
-        if path.is_dir():
-            raise SuiteError(f"trace file {path} is a folder; name the CSV file in it")
-        if not path.is_file():
-            raise SuiteError(f"trace file {path} is not a regular file" if path.exists() else
-                             f"trace file not found: {path}")
-    except OSError as err:  # a name too long
-        raise SuiteError(f"cannot read trace file {path}: {err.strerror or err}") from None
-    if target is not None:
-        with np.errstate(over="ignore"):
-            as32 = float(F32(target))  # what the kernel reads: 1e39 would be inf, 1e-50 would be 0
-        if not (math.isfinite(as32) and as32 > 0):
-            raise SuiteError(f"--target must be a positive finite KL that float32 holds (1.4e-45 to 3.4e38), not {target!r}")
-    try:  # utf-8-sig: a byte-order mark (as spreadsheet programs save CSV) is dropped; csv reads CRLF lines
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise SuiteError(f"cannot read trace file {path}: {getattr(err, 'strerror', None) or err}") from None
-    if not rows:
-        raise SuiteError(f"{path}: empty trace file")
-    header = [c.strip().lower() for c in rows[0][1]]
-    if _is_number(rows[0][1][0]):
-        raise SuiteError(f"{path}:{rows[0][0]}: no header; the first line must name the columns (kl[,kl_target])")
-    if "kl" not in header:
-        raise SuiteError(f"{path}: no 'kl' column (columns: {', '.join(header)})")
-    kl_col = header.index("kl")
-    tgt_col = header.index("kl_target") if "kl_target" in header else None
-    if tgt_col is not None and target is not None:
-        raise SuiteError(f"{path}: has a kl_target column and --target was given; use one of them")
-    if tgt_col is None and target is None:
-        raise SuiteError(f"{path}: no 'kl_target' column; give the target (--target)")
-    kl, tg = [], []
-    for line, row in rows[1:]:
-        kl.append(_cell(row, kl_col, path, line, allow_nonfinite))
-        tg.append(target if tgt_col is None else _cell(row, tgt_col, path, line, allow_nonfinite))
-    if not kl:
-        raise SuiteError(f"{path}: no KL values")
-    with np.errstate(over="ignore"):  # an overflow to inf was refused above unless asked for
-        kl32, tg32 = np.array(kl, dtype=F32), np.array(tg, dtype=F32)
-    return Scenario(path.stem, "replay", kl32, tg32, lambda0,
-                    f"recorded KL trace from {path.name}", {"file": path.name})
+    return replayed(trace_file.read(path, target, allow_nonfinite,
+                                    trace_file.MAX_ROWS if max_rows is None else max_rows), lambda0)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _cell(row: list[str], col: int, path: Path, line: int, allow_nonfinite: bool) -> float:
-    """``row[col]``, refused (one line) when it is no number or when float32, as the kernel will read it, changes
-    its kind: finite to ±inf (above 3.4e38), or non-zero to 0 (below 1.4e-45). NaN/inf as written pass only with
-    ``allow_nonfinite``, and so does a finite value that overflows (it is fed as the inf it becomes)."""
-    try:
-        value = float(row[col])
-    except (IndexError, ValueError):
-        shown = row[col] if col < len(row) else "(missing)"
-        raise SuiteError(f"{path}:{line}: not a number: {shown!r}") from None
-    what = f"{path}:{line}: {row[col].strip()!r}"
-    with np.errstate(over="ignore"):
-        as32 = float(F32(value))
-    if not math.isfinite(value) and not allow_nonfinite:
-        raise SuiteError(f"{what} is not finite (--allow-nonfinite feeds it as recorded)")
-    if math.isfinite(value) and not math.isfinite(as32) and not allow_nonfinite:
-        raise SuiteError(f"{what} overflows float32 (largest {float(np.finfo(F32).max):.4g}): it would be fed as inf "
-                         "(--allow-nonfinite feeds it so)")
-    if value != 0 and as32 == 0:
-        raise SuiteError(f"{what} is below float32's smallest subnormal (1.4e-45): it would be fed as 0 "
-                         "(write 0 if 0 is meant)")
-    return value
+def replayed(trace: trace_file.Trace, lambda0: float) -> Scenario:
+    """A recorded trace as the scenario it replays, from ``lambda0``."""
+    return Scenario(trace.path.stem, "replay", trace.kl, trace.target, lambda0,
+                    f"recorded KL trace from {trace.path.name}", {"file": trace.path.name})
 
 
 #: Targets (nats) at which the band is probed: the rule must not depend on scale.
@@ -400,3 +349,41 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
                          target, lam, "constant KL inside the band", {"target": target, "kl": float(kl)})
                 for kl in kls for lam in lambdas]
     return out
+
+
+def start_lambdas(controller: Controller) -> dict[str, np.float32]:
+    """The starting λ the guard and non-finite cases are also run from, besides the seed (the pinned cases'):
+    the floor, the float just above it, mid-band (halfway between floor and ceiling) and the ceiling (where a
+    rule has no floor or ceiling, :func:`start_points`' stand-ins). A start equal to the seed is left out."""
+    low, high = (F32(x) for x in start_points(controller))
+    starts = {"floor": low, "above floor": np.nextafter(low, F32(np.inf)), "mid-band": F32((float(low) + float(high)) / 2),
+              "ceiling": high}
+    seed = F32(controller.value("seed_lambda"))
+    return {name: lam for name, lam in starts.items() if lam.view(np.uint32) != seed.view(np.uint32)}
+
+
+def start_cases(controller: Controller, steps: int = 4) -> list[Scenario]:
+    """The guard cases and the non-finite cases that leave λ valid (every case naming KL or the target, each
+    catalogue bad value of KL and of the target), from each of :func:`start_lambdas`. Named
+    ``CASE from λ0 VALUE (START)``; ``params``: the case, the start's name, the row that judges it (:func:`start_kind`)."""
+    names = [*guard_cases(), *controller.nonfinite, *(f"{slot}={v}" for slot in ("kl", "target") for v in BAD_VALUES)]
+    specs = [c for c in dict.fromkeys(names) if not c.startswith("lambda=") and start_kind(c)]
+    out = []
+    for start, lam in start_lambdas(controller).items():
+        text = np.format_float_positional(lam, unique=True, trim="-")
+        for spec in specs:
+            sc = case(controller, f"lambda={text},{spec}", steps)
+            out.append(Scenario(f"{spec} from λ0 {text} ({start})", "bad_starts", sc.kl, sc.target, sc.lambda0,
+                                f"unusual input {spec} from λ0 {text} ({start})",
+                                {"case": spec, "start": start, "row": start_kind(spec)}, sc.inputs[1:]))
+    return out
+
+
+def start_kind(spec: str) -> str:
+    """Which row judges a case from other starting λ: ``nonfinite`` (a NaN or ±inf input), ``guards`` (a value
+    ≤ 0), "" (neither: an ordinary value, left to the catalogue)."""
+    values = [float(raw) for key, _, raw in (p.partition("=") for p in spec.split(","))
+              if not (key.strip() == "kl" and raw.strip() in REGIMES)]
+    if any(not math.isfinite(v) for v in values):
+        return "nonfinite"
+    return "guards" if any(v <= 0 for v in values) else ""

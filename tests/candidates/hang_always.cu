@@ -1,7 +1,6 @@
 // Loops forever on every input: a volatile counter that never goes negative (NVRTC removes this loop, g++ keeps it).
 // expect-exit: 1
 // expect-row: execution
-// expect-seconds-under: 15
 // expect-text: catalogue: aligned: timeout
 
 #define RL_Q_DISTILL_LAMBDA_INDEX 486

@@ -1,0 +1,164 @@
+"""The candidate as the device compilers see it, against the host build's view: the C preprocessor, no GPU.
+
+The host backend compiles the candidate with the C++ compiler and ``kernels/host_shim.h``; the GPU compiles
+it with NVRTC or nvcc's device pass, which define ``__CUDA_ARCH__``, ``__CUDACC__`` and ``__CUDACC_RTC__``
+(NVRTC) or ``__NVCC__`` (nvcc), and read no shim. A candidate whose own text preprocesses differently under
+those compilers runs code on the GPU that no CPU run measured. :func:`views` preprocesses the candidate once
+as the host build sees it (the shim force-included, the stand-in headers on the include path) and once per
+device view (the device compiler's macros, the stand-in headers, no shim), with the host C preprocessor's
+directives only (``-E -fdirectives-only -dD``: conditionals, includes and ``#define`` lines are processed,
+macros in the code are left as written, so that the shim's spellings of ``__global__`` and the like change
+no token), and keeps the tokens of the candidate's own file, each with its line, comments left out. Deterministic,
+no GPU; nothing of the candidate runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from repro.backends.host import FLAGS
+from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM
+from repro.core.kernel_source import KernelSource, code_only
+
+#: The GPU architectures the team builds for (``__CUDA_ARCH__``): A100 (sm_80) and H100/H200 (sm_90).
+DEVICE_ARCHS = (800, 900)
+
+#: Each device compiler's predefined macros that decide what a candidate's text preprocesses to.
+DEVICE_COMPILERS = {
+    "NVRTC": ("__CUDACC__", "__CUDACC_RTC__"),
+    "nvcc": ("__CUDACC__", "__NVCC__"),
+}
+#: The preprocessor's own predefined macros per view: the host build's flags (``-O2`` defines ``__OPTIMIZE__``);
+#: nvcc's device pass sees its host compiler's macros and headers too; NVRTC neither (``-undef``: only the
+#: language's standard macros stay; ``-nostdinc``: the stand-in headers only, as NVRTC has no C library's).
+_HOST_FLAGS = tuple(f for f in FLAGS if f != "-shared")
+_VIEW_FLAGS = {"NVRTC": ("-std=c++17", "-undef", "-nostdinc"), "nvcc": _HOST_FLAGS}
+
+# The candidate's text goes in on stdin: its lines in the output carry this name in the line markers.
+_STDIN = "<stdin>"
+_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
+# C/C++ preprocessing tokens, enough to compare two outputs of one preprocessor: literals whole, then
+# identifiers, numbers, and punctuators (the longest first).
+_TOKEN = re.compile(r"""
+    //[^\n]*|/\*.*?\*/                                                # comments (dropped)
+  | (?:u8|[uUL])?R"(?P<delim>[^()\\\s]{0,16})\(.*?\)(?P=delim)"   # raw string
+  | (?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"                               # string
+  | (?:u8|[uUL])?'(?:[^'\\\n]|\\.)*'                               # character
+  | \.?\d(?:[eEpP][+-]|[\w.'])*                                      # pp-number
+  | [A-Za-z_]\w*
+  | %:%:|\.\.\.|<<=|>>=|->\*|<=>|::|\#\#|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^!=<>]=|\.\*
+  | \S""", re.X | re.S)
+
+
+@dataclass(frozen=True)
+class View:
+    """The candidate's own tokens under one set of predefined macros (``tokens``: ``(line, token)``, in order),
+    or the preprocessor's first error line where it stopped (``error``)."""
+
+    name: str  # "host", or "NVRTC sm_90", "nvcc sm_80", …
+    macros: tuple[str, ...]  # -D arguments (NAME or NAME=VALUE)
+    tokens: tuple[tuple[int, str], ...] = ()
+    error: str = ""
+
+
+def device_macros() -> dict[str, tuple[str, ...]]:
+    """Each device view's name and its predefined macros (every compiler × every arch in :data:`DEVICE_ARCHS`)."""
+    return {f"{compiler} sm_{arch // 10}": (*names, f"__CUDA_ARCH__={arch}")
+            for compiler, names in DEVICE_COMPILERS.items() for arch in DEVICE_ARCHS}
+
+
+def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
+    """``(line, token)`` for every token the preprocessor's output attributes to the candidate's own file
+    (``-dD`` keeps its ``#define``/``#undef`` lines: a macro defined differently shows where), comments left out."""
+    kept, current, line = [], None, 0
+    for text in output.splitlines():
+        marker = _MARKER.match(text)
+        if marker:
+            line, current = int(marker.group(1)), marker.group(2)
+            continue
+        if current == _STDIN:
+            kept.append((line, text))
+        line += 1
+    if not kept:
+        return ()
+    starts = list(itertools.accumulate((len(text) + 1 for _, text in kept[:-1]), initial=0))
+    joined = "\n".join(text for _, text in kept)
+    return tuple((kept[bisect.bisect_right(starts, m.start()) - 1][0], m.group(0)) for m in _TOKEN.finditer(joined)
+                 if not m.group(0).startswith(("//", "/*")))
+
+
+def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ...]) -> View:
+    # the host build reads the shim; no device compiler does
+    flags = _VIEW_FLAGS[name.split()[0]] if macros else (*_HOST_FLAGS, "-include", str(HOST_SHIM))
+    cmd = [cxx, "-E", "-fdirectives-only", "-dD", *flags, "-x", "c++", "-I", str(HOST_INCLUDE),
+           *(f"-D{m}" for m in macros), "-"]
+    done = subprocess.run(cmd, input=source.text, capture_output=True, text=True)
+    if done.returncode != 0:
+        first = next((ln.strip() for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
+        return View(name, macros, error=first.replace(_STDIN, source.origin))
+    return View(name, macros, own_tokens(done.stdout))
+
+
+def views(cxx: str, source: KernelSource) -> tuple[View, ...]:
+    """The host view first, then each device view of :func:`device_macros` (side by side; about 0.03 s of CPU each,
+    the host view's standard headers the most of it)."""
+    wanted = {"host": (), **device_macros()}
+    with ThreadPoolExecutor(len(wanted)) as pool:
+        return tuple(pool.map(lambda item: _preprocess(cxx, source, *item), wanted.items()))
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """One ``#if``/``#ifdef``/``#ifndef`` … ``#endif`` group of the candidate's text (1-based lines)."""
+
+    first: int
+    last: int
+    directive: str  # the opening line as written, e.g. ``#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800``
+
+
+@dataclass(frozen=True)
+class DeviceViews:
+    """The host view and each device view of the candidate (:func:`views`), and its conditional groups."""
+
+    views: tuple[View, ...]
+    conditionals: tuple[Conditional, ...]
+
+    @property
+    def host(self) -> View:
+        return self.views[0]
+
+    @property
+    def devices(self) -> tuple[View, ...]:
+        return self.views[1:]
+
+
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|endif)\b")
+
+
+def conditionals(text: str) -> tuple[Conditional, ...]:
+    """The conditional groups of ``text`` (comments ignored), outermost first where they nest."""
+    lines = code_only(text).splitlines()
+    opened, out = [], []
+    for number, code in enumerate(lines, 1):
+        found = _DIRECTIVE.match(code)
+        if not found:
+            continue
+        if found.group(1) == "endif":
+            if opened:
+                first = opened.pop()
+                out.append(Conditional(first, number, text.splitlines()[first - 1].strip()))
+        else:
+            opened.append(number)
+    return tuple(sorted(out, key=lambda c: (c.first, -c.last)))
+
+
+@functools.lru_cache(maxsize=128)  # a pure function of the source and the compiler: a test session asks again
+def measure(cxx: str, source: KernelSource) -> DeviceViews:
+    """:func:`views` and :func:`conditionals` of ``source``."""
+    return DeviceViews(views(cxx, source), conditionals(source.text))

@@ -1,0 +1,28 @@
+"""The suite's commands as the tests drive them: in a process of their own, as a user types them, or in this
+process through the entry's own dispatch."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+
+from analysis.cli.policy import dispatch
+from repro.core.paths import ROOT
+
+
+def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it."""
+    prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
+    return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def cli(command: str, *args) -> subprocess.CompletedProcess:
+    """``python -m analysis COMMAND ARGS`` in this process: the entry's own dispatch and error policy, without
+    a process start-up (what only a real process shows, :func:`run` checks)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = dispatch([command, *map(str, args)])
+    return subprocess.CompletedProcess([command, *args], code, out.getvalue(), err.getvalue())
