@@ -53,8 +53,9 @@ def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], in
         return body(dict(outputs))
     if folders or any(p is not None and p.suffix == ".png" for p in outputs.values()):
         # matplotlib's font list, loaded (or built: fc-list is a program) here, before any candidate code runs
-        from analysis.present import plots  # noqa: F401
         from matplotlib import font_manager  # noqa: F401
+
+        from analysis.present import plots  # noqa: F401
     scratch = Path(tempfile.mkdtemp(prefix=f"rlq-{name}-"))
     try:
         inside = {flag: None if path is None else scratch / "out" / str(i) / path.name
@@ -84,7 +85,7 @@ def _move(src: Path, dest: Path, folder: bool) -> None:
     if not folder:
         _copy(src, dest)
         return
-    for here, dirs, files in os.walk(src):  # links to folders are not followed
+    for here, _dirs, files in os.walk(src):  # links to folders are not followed
         for file in files:
             if Path(file).suffix in FOLDER_SUFFIXES:
                 _copy(Path(here) / file, dest / Path(here).relative_to(src) / file)
