@@ -389,11 +389,14 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
     program the child may not start.
 
     How a command adopts it (``analysis.cli.confined.run`` wraps this with the policy's one-line errors and the
-    move of the outputs): read and check every input and output path first; then
-    ``code = confined.run("NAME", lambda out: body(out), {"--json": args.json, ...}, require=args.require_sandbox)``
-    where ``body`` writes each output to ``out[flag]`` (a path in the scratch folder), and the outputs are moved
-    to their places only when it returns 0. Where :func:`unavailable` says no sandbox can be installed, the
-    caller runs ``body`` in its own process (after saying so in one line).
+    move of the outputs): read and check every input and output path first, start the backend, and run here
+    whatever starts a process (the gate's workers, ``git``, a compiler other than the host backend's); then, in
+    one line, ``return confined.run("NAME", backend, work, {"--json": args.json, "--plot": args.plot},
+    require=args.require_sandbox)``, where ``work(out)`` does the rest and writes each output to ``out[flag]``
+    (a path in the scratch folder; None where not asked for) and returns the exit code; the outputs are moved to
+    their places only when it returns 0, and an attempt is ``NAME: error: the candidate tried to …``, exit 2.
+    Where :func:`unavailable` says no sandbox can be installed, or the backend is a device's, ``work`` runs in
+    the command's own process (the former said in one line; ``--require-sandbox``: exit 2 instead).
 
     Set in the child before confinement: ``MPLCONFIGDIR``, ``TMPDIR`` and CuPy's cache in ``scratch`` (matplotlib
     writes its font cache on first use), no ``.pyc`` written. A GPU command must not have started CUDA before
