@@ -181,3 +181,41 @@ def test_the_fixed_kernel_as_a_candidate_gives_what_it_gives_unconfined(sandbox,
     assert c.returncode == d.returncode == 0, c.stderr + d.stderr
     unconfined = re.sub(r"^fixed,", "candidate,", (tmp_path / "c.csv").read_text(), flags=re.MULTILINE)
     assert unconfined == (tmp_path / "d.csv").read_text()
+
+
+def forging(tmp_path: Path, touched: Path) -> Path:
+    """escape_write.cu whose host code writes, to every socket it holds (a gate worker's pipe), a message framed
+    as multiprocessing frames it and pickled to run ``touch TOUCHED`` wherever it is unpickled."""
+    import struct
+
+    payload = f"cposix\nsystem\n(S'touch {touched}'\ntR.".encode()
+    frame = "".join(f"\\x{b:02x}" for b in struct.pack("!i", len(payload)) + payload)
+    text = (CANDIDATES / "escape_write.cu").read_text()
+    start = text.index("    static bool done = false;")
+    end = text.index("#endif", start)
+    body = ("    static bool done = false;\n    if (!done) {\n        done = true;\n"
+            f'        static const char frame[] = "{frame}";\n'
+            "        for (int fd = 3; fd < 256; ++fd) {\n            struct stat st;\n"
+            "            if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) write(fd, frame, sizeof frame - 1);\n"
+            "        }\n    }\n")
+    text = text[:start] + body + text[end:]
+    text = text.replace("#include <string>\n", "#include <string>\n#include <sys/stat.h>\n#include <unistd.h>\n")
+    path = tmp_path / "forging.cu"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow  # a gate in process (3 s)
+def test_a_forged_answer_on_the_gates_pipe_is_an_execution_row_and_runs_nothing(sandbox, tmp_path, contract, host):
+    """The worker's pipe is the candidate's to write to: what the gate unpickles from it names only the classes
+    an answer holds; a pickle naming os.system ends the worker as a sandbox fault, and its command never runs."""
+    from analysis.cli.evaluate import evaluate
+    from repro.core.kernel_source import load_kernel
+
+    touched = tmp_path / "touched_by_the_gate"
+    verdict = evaluate(load_kernel(forging(tmp_path, touched), "rl_q_distill_lambda_controller"), "fixed", host,
+                       contract)
+    row = next(f for f in verdict.findings if f.key == "execution")
+    assert not row.ok
+    assert any("the candidate tried to write to the gate's pipe" in f for f in row.detail["faults"]), row.detail
+    assert not touched.exists()
