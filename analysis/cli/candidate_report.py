@@ -32,13 +32,23 @@ STUDY_SEEDS = "0:4"
 STUDY_STEPS = 6000
 
 
-def build(backend, contract: Contract, entry: str, kernel: Path, progress) -> tuple[dict, dict]:
-    """The candidate's data beside the fixed kernel's, and the two gate verdicts (candidate, fixed)."""
+def gate(backend, contract: Contract, entry: str, kernel: Path, progress) -> dict:
+    """The two gate verdicts (candidate, fixed), run in the gate's isolated (confined) workers: the part of
+    :func:`build` that runs in the command's own process, before the rest runs in a confined child."""
+    names = {"fixed": "fixed", "candidate": entry}
+    sources = {"fixed": contract.source("fixed"), "candidate": contract.source(entry, kernel)}
+    progress(f"[1/4] gate: the candidate against [{entry}], the fixed kernel against [fixed]")
+    return {k: evaluate(sources[k], names[k], backend, contract, static=False, coverage=False) for k in names}
+
+
+def build(backend, contract: Contract, entry: str, kernel: Path, progress, verdicts: dict | None = None
+          ) -> tuple[dict, dict]:
+    """The candidate's data beside the fixed kernel's, and the two gate verdicts (candidate, fixed; ``verdicts``:
+    :func:`gate`'s, where the caller ran it)."""
     names = {"fixed": "fixed", "candidate": entry}
     sources = {"fixed": contract.source("fixed"), "candidate": contract.source(entry, kernel)}
     start = time.perf_counter()
-    progress(f"[1/4] gate: the candidate against [{entry}], the fixed kernel against [fixed]")
-    verdicts = {k: evaluate(sources[k], names[k], backend, contract, static=False, coverage=False) for k in names}
+    verdicts = verdicts or gate(backend, contract, entry, kernel, progress)
     progress("[2/4] replay: the catalogue's step, square-wave, drift and noise scenarios through both, same inputs")
     scenarios = [s for s in catalogue(contract.controller(entry)) if s.family in FAMILIES]
     replayed = {}

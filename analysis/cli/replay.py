@@ -13,7 +13,9 @@ candidate beside them, started from the seed λ of ``--contract`` (default fixed
 Prints per controller: λ at the start and the end, its range, and how many steps
 ramped, decayed or held λ. The file is read in chunks, at most ``--max-rows`` data rows (10 million unless
 raised; a million rows hold about 60 MB, 500 MB with ``--csv``); past a few seconds progress goes to stderr.
-Exit 0, or 2 with one line for anything that stops it.
+Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU the replay runs in a
+confined child (:mod:`analysis.cli.confined`): a candidate that tries to write outside its scratch folder, start
+a process or open a socket ends it with exit 2 and one line naming the attempt.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.judge.trace_moves import moves_of
 from analysis.present import render
 from repro.backends import backend_names, get_backend
@@ -79,10 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     parser.add_contracts()
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     parser.add_argument("--max-rows", type=int, default=trace_file.MAX_ROWS, metavar="N",
                         help=f"refuse a trace of more than N data rows (default {trace_file.MAX_ROWS:,}, at most "
                         f"{trace_file.MAX_ROWS_LIMIT:,}; a million rows hold about 60 MB, 500 MB with --csv)")
     args = parser.parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:
         raise SuiteError("nothing to replay: --controller none needs --kernel")
@@ -94,15 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs([Output("--csv", args.csv), Output("--plot", args.plot, suffix=".png")],
                   inputs=[("trace", args.trace), ("kernel", args.kernel), ("contract", contract.path),
                           *(("kernel", contract.controller(n).kernel) for n in names)])
-    backend, runs = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite,
-                           args.max_rows, policy.progress("replay"))
-    print("\n".join(render.replay_line(moves_of(name, run.scenario.lambda0, run.lam)) for name, run in runs))
-    if args.csv or args.plot:  # the tidy frame only where it is written: 5 million steps take seconds to tabulate
-        table = frame(backend, runs)
-        if args.csv:
-            write_text(args.csv, table.to_csv(index=False))
-        if args.plot:
-            from analysis.present import plots
 
-            plots.save(plots.replay(table), args.plot)
-    return 0
+    def work(out: dict) -> int:
+        backend, runs = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite,
+                               args.max_rows, policy.progress("replay"))
+        print("\n".join(render.replay_line(moves_of(name, run.scenario.lambda0, run.lam)) for name, run in runs))
+        if out["--csv"] or out["--plot"]:  # the tidy frame only where it is written: 5 million steps take seconds
+            table = frame(backend, runs)
+            if out["--csv"]:
+                write_text(out["--csv"], table.to_csv(index=False))
+            if out["--plot"]:
+                from analysis.present import plots
+
+                plots.save(plots.replay(table), out["--plot"])
+        return 0
+
+    outputs = {"--csv": args.csv, "--plot": args.plot}
+    if args.kernel is None:
+        return work(outputs)
+    contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
+    return confined.run("replay", get_backend(args.backend), work, outputs, require=args.require_sandbox)

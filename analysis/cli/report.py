@@ -4,7 +4,9 @@ Writes ``DIR/summary.md``, PNG figures beside it, and ``DIR/data/`` (tidy
 trajectories as CSV, measured properties as JSON, the tables behind the
 figures). Every number in the summary comes from this run's measurements.
 ``--kernel`` puts a candidate in the fixed controller's place (judged
-against the fixed contract), so a report can show what a change breaks.
+against the fixed contract), so a report can show what a change breaks; on the CPU its gate runs are the
+gate's confined workers and the rest runs in a confined child (:mod:`analysis.cli.confined`): an attempt to
+write outside its scratch folder, start a process or open a socket ends the report with exit 2 and one line.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.cli.evaluate import evaluate
 from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_second, run_second
 from analysis.judge import bench_verdict, design_measures, peer_measures, report_measures
@@ -62,27 +64,42 @@ def _git_commit() -> str:
         return "unknown (not a git checkout)"
 
 
-def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
-            closed_loop_seeds: int = 20, grid: dict | None = None, studies: dict[str, Path] | None = None) -> Report:
-    """Run every experiment the report needs on ``sources`` (one per controller in CONTROLLERS; nothing is written).
-
-    ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
-    closed loop, ablation, robustness) runs the kernel given here. ``closed_loop_seeds``
-    and ``grid`` size the closed-loop studies (the tests pass a reduced grid). ``studies``: kind → the JSON of
-    a study made before (read first, before any work: a missing or swapped file costs nothing).
-    """
-    read = {k: read_result(path, k) for k, path in (studies or {}).items()}
+def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print) -> dict:
+    """What :func:`measure` runs in the gate's isolated (confined) workers, and the suite's commit (``git``: a
+    program): the part of the report that ``report --kernel`` runs in its own process, before the rest runs in a
+    confined child (:mod:`analysis.cli.confined`), which may start no worker and no program."""
     entries = {name: contract.controller(name) for name in CONTROLLERS}
-    progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()})")
+    progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()}); "
+             f"peers: {', '.join(contract.peers())}")
     evidence, verdicts = {}, {}
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
         evidence[name] = gather(backend, sources[name], contract.slots_of(name), entries[name], static=False, coverage=False)
         verdicts[name] = judge(evidence[name], sources[name], name, contract, time.perf_counter() - start)
         _runs_here(sources[name], evidence[name])
-    kernels = {name: backend.compile(sources[name], contract.slots_of(name)) for name in CONTROLLERS}
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
+    peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
+             for n in contract.peers()}
+    return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "commit": _git_commit()}
+
+
+def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
+            closed_loop_seeds: int = 20, grid: dict | None = None, studies: dict[str, Path] | None = None,
+            gated: dict | None = None) -> Report:
+    """Run every experiment the report needs on ``sources`` (one per controller in CONTROLLERS; nothing is written).
+
+    ``sources["fixed"]`` may be a candidate: every section (gate, experiments,
+    closed loop, ablation, robustness) runs the kernel given here. ``closed_loop_seeds``
+    and ``grid`` size the closed-loop studies (the tests pass a reduced grid). ``studies``: kind → the JSON of
+    a study made before (read first, before any work: a missing or swapped file costs nothing). ``gated``:
+    :func:`gate_runs`' result, where the caller ran it already.
+    """
+    read = {k: read_result(path, k) for k, path in (studies or {}).items()}
+    entries = {name: contract.controller(name) for name in CONTROLLERS}
+    gated = gated or gate_runs(backend, sources, contract, progress)
+    evidence, verdicts, cross, peers = (gated[k] for k in ("evidence", "verdicts", "cross", "peers"))
+    kernels = {name: backend.compile(sources[name], contract.slots_of(name)) for name in CONTROLLERS}
     traj = pd.concat([to_frame(evidence[n].catalogue, n, backend.name) for n in CONTROLLERS], ignore_index=True)
     progress(f"[2/5] experiments: noise tolerance ({len(SIGMAS)} σ values), recovery ({len(STRETCHES)} stretches)")
     noise = {n: experiments.noise_tolerance(kernels[n], entries[n], SIGMAS) for n in CONTROLLERS}
@@ -97,9 +114,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     ablation = closed_loop.ablation(backend, sources["original"], contract.slots, entries["original"], entries["fixed"],
                                     seeds=closed_loop_seeds, grid=grid,
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
-    progress(f"      peers: {', '.join(contract.peers())} against their contracts, and in the toy")
-    peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
-             for n in contract.peers()}
+    progress(f"      peers: {', '.join(contract.peers())} in the toy (their gate runs: [1/5])")
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
     subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
                                                 contract.controller(n).value("seed_lambda")) for n in contract.peers()}
@@ -110,7 +125,7 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                      loops, progress)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "suite_commit": _git_commit(),
+        "suite_commit": gated["commit"],
         "backend": backend.name,
         "device": backend.describe(),
         "kernels": {n: {"path": sources[n].origin, "sha256": sources[n].sha256} for n in CONTROLLERS},
@@ -158,7 +173,8 @@ def _runs_here(source: KernelSource, evidence: Evidence) -> None:
     crashed or hung in its isolated runs would end the report there, so it stops here, in one line."""
     if evidence.faults:
         f = evidence.faults[0]
-        did = {"crash": f"crashes ({f.detail})", "timeout": "hangs"}.get(f.kind, "did not finish in its time budget")
+        did = {"crash": f"crashes ({f.detail})", "timeout": "hangs",
+               "sandbox": f"was ended by its sandbox ({f.detail})"}.get(f.kind, "did not finish in its time budget")
         at = f"{f.group}{', ' + f.scenario if f.scenario else ''}"
         raise SuiteError(f"{source.origin} {did} in {at}: the report runs only a kernel that runs; "
                          f"`python -m analysis gate {source.origin}` shows every row")
@@ -196,23 +212,24 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     return sorted(data.iterdir())
 
 
-def write(report: Report, out: Path, progress=print) -> list[Path]:
-    """Figures, ``data/`` and ``summary.md`` (with the committed benchmark under ``out/bench``) into ``out``;
-    the paths written."""
+def write(report: Report, out: Path, progress=print, at: Path | None = None) -> list[Path]:
+    """Figures, ``data/`` and ``summary.md`` into ``out``; the paths written. ``at``: where they will live, when
+    ``out`` is a confined run's scratch folder (the summary's links and benchmark section are made for it)."""
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"[4/5] figures → {shown(out)}")
+    home = Path(os.path.realpath(at or out))
+    progress(f"[4/5] figures → {shown(at or out)}")
     written = draw(report, out, progress)
-    progress(f"[5/5] data and summary → {shown(out)}")
+    progress(f"[5/5] data and summary → {shown(at or out)}")
     toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
     peers = peers_section.table(report.measures, toy)
     written += write_data(report, out, peers)
     # The committed benchmark (reports/bench), linked from a summary inside the repository; one written
     # outside it has no link that survives a move, and no benchmark section.
     bench_dir = COMMITTED / "bench"
-    inside = Path(os.path.realpath(out)).is_relative_to(ROOT)
+    inside = home.is_relative_to(ROOT)
     bench = bench_verdict.committed(bench_dir) if inside else None
     drift = None if bench is None or bench[1] is None else bench_verdict.run_to_run(bench[0], bench[1])
-    link = Path(os.path.relpath(bench_dir, os.path.realpath(out))).as_posix()
+    link = Path(os.path.relpath(bench_dir, home)).as_posix()
     (out / "summary.md").write_text(summary.text(report, report_measures.numbers(report), peers, bench, drift,
                                                  bench_dir, link))
     return [*written, out / "summary.md"]
@@ -231,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
     parser.add_contracts()
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     args = parser.parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     start = time.perf_counter()
     contract = load()
     studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
@@ -247,19 +268,35 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.cli import candidate_report
 
         progress = policy.progress("report")
-        data, verdicts = candidate_report.build(get_backend(args.backend), contract, entry, args.kernel, progress)
-        entries = {"candidate": entry, "fixed": "fixed"}
-        texts = {k: render.verdict(v, shown(contract.controller(entries[k]).file or contract.path))
-                 for k, v in verdicts.items()}
-        paths = candidate_report.write(data, texts, args.out)
-        print(f"done in {time.perf_counter() - start:.1f} s: {shown(paths[0])}, data in {shown(paths[1])}")
-        return 0
+        backend = get_backend(args.backend)
+        gated = candidate_report.gate(backend, contract, entry, args.kernel, progress)  # workers: before the fork
+
+        def work_beside(out: dict) -> int:
+            data, verdicts = candidate_report.build(backend, contract, entry, args.kernel, progress, gated)
+            entries = {"candidate": entry, "fixed": "fixed"}
+            texts = {k: render.verdict(v, shown(contract.controller(entries[k]).file or contract.path))
+                     for k, v in verdicts.items()}
+            candidate_report.write(data, texts, out["--out"])
+            print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'candidate.md')}, "
+                  f"data in {shown(args.out / 'data' / 'candidate.json')}")
+            return 0
+
+        return confined.run("report", backend, work_beside, {"--out": args.out}, require=args.require_sandbox,
+                            folders=("--out",))
     sources = {n: contract.source(n) for n in CONTROLLERS}
     if args.kernel:
         sources["fixed"] = contract.source("fixed", args.kernel)
     progress = policy.progress("report")
-    report = measure(get_backend(args.backend), sources, contract, progress=progress, studies=studies)
-    figs = sum(p.suffix == ".png" for p in write(report, args.out, progress=progress))
-    print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
-          f"data in {shown(args.out / 'data')}")
-    return 0
+    backend = get_backend(args.backend)
+    gated = gate_runs(backend, sources, contract, progress) if args.kernel else None  # workers: before the fork
+
+    def work(out: dict) -> int:
+        report = measure(backend, sources, contract, progress=progress, studies=studies, gated=gated)
+        figs = sum(p.suffix == ".png" for p in write(report, out["--out"], progress=progress, at=args.out))
+        print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
+              f"data in {shown(args.out / 'data')}")
+        return 0
+
+    if args.kernel is None:  # the contract's own kernels: trusted, run here
+        return work({"--out": args.out})
+    return confined.run("report", backend, work, {"--out": args.out}, require=args.require_sandbox, folders=("--out",))

@@ -3,14 +3,16 @@
 ``--kernel`` runs a candidate .cu in place of the contract's kernel (seeded
 with ``--controller``'s documented seed λ). ``--steps`` is at most 10⁶ (about
 50 s on 2 cores; from 10⁵ steps, progress on stderr every tenth), ``--seed`` below 2⁶³.
-Exit 0 on a run, 2 on bad input or anything else that stops it (one line).
+Exit 0 on a run, 2 on bad input or anything else that stops it (one line). A ``--kernel`` candidate runs
+confined on the CPU (:mod:`analysis.cli.confined`): an attempt to write outside its scratch folder, start a
+process or open a socket ends the run with exit 2 and one line naming it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.present import render
 from repro.backends import backend_names, get_backend
 from repro.core.contract import load
@@ -37,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=policy.path, help="write the outcome (and the per-step trace) here")
     parser.add_argument("--plot", type=policy.path, help="draw λ and q_pi_agree over steps into this PNG")
     parser.add_contracts()
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     args = parser.parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     if not 1 <= args.steps <= MAX_STEPS:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
     if not 0 <= args.seed <= MAX_SEED:
@@ -50,17 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     backend = get_backend(args.backend)
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
-    say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
-    subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
-    result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
-                     progress=lambda t: say(f"step {t} of {args.steps}"))
-    for key, value in result.items():
-        if key not in ("trace", "parameters"):
-            print(f"{key:28s} {value}")
-    if args.json:
-        write_text(args.json, render.strict_json(result, indent=1))
-    if args.plot:
-        from analysis.present import plots
+    def work(out: dict) -> int:
+        say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
+        subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
+        result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
+                         progress=lambda t: say(f"step {t} of {args.steps}"))
+        for key, value in result.items():
+            if key not in ("trace", "parameters"):
+                print(f"{key:28s} {value}")
+        if out["--json"]:
+            write_text(out["--json"], render.strict_json(result, indent=1))
+        if out["--plot"]:
+            from analysis.present import plots
 
-        plots.save(plots.closed_loop({args.controller: result}), args.plot)
-    return 0
+            plots.save(plots.closed_loop({args.controller: result}), out["--plot"])
+        return 0
+
+    outputs = {"--json": args.json, "--plot": args.plot}
+    if args.kernel is None:  # the contract's own kernel: trusted, run here
+        return work(outputs)
+    return confined.run("toy", backend, work, outputs, require=args.require_sandbox)

@@ -38,7 +38,7 @@ from repro.backends.translation_unit import (
     host_learning_unit,
 )
 from repro.core.contract import Slots
-from repro.core.errors import BackendUnavailable
+from repro.core.errors import BackendUnavailable, SuiteError
 from repro.core.kernel_source import KernelSource, check_symbol
 from repro.core.paths import ROOT
 
@@ -289,6 +289,42 @@ def cpu_model(default: str = "CPU") -> str:
     return default
 
 
+#: In a confined command's child (:func:`repro.runners.confine.run_confined`): its pipe to the parent, which
+#: builds the libraries the cache lacks (:func:`build_remotely`). None in every other process.
+PARENT = None
+
+
+def _built_by_parent(unit: str, source: KernelSource) -> Path | None:
+    """In a confined command's child (:func:`repro.runners.confine.run_confined`): ``unit``'s library built by
+    the parent (:func:`build_remotely`), or its compile error raised here; None outside such a child."""
+    import json
+
+    if PARENT is None:
+        return None
+    PARENT.send_bytes(json.dumps({"unit": unit, "origin": source.origin, "symbol": source.symbol}).encode())
+    reply = json.loads(PARENT.recv_bytes())
+    if "error" in reply:
+        raise SuiteError(reply["error"])
+    return Path(reply["lib"])
+
+
+def build_remotely(request: bytes) -> bytes:
+    """The parent's side of :func:`_built_by_parent`: build the unit the child sent (JSON; a compiler runs none of
+    its code) into the cache, as :meth:`HostBackend._library` would, and answer with the library's path or the
+    compile error, as JSON (never a pickle: the child may run the candidate's code)."""
+    import json
+
+    try:
+        ask = json.loads(request)
+        source = KernelSource(str(ask["unit"]), str(ask["symbol"]), str(ask["origin"]))
+        backend = HostBackend()
+        return json.dumps({"lib": str(backend._build(ask["unit"], backend._key(ask["unit"]), source))}).encode()
+    except SuiteError as err:
+        return json.dumps({"error": str(err)}).encode()
+    except (ValueError, KeyError, TypeError) as err:
+        return json.dumps({"error": f"a malformed build request from the confined child ({err})"}).encode()
+
+
 class HostBackend(Backend):
     def __init__(self):
         cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
@@ -325,19 +361,25 @@ class HostBackend(Backend):
         """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
         check_symbol(source)
         unit = unit or harness_unit(source, slots, for_device=False)
-        # the shim, and what the include path adds to a build
+        key = self._key(unit)
+        return key, self._build(unit, key, source)
+
+    def _key(self, unit: str) -> str:
+        """The cache key of ``unit``'s library: its text, the shim, what the include path adds, flags, compiler."""
         included = [HOST_SHIM, HOST_GRID, *sorted(HOST_INCLUDE.glob("*.h"))]
-        key = hashlib.sha256(
+        return hashlib.sha256(
             "\0".join([unit, *(p.read_text() for p in included), " ".join(FLAGS), self.compiler_version]).encode()
         ).hexdigest()[:24]
-        return key, self._build(unit, key, source)
 
     def _build(self, unit: str, key: str, source: KernelSource) -> Path:
         folder = cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
         lib = folder / f"{key}.so"
         if lib.exists():
             return lib
+        remote = _built_by_parent(unit, source)
+        if remote is not None:  # a confined command's child: no compiler may start here
+            return remote
+        folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one worker compiles, the others wait and reuse
             if lib.exists():

@@ -31,6 +31,7 @@ import signal
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -213,17 +214,23 @@ def _landlock(scratch: Path) -> int:
         os.close(ruleset)
 
 
-def confine(conn, scratch: Path, forked: bool) -> None:
+def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tuple[int, ...] = ()) -> None:
     """Worker side: confine this process to ``scratch`` (its new working folder) and hand the parent the
     seccomp listener over ``conn`` (a ``("confined", abi)`` message, then the descriptor). ``forked``: the
-    worker holds copies of the parent's descriptors (closed here); a spawned one has only its own (CUDA's)."""
+    worker holds copies of the parent's descriptors (closed here); a spawned one has only its own (CUDA's).
+    ``command`` (:func:`run_confined`): the working folder stays (relative inputs still resolve; a relative
+    write lands outside ``scratch`` and is an attempt), and stdin, stdout and stderr stay the command's, as do
+    the descriptors in ``keep``."""
     from multiprocessing import reduction
 
     _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
     sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
     os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
-    os.chdir(scratch)
-    _own_descriptors(conn, scratch, forked)
+    if command:
+        _close_inherited(conn, keep)
+    else:
+        os.chdir(scratch)
+        _own_descriptors(conn, scratch, forked)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     abi = _landlock(scratch)
@@ -254,7 +261,6 @@ def confine_alone(scratch: Path) -> int:
 def _own_descriptors(conn, scratch: Path, forked: bool) -> None:
     """Send the worker's output to the scratch folder and, in a forked worker, close what it inherited beyond its
     pipe (the parent's files, a test runner's pipes: open for writing before the sandbox, they would stay so)."""
-    keep = {conn.fileno()}
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -264,10 +270,16 @@ def _own_descriptors(conn, scratch: Path, forked: bool) -> None:
             os.dup2(log, fd)
     os.close(log)
     if forked:
-        for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        _close_inherited(conn)
+
+
+def _close_inherited(conn, keep: tuple[int, ...] = ()) -> None:
+    """Close every descriptor above stderr but ``conn``'s and ``keep`` (a file open for writing before the sandbox
+    would stay so)."""
+    for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+        if fd > 2 and fd != conn.fileno() and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Watch:
@@ -357,3 +369,122 @@ def _signed(value: int) -> int:
     """A 64-bit argument read as the C int it carries (AT_FDCWD is negative)."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class Escaped(Exception):
+    """A confined command's candidate attempted what its sandbox forbids (:func:`run_confined`): the attempt."""
+
+
+def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes], bytes] | None = None) -> int:
+    """Run ``body()`` (→ an exit code) in a forked child confined to ``scratch`` for the rest of its life, and
+    return its exit code; raise :class:`Escaped` naming the attempt when the sandbox ended it.
+
+    For a command that loads a candidate in its own process (``report``/``replay``/``toy --kernel``, a study's
+    learning loops). The child keeps the command's working folder and its stdin, stdout and stderr (what it
+    prints is the command's output), writes only inside ``scratch`` (Landlock, and the parent's :class:`Watch`
+    on every write by path), starts no process (its threads are fine), opens no socket. Nothing flows back but
+    its exit status and the files it left in ``scratch``: the parent unpickles nothing the candidate could have
+    written. A host library the child needs and the cache lacks is built by the parent: ``serve`` answers the
+    child's requests (bytes → bytes, see :func:`repro.backends.host.build_remotely`), since a compiler is a
+    program the child may not start.
+
+    How a command adopts it (``analysis.cli.confined.run`` wraps this with the policy's one-line errors and the
+    move of the outputs): read and check every input and output path first, start the backend, and run here
+    whatever starts a process (the gate's workers, ``git``, a compiler other than the host backend's); then, in
+    one line, ``return confined.run("NAME", backend, work, {"--json": args.json, "--plot": args.plot},
+    require=args.require_sandbox)``, where ``work(out)`` does the rest and writes each output to ``out[flag]``
+    (a path in the scratch folder; None where not asked for) and returns the exit code; the outputs are moved to
+    their places only when it returns 0, and an attempt is ``NAME: error: the candidate tried to …``, exit 2.
+    Where :func:`unavailable` says no sandbox can be installed, or the backend is a device's, ``work`` runs in
+    the command's own process (the former said in one line; ``--require-sandbox``: exit 2 instead).
+
+    Set in the child before confinement: ``MPLCONFIGDIR``, ``TMPDIR`` and CuPy's cache in ``scratch`` (matplotlib
+    writes its font cache on first use), no ``.pyc`` written. A GPU command must not have started CUDA before
+    the fork (CUDA does not survive one); its device code makes no system calls.
+    """
+    from multiprocessing import Pipe, reduction
+
+    scratch = Path(scratch)
+    parents, childs = Pipe()
+    # What the child prints through sys.stdout and sys.stderr reaches the parent's (a caller's redirection, a
+    # test's capture included) through a pipe each, relayed as it comes (progress lines stay live).
+    streams = [(*os.pipe(), name) for name in ("stdout", "stderr")]
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (its exit status is what the parent reads)
+        code = 2
+        try:
+            parents.close()
+            for read, write, name in streams:
+                os.close(read)
+                setattr(sys, name, open(write, "w", encoding="utf-8", errors="replace", buffering=1))  # noqa: SIM115
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG: dies with the parent
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to answer (it ends this child)
+            for var in ("MPLCONFIGDIR", "TMPDIR"):
+                os.environ[var] = str(scratch)
+            import tempfile
+
+            tempfile.tempdir = str(scratch)
+            confine(childs, scratch, forked=True, command=True, keep=tuple(w for _, w, _ in streams))
+            if serve is not None:  # the host backend asks the parent for a library the cache lacks
+                from repro.backends import host
+
+                host.PARENT = childs
+            code = body()
+        except BaseException:  # noqa: BLE001 - body() is the caller's policy; anything past it is exit 2
+            code = 2
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 2)
+    childs.close()
+    relays = []
+    for read, write, name in streams:
+        os.close(write)
+        relays.append(threading.Thread(target=_relay, args=(read, getattr(sys, name)), daemon=True))
+        relays[-1].start()
+    watch = None
+    try:
+        while True:
+            try:
+                if watch is None:
+                    kind, _abi = parents.recv()  # sent before any candidate code ran: safe to unpickle
+                    if kind != "confined":
+                        break
+                    watch = Watch(reduction.recv_handle(parents), pid, scratch)
+                    continue
+                request = parents.recv_bytes()  # from now on bytes only: the candidate may have written them
+            except (EOFError, OSError):
+                break
+            parents.send_bytes(serve(request) if serve is not None else b"")
+    except BaseException:  # Ctrl-C, or an error here: the child ends with the command
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        parents.close()
+        _, status = os.waitpid(pid, 0)
+        for relay in relays:
+            relay.join(5.0)
+    if watch is not None:
+        watch.thread.join(1.0)
+        if watch.attempt is not None:
+            raise Escaped(watch.attempt)
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 2
+
+
+
+def _relay(fd: int, stream) -> None:
+    """Copy what arrives on ``fd`` to the text ``stream`` until the writer is gone."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        while chunk := os.read(fd, 65536):
+            stream.write(decoder.decode(chunk))
+            stream.flush()
+    except (OSError, ValueError, AttributeError):  # the stream is closed or gone: the rest is dropped
+        pass
+    finally:
+        os.close(fd)
