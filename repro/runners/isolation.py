@@ -42,7 +42,7 @@ from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
-from repro.runners import confine
+from repro.runners import confine, replies
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
 from repro.runners.inference import infer
@@ -63,6 +63,8 @@ MAX_CULPRITS = 3
 INFERENCE = "inference"
 #: How long a spawned (cupy) worker may take to import and compile before its first request.
 STARTUP_LIMIT = 120.0
+#: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
+_REPLIES = frozenset({"confined", "ready", "fault", "ok", "error"})
 
 
 @dataclass
@@ -258,7 +260,7 @@ class Worker:
             left = deadline - time.monotonic()
             try:
                 if self.conn.poll(max(0.0, min(left, 0.05))):
-                    kind, value = self.conn.recv()
+                    kind, value = self._reply()
                     if kind == "confined":  # the seccomp listener follows: watched from now on
                         self._watch(reduction.recv_handle(self.conn))
                         continue
@@ -268,6 +270,9 @@ class Worker:
                         self.stop(kill=True)
                         return _Answer(False, None, ("crash", value))
                     return _Answer(kind == "ok", value)
+            except replies.Forged as err:  # the candidate wrote into the pipe: nothing it sent is read
+                self.stop(kill=True)
+                return _Answer(False, None, ("sandbox", f"the candidate tried to write its own reply to the gate ({err})"))
             except (EOFError, OSError):
                 return self._died()
             if not self.proc.is_alive():
@@ -275,6 +280,17 @@ class Worker:
             if left <= 0:
                 self.stop(kill=True)
                 return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
+
+    def _reply(self) -> tuple[str, object]:
+        """The worker's next message, read by :func:`repro.runners.replies.loads` (never a plain unpickling: the
+        candidate's code can write to this pipe); :class:`~repro.runners.replies.Forged` for one the worker never
+        sends (a second ``confined``: its listener is handed over once, before the candidate's code runs)."""
+        reply = replies.loads(self.conn.recv_bytes())
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in _REPLIES):
+            raise replies.Forged(f"a {type(reply).__name__} instead of a reply")
+        if reply[0] == "confined" and self.proc.pid in self.watches:
+            raise replies.Forged("a second 'confined'")
+        return reply
 
     def _watch(self, fd: int) -> None:
         folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
