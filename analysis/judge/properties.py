@@ -637,8 +637,9 @@ def device_view(ev: Evidence) -> Finding:
                       event="device_view")
     elif unknown:
         names = ", ".join(dict.fromkeys(name for _, name in unknown))
-        where = Where(scenario=f"line(s) {', '.join(str(ln) for ln, _ in unknown)}: a condition names {names}, which "
-                      "no view here defines; a compiler that defines it may build code the CPU gate never measured",
+        where = Where(scenario=f"line(s) {', '.join(str(ln) for ln, _ in unknown)}: the text names {names}: a macro no "
+                      "view here defines, or one whose value differs between this build and the GPU's (the file's path, "
+                      "the build's date); a compiler may build code the CPU gate never measured",
                       event="device_view")
     return Finding(key="device_view", title="the device compilers see the kernel the host build runs",
                    ok=not differing and not unknown,

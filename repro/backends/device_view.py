@@ -162,6 +162,9 @@ def conditionals(text: str) -> tuple[Conditional, ...]:
 
 _CONDITION = re.compile(r"^\s*#\s*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(.*)$")
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
+#: Macros every view defines, but whose value differs between the gate's build and the GPU's (the file's path, the
+#: date and time of the build): a kernel keyed on them can tell the gate from production.
+_VARIES = re.compile(r"\b(__FILE__|__FILE_NAME__|__BASE_FILE__|__DATE__|__TIME__|__TIMESTAMP__|__COUNTER__)\b")
 #: The preprocessor's own operators, not macros.
 _OPERATORS = frozenset({"defined", "__has_include", "__has_include_next", "__has_cpp_attribute", "__has_attribute",
                         "__has_builtin", "__has_feature", "__has_extension"})
@@ -180,12 +183,14 @@ def modelled(cxx: str) -> frozenset[str]:
 def unmodelled(text: str, known: frozenset[str]) -> tuple[tuple[int, str], ...]:
     """``(line, name)`` of each reserved identifier (``__x``, ``_X``) a conditional of ``text`` names that no view
     defines (``known``) and the text does not define itself: a compiler's own macro the views do not model
-    (``__CUDACC_VER_MAJOR__``, ``__CUDA_ARCH_LIST__``, ``CUDART_VERSION``'s header guard …). A compiler that defines
-    it may build other code; the views cannot show it."""
+    (``__CUDACC_VER_MAJOR__``, ``__CUDA_ARCH_LIST__``, ``cuda_runtime.h``'s guard …). A compiler that defines
+    it may build other code; the views cannot show it. Also each use of a macro whose value differs between the
+    gate's build and the GPU's (:data:`_VARIES`: ``__FILE__``, ``__DATE__`` …), anywhere in the code."""
     lines = code_only(text).splitlines()
     own = {m.group(1) for m in map(_DEFINE.match, lines) if m}
     found = []
     for number, code in enumerate(lines, 1):
+        found += [(number, name) for name in dict.fromkeys(_VARIES.findall(code)) if name not in own]
         condition = _CONDITION.match(code)
         if not condition:
             continue

@@ -2,7 +2,7 @@
 // no view the gate preprocesses did): it passed the gate (exit 0) on the CPU; the device_view row now names the macro.
 // expect-exit: 1
 // expect-row: device_view
-// expect-text: a condition names __CUDACC_VER_MAJOR__
+// expect-text: the text names __CUDACC_VER_MAJOR__
 
 // rl_q_distill_lambda_controller.cu — adaptive λ_distill controller.
 //
