@@ -37,7 +37,11 @@ static thread_local rlq_host_dim3 threadIdx = {0u, 0u, 0u};
 static thread_local rlq_host_dim3 blockIdx = {0u, 0u, 0u};
 static thread_local rlq_host_dim3 blockDim = {1u, 1u, 1u};
 static thread_local rlq_host_dim3 gridDim = {1u, 1u, 1u};
-static const int warpSize = 32;
+// Not a constant expression, as on the GPU (a built-in variable there): a template keyed on it (SFINAE on
+// sizeof(char[warpSize])) would otherwise pick one overload on the host and another on the device. A call, not a
+// variable: the library keeps no data object of the shim's (outside_state reads the candidate's own).
+static inline int rlq_warp_size() { return 32; }
+#define warpSize (rlq_warp_size())
 
 // One thread runs at a time: barriers and fences have nothing to order.
 static inline void __syncthreads() {}

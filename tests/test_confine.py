@@ -150,3 +150,40 @@ def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
         assert watch.attempt == "the candidate tried to open a socket (socket)", watch.attempt
     finally:
         proc.kill()
+
+
+def test_a_reply_naming_anything_but_the_suites_data_is_refused_unrun(tmp_path):
+    """The gate reads a worker's pipe with repro.runners.replies: a pickle that would call a function is refused
+    before the call (the marker it would write stays absent); the suite's own replies read back whole."""
+    import pickle
+
+    import numpy as np
+
+    from repro.backends.host_state import HostState
+    from repro.runners import replies
+
+    marker = tmp_path / "called"
+    hostile = f"cposix\nsystem\n(Vtouch {marker}\ntR.".encode()
+    with pytest.raises(replies.Forged, match="posix.system"):
+        replies.loads(hostile)
+    assert not marker.exists()
+    with pytest.raises(replies.Forged, match="unreadable"):
+        replies.loads(b"\x00\x01")
+    reply = ("ok", {"isv": np.arange(3, dtype=np.float32), "state": HostState(("g",), (("g", 4),)),
+                    "kinds": frozenset({1})})
+    for protocol in range(4, pickle.HIGHEST_PROTOCOL + 1):  # multiprocessing pickles with 4 or later
+        back = replies.loads(pickle.dumps(reply, protocol=protocol))
+        assert back[0] == "ok" and back[1]["state"] == reply[1]["state"] and back[1]["kinds"] == reply[1]["kinds"]
+        assert back[1]["isv"].tobytes() == reply[1]["isv"].tobytes()
+
+
+@pytest.mark.slow  # a gate process with an empty build cache: the reference is built again (2-4 s in all)
+def test_a_candidate_is_gated_with_an_empty_build_cache(tmp_path):
+    """The reference kernel is built in the gate's process, not in its confined worker (which may not write the
+    cache): with an empty cache every candidate's gate ended with exit 2, "the reference kernel … did not load"."""
+    if confine.unavailable():
+        pytest.skip(confine.unavailable())
+    env = {**os.environ, "RLQ_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(CANDIDATES / "date_bomb.cu")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "device_view" in done.stdout, done.stdout + done.stderr

@@ -217,5 +217,5 @@ def test_a_forged_answer_on_the_gates_pipe_is_an_execution_row_and_runs_nothing(
                        contract)
     row = next(f for f in verdict.findings if f.key == "execution")
     assert not row.ok
-    assert any("the candidate tried to write to the gate's pipe" in f for f in row.detail["faults"]), row.detail
+    assert any("the candidate tried to write its own reply to the gate" in f for f in row.detail["faults"]), row.detail
     assert not touched.exists()

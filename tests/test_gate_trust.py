@@ -154,3 +154,17 @@ def test_a_kernel_whose_lambda_depends_on_earlier_calls_says_so_once(contract, h
     line = render.behaves_as(behaves_as(verdict.behaviour, ctrl, contract))
     assert "depends on earlier calls" in line and "also reads" not in line
     assert not any(d.name == "reads" for d in verdict.differences)
+
+
+@pytest.mark.parametrize("condition", ["#if __CUDACC_VER_MAJOR__ >= 12", "#ifdef __CUDA_ARCH_LIST__",
+                                       "#if defined(__clang__) && defined(__CUDA__)"])
+def test_a_condition_on_a_macro_no_view_defines_fails_naming_it(host, fixed_evidence, contract, condition):
+    """A compiler's macro the views do not model may choose other code on the GPU: the row fails naming it; a
+    reserved name the candidate defines itself, and the modelled ones, do not."""
+    text = f"{condition}\n#define RLQ_D 0.99f\n#else\n#define RLQ_D 0.998f\n#endif\n" + contract.source("fixed").text
+    row = judged_views(fixed_evidence, host, KernelSource(text, SYMBOL, "unmodelled.cu"))
+    named = [name for line, name in row.detail["unmodelled"]]
+    assert not row.ok and row.detail["unmodelled"][0][0] == 1 and named[0] in condition
+    assert named[0] in render.where(row.where)
+    own = "#define __RLQ_OWN 1\n#if __RLQ_OWN && defined(__GNUC__)\n#endif\n" + contract.source("fixed").text
+    assert judged_views(fixed_evidence, host, KernelSource(own, SYMBOL, "own.cu")).ok

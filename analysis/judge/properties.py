@@ -618,7 +618,8 @@ def device_view(ev: Evidence) -> Finding:
         _, i1, i2, j1, j2 = blocks[0]
         differing.append({"view": view.name, "error": "", "host_lines": host_lines, "device_lines": device_lines,
                           "host": " ".join(host_text[i1:i2]), "device": " ".join(device_text[j1:j2])})
-    lines = sorted({ln for d in differing for ln in d["host_lines"] + d["device_lines"]})
+    unknown = list(dv.unmodelled)  # macros a condition names that no view defines: a compiler may define them
+    lines = sorted({ln for d in differing for ln in d["host_lines"] + d["device_lines"]} | {ln for ln, _ in unknown})
     groups = [c for c in dv.conditionals if any(c.first <= ln <= c.last for ln in lines)]
     innermost = [c for c in groups if not any(o is not c and c.first <= o.first and o.last <= c.last for o in groups)]
     n = len(dv.devices)
@@ -634,10 +635,18 @@ def device_view(ev: Evidence) -> Finding:
         at = "; ".join(f"lines {c.first}–{c.last} ({c.directive})" for c in innermost)
         where = Where(scenario=f"{views} differ from the host build" + (f" at {at}" if at else "") + f": {said}",
                       event="device_view")
-    return Finding(key="device_view", title="the device compilers see the kernel the host build runs", ok=not differing,
+    elif unknown:
+        names = ", ".join(dict.fromkeys(name for _, name in unknown))
+        where = Where(scenario=f"line(s) {', '.join(str(ln) for ln, _ in unknown)}: the text names {names}: a macro no "
+                      "view here defines, or one whose value differs between this build and the GPU's (the file's path, "
+                      "the build's date); a compiler may build code the CPU gate never measured",
+                      event="device_view")
+    return Finding(key="device_view", title="the device compilers see the kernel the host build runs",
+                   ok=not differing and not unknown,
                    unit="device views", documented=n, predicted=n, measured=n - len(differing),
                    detail={"views": [v.name for v in dv.devices], "differing": differing, "lines": lines,
-                           "conditionals": [[c.first, c.last, c.directive] for c in innermost]},
+                           "conditionals": [[c.first, c.last, c.directive] for c in innermost],
+                           "unmodelled": [[ln, name] for ln, name in unknown]},
                    where=where, line=0,
                    doc="the CPU gate measures what the GPU runs: no difference between the device and host preprocessing")
 
@@ -645,14 +654,15 @@ def device_view(ev: Evidence) -> Finding:
 def device_view_causes(f: Finding, text: str) -> list[Difference]:
     """A failing device_view row's cause at the candidate's line: the conditional group that differs (else the
     first differing line)."""
-    if f.ok or not f.detail.get("differing"):
+    if f.ok or not (f.detail.get("differing") or f.detail.get("unmodelled")):
         return []
     groups = f.detail["conditionals"]
     line = groups[0][0] if groups else (f.detail["lines"] or [0])[0]
     shown = "; ".join(f"lines {a}–{b} ({directive})" for a, b, directive in groups) or \
         f"line(s) {', '.join(map(str, f.detail['lines']))}"
     return [Difference(kind="device_view", name="preprocessing", documented="the host build's tokens",
-                       measured=", ".join(d["view"] for d in f.detail["differing"]), source_line=line,
+                       measured=", ".join(d["view"] for d in f.detail["differing"])
+                       or "macros no view defines: " + ", ".join(n for _, n in f.detail["unmodelled"]), source_line=line,
                        note=f"{shown}: preprocessed differently for the GPU; the CPU gate cannot measure the GPU's code "
                        "(make the kernel's text the same for every compiler)")]
 

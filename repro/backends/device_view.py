@@ -124,10 +124,12 @@ class Conditional:
 
 @dataclass(frozen=True)
 class DeviceViews:
-    """The host view and each device view of the candidate (:func:`views`), and its conditional groups."""
+    """The host view and each device view of the candidate (:func:`views`), its conditional groups, and the
+    macros its conditions name that no view defines (``unmodelled``: ``(line, name)``, see :func:`unmodelled`)."""
 
     views: tuple[View, ...]
     conditionals: tuple[Conditional, ...]
+    unmodelled: tuple[tuple[int, str], ...] = ()
 
     @property
     def host(self) -> View:
@@ -158,7 +160,49 @@ def conditionals(text: str) -> tuple[Conditional, ...]:
     return tuple(sorted(out, key=lambda c: (c.first, -c.last)))
 
 
+_CONDITION = re.compile(r"^\s*#\s*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(.*)$")
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
+#: Macros every view defines, but whose value differs between the gate's build and the GPU's (the file's path, the
+#: date and time of the build): a kernel keyed on them can tell the gate from production.
+_VARIES = re.compile(r"\b(__FILE__|__FILE_NAME__|__BASE_FILE__|__DATE__|__TIME__|__TIMESTAMP__|__COUNTER__)\b")
+#: The preprocessor's own operators, not macros.
+_OPERATORS = frozenset({"defined", "__has_include", "__has_include_next", "__has_cpp_attribute", "__has_attribute",
+                        "__has_builtin", "__has_feature", "__has_extension"})
+
+
+@functools.lru_cache(maxsize=4)
+def modelled(cxx: str) -> frozenset[str]:
+    """Every macro some view defines: the host build's (its compiler's predefined ones, the shim's, the stand-in
+    headers') and each device view's (:func:`device_macros`)."""
+    cmd = [cxx, "-E", "-dM", *_HOST_FLAGS, "-include", str(HOST_SHIM), "-x", "c++", "-I", str(HOST_INCLUDE), "-"]
+    done = subprocess.run(cmd, input="", capture_output=True, text=True)
+    host = {m.group(1) for m in map(_DEFINE.match, done.stdout.splitlines()) if m}
+    return frozenset(host | {m.split("=")[0] for ms in device_macros().values() for m in ms})
+
+
+def unmodelled(text: str, known: frozenset[str]) -> tuple[tuple[int, str], ...]:
+    """``(line, name)`` of each reserved identifier (``__x``, ``_X``) a conditional of ``text`` names that no view
+    defines (``known``) and the text does not define itself: a compiler's own macro the views do not model
+    (``__CUDACC_VER_MAJOR__``, ``__CUDA_ARCH_LIST__``, ``cuda_runtime.h``'s guard …). A compiler that defines
+    it may build other code; the views cannot show it. Also each use of a macro whose value differs between the
+    gate's build and the GPU's (:data:`_VARIES`: ``__FILE__``, ``__DATE__`` …), anywhere in the code."""
+    lines = code_only(text).splitlines()
+    own = {m.group(1) for m in map(_DEFINE.match, lines) if m}
+    found = []
+    for number, code in enumerate(lines, 1):
+        found += [(number, name) for name in dict.fromkeys(_VARIES.findall(code)) if name not in own]
+        condition = _CONDITION.match(code)
+        if not condition:
+            continue
+        for name in re.findall(r"[A-Za-z_]\w*", condition.group(1)):
+            reserved = name.startswith("__") or (name[0] == "_" and name[1:2].isupper())
+            if reserved and name not in known and name not in own and name not in _OPERATORS \
+                    and (number, name) not in found:
+                found.append((number, name))
+    return tuple(found)
+
+
 @functools.lru_cache(maxsize=128)  # a pure function of the source and the compiler: a test session asks again
 def measure(cxx: str, source: KernelSource) -> DeviceViews:
-    """:func:`views` and :func:`conditionals` of ``source``."""
-    return DeviceViews(views(cxx, source), conditionals(source.text))
+    """:func:`views`, :func:`conditionals` and :func:`unmodelled` of ``source``."""
+    return DeviceViews(views(cxx, source), conditionals(source.text), unmodelled(source.text, modelled(cxx)))

@@ -96,7 +96,6 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
         evidence = collect_isolated(backend, source, slots, controller, timeout, seed, inference, progress=progress)
     else:
         ref = load_kernel(controller.kernel, controller.symbol)
-        backend.check_compiles(ref, slots)  # built here: a confined worker may start no compiler
         start = time.perf_counter()
         # the entry's values, not its name, key the reuse: a --contracts file may give "fixed" other values
         times, results = _reference((backend.name, ref.sha256, repr(controller), seed, inference, slots),

@@ -21,13 +21,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
-import io
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import multiprocessing.reduction as reduction
 import multiprocessing.resource_tracker as mp_resource_tracker
 import os
-import pickle
 import resource
 import shutil
 import signal
@@ -44,7 +42,7 @@ from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
-from repro.runners import confine
+from repro.runners import confine, replies
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
 from repro.runners.inference import infer
@@ -65,6 +63,8 @@ MAX_CULPRITS = 3
 INFERENCE = "inference"
 #: How long a spawned (cupy) worker may take to import and compile before its first request.
 STARTUP_LIMIT = 120.0
+#: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
+_REPLIES = frozenset({"confined", "ready", "fault", "ok", "error"})
 
 
 @dataclass
@@ -169,40 +169,6 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
             conn.send(("error", f"{type(err).__name__}: {err}"))
 
 
-class _Answers(pickle.Unpickler):
-    """Unpickles a worker's answer with only the classes answers are made of: a worker may be running the
-    candidate's code, which can write any bytes to its end of the pipe, and an unrestricted unpickler runs
-    whatever callable such bytes name (``os.system``) in the gate's own, unconfined, process (measured: a
-    candidate's host code did so before this). Allowed: numpy's arrays, dtypes and scalars, and classes (not
-    functions) of the suite's own modules."""
-
-    _NUMPY = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
-              ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-              ("numpy._core.multiarray", "scalar")}
-    _BUILTINS = {"frozenset", "set", "complex", "slice", "range"}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) in self._NUMPY or (module == "builtins" and name in self._BUILTINS):
-            return super().find_class(module, name)
-        if module.split(".")[0] == "repro" and "." not in name:
-            found = super().find_class(module, name)
-            if isinstance(found, type) and not issubclass(found, BaseException):
-                return found
-        raise pickle.UnpicklingError(f"a worker's answer names {module}.{name}, which no answer holds")
-
-
-def _answer_of(data: bytes):
-    """A worker's message, unpickled by :class:`_Answers`; one it could not have sent honestly is the
-    candidate's doing: a ``("forged", what)`` message."""
-    try:
-        message = _Answers(io.BytesIO(data)).load()
-    except Exception as err:  # noqa: BLE001 - any malformed pickle is the candidate's
-        return "forged", f"{type(err).__name__}: {err}"
-    if not (isinstance(message, tuple) and len(message) == 2 and isinstance(message[0], str)):
-        return "forged", f"a {type(message).__name__}"
-    return message
-
-
 def _is_device_fault(err: Exception) -> bool:
     """A CUDA runtime/driver error raised by CuPy (the kernel faulted on the device)."""
     return any(c.__name__ in ("CUDARuntimeError", "CUDADriverError") for c in type(err).__mro__)
@@ -294,20 +260,19 @@ class Worker:
             left = deadline - time.monotonic()
             try:
                 if self.conn.poll(max(0.0, min(left, 0.05))):
-                    kind, value = _answer_of(self.conn.recv_bytes())
+                    kind, value = self._reply()
                     if kind == "confined":  # the seccomp listener follows: watched from now on
                         self._watch(reduction.recv_handle(self.conn))
                         continue
                     if kind == "ready":
                         return None
-                    if kind == "forged":  # not what the worker sends: the candidate wrote to its pipe
-                        self.stop(kill=True)
-                        return _Answer(False, None, ("sandbox", f"the candidate tried to write to the gate's pipe "
-                                                                f"({value})"))
                     if kind == "fault":  # the worker ends itself after a device fault
                         self.stop(kill=True)
                         return _Answer(False, None, ("crash", value))
                     return _Answer(kind == "ok", value)
+            except replies.Forged as err:  # the candidate wrote into the pipe: nothing it sent is read
+                self.stop(kill=True)
+                return _Answer(False, None, ("sandbox", f"the candidate tried to write its own reply to the gate ({err})"))
             except (EOFError, OSError):
                 return self._died()
             if not self.proc.is_alive():
@@ -315,6 +280,17 @@ class Worker:
             if left <= 0:
                 self.stop(kill=True)
                 return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
+
+    def _reply(self) -> tuple[str, object]:
+        """The worker's next message, read by :func:`repro.runners.replies.loads` (never a plain unpickling: the
+        candidate's code can write to this pipe); :class:`~repro.runners.replies.Forged` for one the worker never
+        sends (a second ``confined``: its listener is handed over once, before the candidate's code runs)."""
+        reply = replies.loads(self.conn.recv_bytes())
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in _REPLIES):
+            raise replies.Forged(f"a {type(reply).__name__} instead of a reply")
+        if reply[0] == "confined" and self.proc.pid in self.watches:
+            raise replies.Forged("a second 'confined'")
+        return reply
 
     def _watch(self, fd: int) -> None:
         folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
@@ -425,6 +401,10 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                    inference: bool = False, load: Callable[[], CompiledKernel] | None = None) -> tuple[dict[str, float], dict]:
     """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
     it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
+    if load is None and backends.entry(backend.name).start_method == "fork":
+        # built here, not in the worker: a confined worker may not write the build cache (a fresh cache made every
+        # candidate's gate exit 2, "the reference kernel … did not load": the sandbox refused the cache's lock file)
+        backend.check_compiles(source, slots)
     seconds, results = {}, {}
     with Worker(backend, source, slots, controller, seed, load=load) as worker:
         start = time.monotonic()
