@@ -7,13 +7,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.present import plots
 from repro.core.ablation import FACTORS
 from repro.runners.scenarios import catalogue
 
 
+@pytest.fixture(scope="module")
+def plots():
+    # imported here, not at the top: matplotlib.pyplot costs about 0.9 s of CPU in every process that collects
+    # this module (the controller and each xdist worker); only the worker that runs these tests pays it here
+    from analysis.present import plots
+
+    return plots
+
+
 @pytest.fixture(autouse=True)
-def _closed():
+def _closed(plots):
     yield
     plots.plt.close("all")
 
@@ -28,7 +36,7 @@ def test_every_catalogue_scenario_has_a_plain_title(contract):
                 assert s.title != s.name and " " in s.title and s.title.startswith("KL"), s.name
 
 
-def test_scenario_grid_draws_the_kl_input_under_each_lambda(contract):
+def test_scenario_grid_draws_the_kl_input_under_each_lambda(contract, plots):
     scenarios = [s for s in catalogue(contract.controller("fixed")) if s.name in ("aligned", "step_up", "drift")]
     frames = []
     for name in ("original", "fixed"):
@@ -46,7 +54,7 @@ def test_scenario_grid_draws_the_kl_input_under_each_lambda(contract):
         assert np.array_equal(line.get_ydata(), s.kl / s.target)
 
 
-def test_ablation_fraction_axis_within_0_and_1_with_a_key():
+def test_ablation_fraction_axis_within_0_and_1_with_a_key(plots):
     variants = [dict.fromkeys(FACTORS, False), {**dict.fromkeys(FACTORS, False), next(iter(FACTORS)): True},
                 dict.fromkeys(FACTORS, True)]
     table = pd.DataFrame([{**v, "variant": f"v{i}", "collapse_fraction": f, "median_log10_q_pi_agree_min": -3.0,
