@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
 from repro.core.outputs import Output, check_outputs
-from repro.core.paths import ROOT, shown
+from repro.core.paths import ROOT, shown, suite_commit
 from repro.learning.prereg import read_result
 from repro.learning.study2 import EXPLORATORY_RESULTS, load_prereg2
 from repro.runners import design_runs, experiments
@@ -47,21 +46,6 @@ STRETCHES = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 COMMITTED = ROOT / "reports"
 #: The default --out: a folder git ignores, so the main job leaves the checkout as it found it.
 DEFAULT_OUT = ROOT / "out" / "report"
-
-
-def _git_commit() -> str:
-    """The suite's commit (``$RLQ_SUITE_COMMIT`` where the tree travelled without its .git, as to a GPU machine)."""
-    if os.environ.get("RLQ_SUITE_COMMIT"):
-        return os.environ["RLQ_SUITE_COMMIT"]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        # The report's own outputs (reports/) do not make the suite's code uncommitted.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        return rev + ("+uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
 
 
 def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print) -> dict:
@@ -81,7 +65,7 @@ def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Cont
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
-    return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "commit": _git_commit()}
+    return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "commit": suite_commit()}
 
 
 def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,

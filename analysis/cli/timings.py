@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 
 from analysis.cli import policy
 from analysis.present import performance_page
 from repro.bench import command_times
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
-from repro.core.paths import ROOT
+from repro.core.paths import ROOT, suite_commit
 
 PAGE_JSON, PAGE_MD = ROOT / "docs" / "performance.json", ROOT / "docs" / "performance.md"
 #: The longest one command may run (the CPU report takes minutes on 2 loaded cores).
 MAX_TIMEOUT_S = 3600
-
-
-def _commit() -> str:
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=30)
-        return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if done.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 @policy.command("timings")
@@ -52,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs([Output("--json", args.json), *(Output("--page", p) for p in pages)], committed=pages)
     runs, left = command_times.measure(only, args.timeout, progress=policy.progress("timings"))
     what = {t.name: t.what for t in command_times.TIMED}
-    row = {"machine": command_times.machine(), "date": datetime.date.today().isoformat(), "commit": _commit(),
+    row = {"machine": command_times.machine(), "date": datetime.date.today().isoformat(), "commit": suite_commit(),
            "runs": [{"name": r.name, "what": what[r.name], "wall_s": round(r.wall_s, 2), "cpu_s": round(r.cpu_s, 2),
                      "status": r.status} for r in runs],
            "left_out": left}

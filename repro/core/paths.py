@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,3 +17,18 @@ def shown(path: Path | str) -> str:
         return path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return str(path)
+
+
+def suite_commit() -> str:
+    """The suite's commit, ``+uncommitted changes`` where tracked code differs (``$RLQ_SUITE_COMMIT`` where the tree
+    travelled without its .git, as to a GPU machine). The committed report (reports/) does not count as a change."""
+    if os.environ.get("RLQ_SUITE_COMMIT"):
+        return os.environ["RLQ_SUITE_COMMIT"]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("+uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
