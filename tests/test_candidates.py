@@ -12,6 +12,7 @@ that is the NVRTC build against the host build of the same file.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -51,8 +52,13 @@ def test_gate_answers_each_candidate(path, tmp_path):
     out_json = tmp_path / "verdict.json"
     cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # The hostile candidates write to $PWD; tox passes no PWD, and one unset writes inside the worker's own
+    # scratch folder, which the sandbox allows: name a folder outside it, empty, that must stay so.
+    env = {**os.environ, "PWD": str(tmp_path / "started_from")}
+    (tmp_path / "started_from").mkdir()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     shown = done.stdout + done.stderr
+    assert list((tmp_path / "started_from").iterdir()) == [], "a candidate wrote outside its sandbox"
     assert done.returncode == int(spec["expect-exit"]), shown
     assert "Traceback" not in shown
     if "expect-text" in spec:
