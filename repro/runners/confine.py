@@ -214,6 +214,15 @@ def _landlock(scratch: Path) -> int:
         os.close(ruleset)
 
 
+def keep_caches_in(scratch: Path) -> None:
+    """Point the caches CUDA and CuPy write on their own at ``scratch``, before CUDA starts in this process (the
+    driver reads its variables once, at cuInit): a PTX the driver compiles for this GPU is cached under
+    ~/.nv/ComputeCache otherwise, a write outside the folder that the sandbox would end the worker for."""
+    os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
+    os.environ["CUDA_CACHE_PATH"] = str(scratch)
+    os.environ["CUDA_CACHE_DISABLE"] = "1"  # a worker's scratch is its own: nothing to reuse
+
+
 def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tuple[int, ...] = ()) -> None:
     """Worker side: confine this process to ``scratch`` (its new working folder) and hand the parent the
     seccomp listener over ``conn`` (a ``("confined", abi)`` message, then the descriptor). ``forked``: the
@@ -225,7 +234,7 @@ def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tupl
 
     _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
     sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
-    os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
+    keep_caches_in(scratch)
     if command:
         _close_inherited(conn, keep)
     else:
@@ -250,7 +259,7 @@ def confine_alone(scratch: Path) -> int:
     if unavailable() is not None:
         return 0
     sys.dont_write_bytecode = True
-    os.environ["CUPY_CACHE_DIR"] = str(scratch)
+    keep_caches_in(scratch)
     os.chdir(scratch)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     abi = _landlock(scratch)

@@ -139,6 +139,8 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
         # forked: the parent's loader (a cached build, loaded here); spawned: compile here
         if scratch is not None and load is not None:
             confine.confine(conn, Path(scratch), forked=True)
+        if scratch is not None and load is None:  # CUDA starts in the compile below, before the sandbox
+            confine.keep_caches_in(Path(scratch))
         kernel = load() if load is not None else get_backend(backend_name).compile(source, slots)
         if scratch is not None and load is None:
             confine.confine(conn, Path(scratch), forked=False)

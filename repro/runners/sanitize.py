@@ -154,7 +154,8 @@ def child(spec_path: str, path: str) -> None:
     from repro.backends.translation_unit import NVRTC_OPTIONS
 
     spec = json.loads(Path(spec_path).read_text())
-    slots = Slots(**spec["slots"])
+    fields = spec["slots"]  # JSON gives lists where Slots holds tuples (it is hashed as a cache key)
+    slots = Slots(**{**fields, "state": tuple(tuple(pair) for pair in fields.get("state", ()))})
     source = KernelSource(spec["text"], spec["symbol"], spec["origin"])
     be = get_backend("cupy")
     cp = be.cp
