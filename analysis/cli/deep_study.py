@@ -23,7 +23,7 @@ import time
 import warnings
 from pathlib import Path
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.present import render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
@@ -50,11 +50,15 @@ def parser() -> policy.Parser:
     p.add_argument("--prereg", type=policy.path, help="pre-registration TOML (default studies/preregistered_3.toml)")
     p.add_argument("--markdown", type=policy.path, help="write the study's section here, its two figures beside it")
     p.add_argument("--from-json", type=policy.path, help="with --markdown: draw from this study JSON instead of running")
+    p.add_argument("--require-sandbox", action="store_true",
+                   help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
     return p
 
 
 def body(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.require_sandbox:  # before any work
+        confined.check(require=True)
     start = time.perf_counter()
     say = policy.progress("study")
     try:
@@ -91,6 +95,8 @@ def body(argv: list[str]) -> int:
     check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz"),
                    Output("--markdown", args.markdown, suffix=".md")], inputs=inputs, committed=committed)
     candidate = None
+    if args.kernel and args.markdown:
+        raise SuiteError("--markdown draws the original against the fixed kernel; with --kernel write --json")
     if args.kernel:
         candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
         if cells is None:
@@ -106,48 +112,54 @@ def body(argv: list[str]) -> int:
                 or cell.name == "resume" and arm in ("original", "fixed") and i == 0) if args.traces or as_preregistered \
         else (lambda arm, cell, i: cell.name == "primary" and i == 0)
     deadline = start + args.budget if args.budget else None
-    result_raw = study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
-                                 cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
-                                 progress=say, deadline=deadline)
-    pair = ("candidate", "fixed") if candidate is not None else ("original", "fixed")
-    with warnings.catch_warnings():  # all-NaN medians before the probe batch exists are NaN, as meant
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = judge.judge(result_raw, prereg, pair)
-    result.update(study="preregistered_3", prereg=prereg.path, backend=backend.name, device=backend.describe(),
-                  torch=torch.__version__, reduced=bool(args.reduced), as_preregistered=as_preregistered,
-                  kernel=str(args.kernel) if args.kernel else None, mode=args.mode, graph=graph,
-                  loop_seconds={k: v["seconds"] for k, v in result_raw["loops"].items()},
-                  steps={k: v["cfg"].steps for k, v in result_raw["loops"].items()})
-    for name, c in result["cells"].items():
-        arms = "  ".join(f"{a} {v['fraction']:6.1%} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]" for a, v in c["arms"].items()
-                         if a in (*pair, "const:0", "const:0.05", "const:1"))
-        m = c.get("mcnemar")
-        test = (f"  discordant {m['only_first']}:{m['only_second']} p {m['p']:.3g}"
-                + (f" p_holm {m['p_holm']:.3g}" if "p_holm" in m else " (exploratory)")) if m else ""
-        print(f"{name:12s} {arms}{test}")
-    h = result["headline"]
-    note = " [reduced or partial run: a smoke test, not the pre-registered evidence]" if not as_preregistered else ""
+
+    def work(out: dict) -> int:
+        result_raw = study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
+                                     cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
+                                     progress=say, deadline=deadline)
+        pair = ("candidate", "fixed") if candidate is not None else ("original", "fixed")
+        with warnings.catch_warnings():  # all-NaN medians before the probe batch exists are NaN, as meant
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = judge.judge(result_raw, prereg, pair)
+        result.update(study="preregistered_3", prereg=prereg.path, backend=backend.name, device=backend.describe(),
+                      torch=torch.__version__, reduced=bool(args.reduced), as_preregistered=as_preregistered,
+                      kernel=str(args.kernel) if args.kernel else None, mode=args.mode, graph=graph,
+                      loop_seconds={k: v["seconds"] for k, v in result_raw["loops"].items()},
+                      steps={k: v["cfg"].steps for k, v in result_raw["loops"].items()})
+        for name, c in result["cells"].items():
+            arms = "  ".join(f"{a} {v['fraction']:6.1%} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]" for a, v in c["arms"].items()
+                             if a in (*pair, "const:0", "const:0.05", "const:1"))
+            m = c.get("mcnemar")
+            test = (f"  discordant {m['only_first']}:{m['only_second']} p {m['p']:.3g}"
+                    + (f" p_holm {m['p_holm']:.3g}" if "p_holm" in m else " (exploratory)")) if m else ""
+            print(f"{name:12s} {arms}{test}")
+        h = result["headline"]
+        note = " [reduced or partial run: a smoke test, not the pre-registered evidence]" if not as_preregistered else ""
+        if candidate is None:
+            print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
+                  + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
+        elif "p" in h:
+            print(f"candidate vs fixed, primary cell: {h['first']:.1%} vs {h['second']:.1%} collapse, discordant "
+                  f"{h['discordant'][0]}:{h['discordant'][1]}, exact McNemar p {h['p']:.3g}{note}")
+        if result["not_run"]:
+            print(f"not run (budget): {', '.join(result['not_run'])}")
+        if out["--json"]:
+            write_text(out["--json"], render.strict_json(result, separators=(",", ":")))
+        if out["--traces"]:
+            write_traces(out["--traces"], result_raw)
+        if out["--markdown"]:
+            write_markdown(out["--markdown"], result)
+        print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
+        return 1 if candidate is not None and judge.candidate_worse(result, prereg.endpoint.alpha) else 0
+
+    outputs = {"--json": args.json, "--traces": args.traces, "--markdown": args.markdown}
     if candidate is None:
-        print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
-              + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
-    elif "p" in h:
-        print(f"candidate vs fixed, primary cell: {h['first']:.1%} vs {h['second']:.1%} collapse, discordant "
-              f"{h['discordant'][0]}:{h['discordant'][1]}, exact McNemar p {h['p']:.3g}{note}")
-    if result["not_run"]:
-        print(f"not run (budget): {', '.join(result['not_run'])}")
-    if args.json:
-        write_text(args.json, render.strict_json(result, separators=(",", ":")))
-    if args.traces:
-        write_traces(args.traces, result_raw)
-    if args.markdown:
-        write_markdown(args.markdown, result)
-    print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
-    if candidate is not None and "mcnemar" in result["cells"].get("primary", {}):
-        c = result["cells"]["primary"]
-        worse = c["arms"]["candidate"]["collapses"] > c["arms"]["fixed"]["collapses"] and \
-            c["mcnemar"]["p"] < prereg.endpoint.alpha
-        return 1 if worse else 0
-    return 0
+        return work(outputs)
+    # the candidate's host build runs its own code: in a confined child, as replay/toy/report --kernel do. torch's
+    # optimisers import torch._dynamo on first use, whose cache folder asks NSS for the user's name (a socket to
+    # nscd): imported here, before the sandbox
+    import torch._dynamo  # noqa: F401
+    return confined.run("study", backend, work, outputs, require=args.require_sandbox)
 
 
 def write_traces(path: Path, raw: dict) -> None:

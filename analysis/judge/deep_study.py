@@ -247,3 +247,13 @@ def incident(cells: dict, series_of: dict, pair) -> dict | None:
             run["trace_kl_ema"] = [float(x) for x in loop["trace_kl"][::10, j]]
         out["runs"][arm] = run
     return out
+
+
+def candidate_worse(result: dict, alpha: float) -> bool:
+    """``study --deep --kernel``'s verdict (exit 1): in the primary cell the candidate collapsed in more runs than
+    the fixed kernel, exact McNemar p (unadjusted: one comparison) below the pre-registered α."""
+    cell = result["cells"].get("primary", {})
+    if "mcnemar" not in cell:
+        return False
+    arms = cell["arms"]
+    return arms["candidate"]["collapses"] > arms["fixed"]["collapses"] and cell["mcnemar"]["p"] < alpha
