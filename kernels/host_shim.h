@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmath>
-// libstdc++ spells __attribute__((__noinline__)) in shared_ptr_base.h, which GCC 13's <string> reaches: read
-// it before __noinline__ becomes a macro below, so a controller's host-only #include still compiles.
+// libstdc++ spells __attribute__((__noinline__)) in shared_ptr_base.h (GCC 12+) and basic_string.h (GCC 13+):
+// read them before __noinline__ becomes a macro below, so a controller's host-only #include still compiles.
 #include <memory>
+#include <string>
 
 #define __global__
 #define __device__

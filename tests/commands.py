@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 
 from analysis.cli.policy import dispatch
 from repro.core.paths import ROOT
+
+
+def environment(started_from, **more: str) -> dict[str, str]:
+    """This process's environment as a shell started in ``started_from`` gives it ($PWD, which the hostile
+    candidates write to; tox passes none), the suite importable from there, its own path entries kept (the GPU
+    machine's site folder holds pyseccomp)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PWD": str(started_from), "PYTHONPATH": path, **more}
 
 
 def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:

@@ -12,7 +12,6 @@ that is the NVRTC build against the host build of the same file.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from repro.core.kernel_source import load_kernel
 from repro.runners import confine
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue
+from tests import commands
 from tests.catalogue import CANDIDATES, SYMBOL, header
 
 REFACTORS = [p for p in CANDIDATES if header(p).get("expect-exit") == "0" and "gate-args" not in header(p)]
@@ -54,7 +54,7 @@ def test_gate_answers_each_candidate(path, tmp_path):
            "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
     # The hostile candidates write to $PWD; tox passes no PWD, and one unset writes inside the worker's own
     # scratch folder, which the sandbox allows: name a folder outside it, empty, that must stay so.
-    env = {**os.environ, "PWD": str(tmp_path / "started_from")}
+    env = commands.environment(tmp_path / "started_from")
     (tmp_path / "started_from").mkdir()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     shown = done.stdout + done.stderr

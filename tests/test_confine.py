@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from analysis.cli.policy import dispatch
 from repro.core.contract import ROOT
 from repro.core.kernel_source import load_kernel
 from repro.runners import confine
+from tests import commands
 
 CANDIDATES = Path(__file__).parent / "candidates"
 ESCAPES = sorted(CANDIDATES.glob("escape_*.cu"))
@@ -94,7 +94,7 @@ def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
         pytest.skip(confine.unavailable())
     verdict = tmp_path / "out" / "verdict.json"
     verdict.parent.mkdir()
-    env = {**os.environ, "PWD": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = commands.environment(tmp_path)
     done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(path), "--backend", "host", "--json",
                            str(verdict)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -183,7 +183,7 @@ def test_a_candidate_is_gated_with_an_empty_build_cache(tmp_path):
     cache): with an empty cache every candidate's gate ended with exit 2, "the reference kernel … did not load"."""
     if confine.unavailable():
         pytest.skip(confine.unavailable())
-    env = {**os.environ, "RLQ_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env = commands.environment(tmp_path, RLQ_CACHE_DIR=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(CANDIDATES / "date_bomb.cu")], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "device_view" in done.stdout, done.stdout + done.stderr

@@ -19,6 +19,7 @@ import pytest
 from analysis.cli.policy import dispatch
 from repro.core.contract import ROOT
 from repro.runners import confine
+from tests import commands
 
 CANDIDATES = Path(__file__).parent / "candidates"
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
@@ -123,7 +124,7 @@ def test_without_a_sandbox_require_sandbox_exits_2(command, monkeypatch, tmp_pat
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PWD": str(cwd), "PYTHONPATH": str(ROOT)}
+    env = commands.environment(cwd)
     return subprocess.run([sys.executable, "-m", "analysis", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 

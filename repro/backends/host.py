@@ -114,7 +114,7 @@ def _guarded_mapping(body: int) -> tuple[mmap.mmap, int]:
 #: these and the shim's text: parsing ``<cmath>`` is about half of a kernel's build. Speed only: where the
 #: precompiled header is missing or stale the compiler reads the prelude's text instead (same code, the old time).
 STANDARD_HEADERS = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include <stdio.h>\n" \
-                   "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n#include <memory>\n"
+                   "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n#include <memory>\n#include <string>\n"
 
 
 #: Prelude headers whose precompiled form failed to build, or failed a build that the shim's text passes: not used

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from repro.core.paths import ROOT
 from repro.runners import confine
+from tests import commands
 
 pytest.importorskip("torch", reason="the deep study needs PyTorch (pip install --group deep)")
 
@@ -46,7 +46,7 @@ def test_help_lists_the_deep_options(capsys):
 
 
 def _study(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PWD": str(cwd), "PYTHONPATH": str(ROOT)}
+    env = commands.environment(cwd)
     return subprocess.run([sys.executable, "-m", "analysis", "study", "--deep", "--backend", "host", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=600)
 
