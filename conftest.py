@@ -200,6 +200,39 @@ def host():
 
 
 @pytest.fixture(scope="session")
+def verdict_in_process(contract):
+    """``(backend, kernel, against)`` → the verdict of the contract's ``kernel`` judged against entry ``against``,
+    made once per session, in this process: for trusted in-repo kernels only, which neither crash nor hang
+    (isolation is test_execution's and test_evidence's subject). A device build's data cannot be read, so there
+    its PTX is gathered: outside_state's only evidence on a device backend."""
+    from analysis.cli.evaluate import evaluate
+
+    made: dict = {}
+
+    def of(backend, kernel: str, against: str):
+        key = (kernel, against, backend.name)
+        if key not in made:
+            made[key] = evaluate(contract.source(kernel), against, backend, contract,
+                                 static=backend.name != "host", coverage=False, isolate=False)
+        return made[key]
+
+    return of
+
+
+@pytest.fixture(scope="session")
+def compiled(contract):
+    """``(backend, name)`` → the contract's kernel ``name`` built once per session on ``backend``."""
+    made: dict = {}
+
+    def of(backend, name: str):
+        if (name, backend.name) not in made:
+            made[name, backend.name] = backend.compile(contract.source(name), contract.slots)
+        return made[name, backend.name]
+
+    return of
+
+
+@pytest.fixture(scope="session")
 def subject_contract(request, subject) -> str:
     """The contract entry the subject is judged against (its own, or --contract for a candidate)."""
     return request.config.getoption("--contract") if subject == "candidate" else subject

@@ -19,20 +19,9 @@ from repro.runners.scenarios import REF_TARGET, catalogue
 
 #: The rules issues 11 and 20 name (the contract may list more).
 PEERS = ("ppo_paper", "rllib", "ziegler", "tf_agents", "modular_rl", "batch_ppo")
-_verdicts: dict = {}
 
 
-def verdict(contract, backend, kernel: str, against: str):
-    key = (kernel, against, backend.name)
-    if key not in _verdicts:
-        # In process: the peers neither crash nor hang (isolation is test_execution's and test_evidence's subject).
-        # A device build's data cannot be read: its PTX is outside_state's only evidence there.
-        _verdicts[key] = evaluate(contract.source(kernel), against, backend, contract, static=backend.name != "host",
-                                  coverage=False, isolate=False)
-    return _verdicts[key]
-
-
-def test_bad_input_counts_do_not_depend_on_a_nans_payload(contract, host):
+def test_bad_input_counts_do_not_depend_on_a_nans_payload(contract, host, verdict_in_process):
     """The GPU's arithmetic on a NaN λ returns its canonical NaN, the CPU keeps the input's payload: the peer
     table's count of non-finite cases that move λ is the same for both (here: the host's runs, their NaN λ
     replaced by another NaN's bits as the GPU's would be)."""
@@ -40,7 +29,7 @@ def test_bad_input_counts_do_not_depend_on_a_nans_payload(contract, host):
 
     from analysis.judge.peer_measures import measures_of
 
-    v = verdict(contract, host, "rllib", "rllib")
+    v = verdict_in_process(host, "rllib", "rllib")
     other = np.array([0x7FC00001], dtype=np.uint32).view(F32)[0]  # a quiet NaN with another payload
     swapped = [replace(r, lam=np.where(np.isnan(r.lam), other, r.lam).astype(F32)) for r in v.evidence.nonfinite]
     assert any(np.isnan(r.scenario.lambda0) and np.isnan(r.lam[0]) for r in v.evidence.nonfinite)
@@ -57,16 +46,16 @@ def test_every_peer_has_a_contract_entry_with_sourced_values(contract):
 
 
 @pytest.mark.parametrize("peer", PEERS)
-def test_peer_passes_its_own_contract(contract, backend, peer):
+def test_peer_passes_its_own_contract(contract, backend, peer, verdict_in_process):
     """Every applicable property, spec agreement and per-step ⇄ looped agreement included."""
-    v = verdict(contract, backend, peer, peer)
+    v = verdict_in_process(backend, peer, peer)
     assert {"spec_agreement", "launch_modes", "guards", "isolation"} <= {f.key for f in v.findings}
     assert v.ok, "; ".join(f"{f.key}: {f.measured} ({f.where})" for f in v.failed)
 
 
 @pytest.mark.parametrize("peer", PEERS)
-def test_fixed_fails_the_peer_contract(contract, backend, peer):
-    failed = {f.key for f in verdict(contract, backend, "fixed", peer).failed}
+def test_fixed_fails_the_peer_contract(contract, backend, peer, verdict_in_process):
+    failed = {f.key for f in verdict_in_process(backend, "fixed", peer).failed}
     assert {"ramp", "decay", "steps_to_double", "spec_agreement"} <= failed
     if contract.controller(peer).bound("floor") is None:
         assert "vanishing" in failed  # the fixed kernel's floor stops λ long before 0
@@ -75,8 +64,8 @@ def test_fixed_fails_the_peer_contract(contract, backend, peer):
 
 
 @pytest.mark.parametrize("peer", PEERS)
-def test_peer_fails_the_fixed_contract(contract, backend, peer):
-    failed = {f.key for f in verdict(contract, backend, peer, "fixed").failed}
+def test_peer_fails_the_fixed_contract(contract, backend, peer, verdict_in_process):
+    failed = {f.key for f in verdict_in_process(backend, peer, "fixed").failed}
     assert {"floor", "ramp", "decay", "spec_agreement", "ramp_onset", "decay_onset"} <= failed
 
 
@@ -225,15 +214,11 @@ def test_thresholds_rounded_once_and_in_float32_differ_for_1_3():
 
 any_f32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
 traces = st.lists(any_f32, min_size=1, max_size=60)
-_kernels: dict = {}
 
 
 @pytest.fixture(scope="module", params=PEERS)
-def peer_case(request, contract, backend):
-    key = (request.param, backend.name)
-    if key not in _kernels:
-        _kernels[key] = backend.compile(contract.source(request.param), contract.slots)
-    return _kernels[key], spec.Rule.of(contract.controller(request.param))
+def peer_case(request, contract, backend, compiled):
+    return compiled(backend, request.param), spec.Rule.of(contract.controller(request.param))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -251,8 +236,8 @@ def test_peer_equals_spec_on_any_input(peer_case, lam0, kl, target):
 
 
 @pytest.fixture(scope="module")
-def all_verdicts(contract, host):
-    return {n: verdict(contract, host, n, n) for n in ("fixed", "original", *contract.peers())}
+def all_verdicts(contract, host, verdict_in_process):
+    return {n: verdict_in_process(host, n, n) for n in ("fixed", "original", *contract.peers())}
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +333,7 @@ def test_peer_mutant_fails_its_contract(contract, host, peer):
     (old, new), expected = PEER_MUTANTS[peer]
     name = peer.removesuffix("_nan")
     mutant = contract.source(name).with_edit(old, new, f"{peer} mutant")
-    # In process, as verdict() above: these mutants neither crash nor hang.
+    # In process, as verdict_in_process (conftest.py): these mutants neither crash nor hang.
     failed = {f.key: f for f in evaluate(mutant, name, host, contract, static=False, coverage=False,
                                          isolate=False).failed}
     assert expected <= set(failed), f"expected {expected} to fail, failed: {sorted(failed)}"
