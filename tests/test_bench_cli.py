@@ -167,10 +167,10 @@ def test_the_controller_empty_difference_and_its_interval_come_from_pytest_bench
 
 
 def test_the_committed_h200_baseline_gates_the_headline_modes_within_5_percent():
-    """reports/bench/baselines/NVIDIA_H200: runs of two fresh H200s; graph replay reproduces within the 5 % goal
-    across them, so it is gated."""
+    """reports/bench/baselines/NVIDIA_H200: back-to-back runs of a fresh H200 (``bench --record``; ``--add`` on
+    another H200 adds its runs); graph replay reproduces within the 5 % goal across them, so it is gated."""
     df, repeat, machine, paths, checks = committed(ROOT / "reports" / "bench")
-    assert machine["rlq_machine"] == REFERENCE and len(baseline_runs(paths[0].parent)) >= 4
+    assert machine["rlq_machine"] == REFERENCE and len(baseline_runs(paths[0].parent)) >= 2
     by_mode = {c.mode: c for c in checks}
     mode = "graph replay: controller"
     assert by_mode[mode].gated and by_mode[mode].metric == "median" and by_mode[mode].spread <= 0.05, by_mode[mode]
