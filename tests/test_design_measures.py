@@ -121,6 +121,32 @@ def test_half_loss_rate_brackets_the_change_in_a_sweep(contract, host, name):
     assert lost == [True, True, False, False]
 
 
+def test_a_loss_not_monotone_in_the_rate_is_said_not_bisected():
+    """Where a slower EMA keeps more than half while a faster one loses it, no single rate is the half-loss
+    rate: the bisection's bracket (it assumed a slower EMA costs at least as much) is replaced by the two rates."""
+    h = design_runs.HalfLossRate(None, 1e-4, 2, "keeps more than half even at rate 0.0001")
+    out = dm.checked_against_sweep(h, [1e-1, 1e-3, 1e-2], [0.9, 2.6, 0.26])
+    assert (out.rate, out.above, out.monotone) == (None, None, False)
+    assert out.why == "not monotone in the rate: loses half at 0.01, keeps 260% at 0.001"
+    monotone = design_runs.HalfLossRate(0.003, 0.004, 16)
+    assert dm.checked_against_sweep(monotone, [1e-3, 1e-2, 1e-1], [0.2, 0.7, 0.99]) is monotone
+
+
+def test_the_pid_lagrangians_cold_start_loss_is_not_monotone_in_the_rate(contract, host):
+    """Measured: the PID Lagrangian's integral overshoots after a slow warm-up, so its sweep keeps more than half
+    at a slower rate than one where it loses half; the section says "not monotone" rather than a rate."""
+    name = "pid_lagrangian"
+    ctrl = contract.controller(name)
+    kernel = host.compile(contract.source(name), contract.slots_of(name))
+    rates, kept = dm.kept_after_warm_up(design_runs.sweep(kernel, ctrl))
+    order = np.argsort(rates)
+    kept = np.asarray(kept)[order]
+    loses = np.flatnonzero(kept <= design_runs.HALF)
+    assert loses.size and (kept[: loses[-1]] > design_runs.HALF).any(), kept
+    judged = dm.checked_against_sweep(design_runs.half_loss_rate(kernel, ctrl), np.asarray(rates)[order], kept)
+    assert not judged.monotone and judged.rate is None
+
+
 class _Catalogue:
     """What the section reads of a controller's evidence: its entry and its catalogue runs."""
 

@@ -226,12 +226,13 @@ def test_generated_files_carry_no_absolute_path_of_this_machine(made):
 
 
 def test_cold_start_and_design_tables_read_their_data(made, contract):
-    """Issue 35's section: a row per contract entry in both tables, each cell it states read from data/."""
+    """Issue 35's section: a row per contract entry (the stateful peers too) in both tables, each cell it states
+    read from data/."""
     out, _ = made
     text = (out / "summary.md").read_text()
     warm = pd.read_csv(out / "data" / "warm_up.csv")
     design = pd.read_csv(out / "data" / "design_measures.csv")
-    assert list(design.controller) == ["fixed", "original", *contract.peers()]
+    assert list(design.controller) == ["fixed", "original", *contract.peers(), *contract.stateful_peers()]
     for r in warm.itertuples():
         row = next(line for line in text.splitlines() if line.startswith(f"| {r.controller} | {r.scenario} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]

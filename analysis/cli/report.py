@@ -65,7 +65,11 @@ def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Cont
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
     peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
              for n in contract.peers()}
-    return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "commit": suite_commit()}
+    # the peers with state of their own (PID Lagrangian, GECO): their catalogue runs feed the design measures
+    stateful = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
+                for n in contract.stateful_peers()}
+    return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "stateful": stateful,
+            "commit": suite_commit()}
 
 
 def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contract, progress=print,
@@ -105,8 +109,11 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     measures = peer_measures.measure_all({**verdicts, **peers})
-    design = _design(backend, contract, entries, subjects, {**evidence, **{n: v.evidence for n, v in peers.items()}},
-                     loops, progress)
+    stateful = gated["stateful"]
+    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
+                                                contract.controller(n).value("seed_lambda")) for n in stateful}
+    design = _design(backend, contract, entries, subjects,
+                     {**evidence, **{n: v.evidence for n, v in {**peers, **stateful}.items()}}, loops, progress)
     header = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite_commit": gated["commit"],

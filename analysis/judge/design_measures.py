@@ -11,11 +11,12 @@ number of steps whatever the scale λ starts from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from repro.core.f32 import F32, bits
+from repro.runners.design_runs import HALF
 
 #: The step response's thresholds: rise from 10 % to 90 % of the change, settled within 2 % of it (of ln λ).
 RISE_FROM, RISE_TO, SETTLE_BAND = 0.1, 0.9, 0.02
@@ -245,6 +246,21 @@ def _relative(lam: np.ndarray, before: float) -> np.ndarray:
     return np.concatenate([[1.0], np.asarray(lam, dtype=np.float64) / float(before)])
 
 
+def checked_against_sweep(h, rates: list[float], kept: list[float]):
+    """``h`` (a :class:`repro.runners.design_runs.HalfLossRate`) as the sweep allows: where some rate of the sweep
+    loses half while a slower one keeps more, loss is not monotone in the rate, the bisection's bracket means
+    nothing, and ``h`` says so (``monotone`` False, ``why`` naming the two rates)."""
+    order = np.argsort(rates)
+    r, k = np.asarray(rates)[order], np.asarray(kept)[order]
+    for i in range(len(r)):
+        slower_keeps = np.flatnonzero(k[:i] > HALF)
+        if k[i] <= HALF and slower_keeps.size:
+            j = slower_keeps[0]
+            return replace(h, rate=None, above=None, monotone=False,
+                           why=f"not monotone in the rate: loses half at {r[i]:.3g}, keeps {k[j]:.0%} at {r[j]:.3g}")
+    return h
+
+
 def section(evidence: dict, half: dict, sweeps: dict, toy: dict) -> DesignSection:
     """:class:`DesignSection` from each controller's evidence (its catalogue runs), its half-loss rate, its sweep
     of cold starts (runs) and its λ per step in the toy; every dict keyed by controller, in the same order."""
@@ -258,7 +274,8 @@ def section(evidence: dict, half: dict, sweeps: dict, toy: dict) -> DesignSectio
               **{key: {n: (np.arange(ev.run(s).scenario.steps + 1), _relative(ev.run(s).lam, ev.run(s).scenario.lambda0))
                        for n, ev in evidence.items()} for key, s in (("square", SQUARE), ("noise", NOISE))},
               "toy": {n: (np.arange(1, len(lam) + 1), np.asarray(lam, dtype=np.float64)) for n, lam in toy.items()}}
+    curves = {n: kept_after_warm_up(sweeps[n]) for n in evidence}
+    half = {n: checked_against_sweep(half[n], *curves[n]) for n in evidence}
     return DesignSection(warm_ups=warm_ups(evidence),
                          designs={n: design(n, ev, half[n], toy[n]) for n, ev in evidence.items()},
-                         curves={n: kept_after_warm_up(sweeps[n]) for n in evidence},
-                         half=dict(half), panels=panels)
+                         curves=curves, half=half, panels=panels)

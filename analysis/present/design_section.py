@@ -36,7 +36,8 @@ MEANINGS = {
     "warm-up loss": f"share of λ lost once a KL EMA warming from 0 at rate 0.01 has come within 1 % of 1.1 × the "
     f"target (`{WARM_UP_SCENARIO}`)",
     "half-loss rate": "the EMA rate at or below which a cold start costs at least half of λ (bisection over runs "
-    "of the kernel)",
+    "of the kernel); not monotone where a slower EMA keeps more than half while a faster one loses it (a PID's "
+    "overshoot: no single rate says it)",
     "toy": "in the distillation toy (default parameters, seed 0, KL EMA from 0 at rate 0.01): lowest λ, share of "
     "steps on the floor / ceiling, and λ's cycle over the second half",
 }
@@ -48,7 +49,8 @@ def _color(name: str, i: int) -> str:
 
 #: A line style and marker per controller (by order): rules with the same numbers draw the same line, and the
 #: styles keep each one visible where they coincide (TF-Agents, modular_rl and BatchPPO in a cold start).
-_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "v"), ("-", "D"), ("--", "x"), ("-.", "+"), (":", "*")]
+_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "v"), ("-", "D"), ("--", "x"), ("-.", "+"), (":", "*"), ("-", "P"),
+           ("--", "d")]
 
 
 def _style(i: int) -> tuple[str, str]:
@@ -103,8 +105,8 @@ def measures_table(designs: dict[str, Design]) -> list[str]:
            "|---|" + "---|" * 13]
     for name, d in designs.items():
         h = d.half_rate
-        half = (f"{h.rate:.3g}" if h.rate is not None and h.above is not None
-                else f"≥ {h.rate:g}" if h.rate is not None else f"< {h.why.split()[-1]}")
+        half = ("not monotone" if not h.monotone else f"{h.rate:.3g}" if h.rate is not None and h.above is not None
+                else f"≥ {h.rate:g}" if h.rate is not None else f"< {h.above:g}")
         out.append(f"| {name} | {_response(d.step_up, 'rise')} | {_response(d.step_up, 'overshoot')} | "
                    f"{_response(d.step_up, 'settling')} | {_response(d.step_down, 'settling')} | {_cycle(d.square)} | "
                    f"{_cycle(d.noise)} | {_share(d.at_floor)} | {_share(d.at_ceiling)} | {d.warm_up.loss:.1%} | {half} | "

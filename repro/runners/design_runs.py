@@ -30,13 +30,16 @@ class HalfLossRate:
     """The EMA rate below which the controller loses at least half its λ in a cold start toward ``level``·target.
 
     ``rate``: the greatest rate tried at which it loses half; ``above``: the least tried at which it keeps more
-    (the bracket left by the bisection). ``rate`` None (keeps more than half everywhere) or ``above`` None
-    (loses half everywhere) with ``why`` where the bracket holds no change."""
+    (the bracket left by the bisection). ``rate`` None (keeps more than half everywhere: ``above`` is the
+    bracket's low end) or ``above`` None (loses half everywhere) with ``why`` where the bracket holds no change."""
 
     rate: float | None
     above: float | None
     runs: int  # kernel runs made
     why: str = ""
+    #: False where the sweep shows a slower EMA keeping more than a faster one loses (a PID's overshoot): the
+    #: bisection's assumption fails and no single rate says it (set by analysis.judge.design_measures)
+    monotone: bool = True
 
 
 def lambda_after_warm_up(run: Run) -> float:
@@ -62,7 +65,7 @@ def half_loss_rate(kernel: CompiledKernel, controller: Controller, level: float 
     lo, hi = bracket
     low_loses, high_loses = loses_half(kernel, controller, lo, level), loses_half(kernel, controller, hi, level)
     if not low_loses:
-        return HalfLossRate(None, None, 2, f"keeps more than half even at rate {lo:g}")
+        return HalfLossRate(None, lo, 2, f"keeps more than half even at rate {lo:g}")
     if high_loses:
         return HalfLossRate(hi, None, 2, f"loses half even at rate {hi:g}")
     for _ in range(steps):  # invariant: loses half at lo, not at hi
