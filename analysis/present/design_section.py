@@ -135,20 +135,26 @@ def markdown(warm: list, designs: dict[str, Design], rates_note: str) -> list[st
 
 def warm_up_figure(curves: dict[str, tuple[list[float], list[float]]], half: dict):
     """Share of λ kept after the warm-up against the EMA rate, a line per controller; the half-loss rate dotted."""
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    top = 1.08  # a share of λ kept; a rule that ends above its start (a PID's overshoot) is marked at the top
+    fig, ax = plt.subplots(figsize=(10.5, 4.8))
     for i, (name, (rates, kept)) in enumerate(curves.items()):
         color, (ls, marker) = _color(name, i), _style(i)
         ax.plot(rates, kept, ls=ls, marker=marker, ms=5, mfc="none", color=color, lw=1.5, label=name)
         h = half.get(name)
         if h is not None and h.rate is not None and h.above is not None:
             ax.plot([h.rate], [0.5], "o", ms=7, mfc="white", mec=color, mew=2)
+        peak = int(np.argmax(kept))
+        if kept[peak] > top:
+            ax.annotate(f"{name}: up to {kept[peak]:.3g}× at {rates[peak]:.2g} (off the axis)", (rates[peak], top),
+                        xytext=(8, -14), textcoords="offset points", fontsize=7, color=color,
+                        arrowprops={"arrowstyle": "->", "color": color})
     ax.axhline(0.5, color="k", ls=":", lw=0.8)
     ax.annotate("half of λ", (min(min(r) for r, _ in curves.values()), 0.5), xytext=(2, 3), textcoords="offset points",
                 fontsize=7)
-    ax.set(xscale="log", ylim=(-0.03, 1.08), xlabel="rate of the KL EMA (per step; log scale: 0.001 ≈ a 1000-step horizon)",
+    ax.set(xscale="log", ylim=(-0.03, top), xlabel="rate of the KL EMA (per step; log scale: 0.001 ≈ a 1000-step horizon)",
            ylabel="share of λ kept after the warm-up (λ after ÷ λ before)",
            title="Cold start: the KL EMA warming up from 0 toward 1.1 × the target")
-    ax.legend(loc="upper left", ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return tight(fig)
 
 

@@ -9,7 +9,7 @@ from analysis.present.plots import COLORS as BASE_COLORS
 from analysis.present.plots import plt  # pyplot with the Agg backend and the report's style
 
 COLORS = {**BASE_COLORS, "ppo_paper": "#2ca02c", "rllib": "#9467bd", "ziegler": "#8c564b", "tf_agents": "#e377c2",
-          "modular_rl": "#ff7f0e", "batch_ppo": "#bcbd22"}
+          "modular_rl": "#ff7f0e", "batch_ppo": "#bcbd22", "pid_lagrangian": "#17becf", "geco": "#222222"}
 
 
 def aligned(traces: pd.DataFrame):
