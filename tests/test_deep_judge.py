@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from analysis.judge import deep_study as judge
 
@@ -17,6 +16,8 @@ def _cell(first: list[bool], second: list[bool], names=("candidate", "fixed")) -
 
 
 def test_mcnemar_is_the_exact_binomial_test_on_the_discordant_pairs():
+    from scipy import stats
+
     a = np.array([1, 1, 1, 1, 1, 1, 1, 0, 0, 1], bool)
     b = np.array([0, 0, 0, 0, 0, 0, 1, 0, 1, 1], bool)
     m = judge.mcnemar_exact(a, b)
@@ -33,6 +34,8 @@ def test_holm_against_its_definition():
 
 @pytest.mark.parametrize("k, n", [(0, 10), (3, 10), (10, 10), (20, 100)])
 def test_clopper_pearson_brackets_the_fraction_at_the_stated_confidence(k, n):
+    from scipy import stats
+
     lo, hi = judge.clopper_pearson(k, n)
     assert lo <= k / n <= hi
     if k > 0:  # the lower end: P(X ≥ k | p = lo) = 2.5 %

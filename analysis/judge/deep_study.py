@@ -8,7 +8,9 @@ Inputs are the per-run evaluation series ``[n_evals, R]`` that :mod:`repro.learn
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats is imported inside each function that uses it: it takes about a second to import, which every
+# process importing this module (the suite collects it on each worker) would pay.
 
 
 def collapsed(series: np.ndarray, steps: np.ndarray, warmup: int, threshold: float, consecutive: int) -> np.ndarray:
@@ -25,6 +27,7 @@ def collapsed(series: np.ndarray, steps: np.ndarray, warmup: int, threshold: flo
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Exact binomial interval for k of n."""
+    from scipy import stats
     if n == 0:
         return float("nan"), float("nan")
     ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
@@ -34,6 +37,7 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> dict:
     """Paired exact McNemar: ``a`` and ``b`` boolean per seed (same order). Discordant counts and the two-sided
     exact binomial p on them (1 when there are none)."""
+    from scipy import stats
     a, b = np.asarray(a, bool), np.asarray(b, bool)
     only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
     d = only_a + only_b
@@ -55,6 +59,7 @@ def holm(pvalues: list[float]) -> list[float]:
 
 def wilcoxon_paired(x: np.ndarray, y: np.ndarray) -> dict:
     """Paired Wilcoxon signed-rank (two-sided) on x − y over pairs where both are finite."""
+    from scipy import stats
     keep = np.isfinite(x) & np.isfinite(y)
     diff = np.asarray(x)[keep] - np.asarray(y)[keep]
     if not np.any(diff != 0):
@@ -66,6 +71,7 @@ def wilcoxon_paired(x: np.ndarray, y: np.ndarray) -> dict:
 def noninferiority(fixed: np.ndarray, original: np.ndarray, margin: float, alpha: float) -> dict:
     """Return: fixed is non-inferior when the one-sided (1 − α) lower bound of the paired mean difference
     (fixed − original, t interval) lies above −margin."""
+    from scipy import stats
     keep = np.isfinite(fixed) & np.isfinite(original)
     diff = np.asarray(fixed)[keep] - np.asarray(original)[keep]
     n = diff.size
@@ -79,6 +85,7 @@ def noninferiority(fixed: np.ndarray, original: np.ndarray, margin: float, alpha
 def mcnemar_power(n: int, p_first: float, p_second: float, alpha: float) -> float:
     """Exact power of the two-sided exact McNemar test with ``n`` pairs, the two arms' collapse probabilities
     independent within a pair (discordant probabilities p1(1−p2) and p2(1−p1)), at level ``alpha``."""
+    from scipy import stats
     p10, p01 = p_first * (1 - p_second), p_second * (1 - p_first)
     pd = p10 + p01
     share = p10 / pd
