@@ -104,3 +104,21 @@ def test_concurrent_compiles_share_one_library(tmp_path, monkeypatch):
     assert all(p.exitcode == 0 for p in procs)
     assert len(set(outs)) == 1 and len(list(tmp_path.glob("*.so"))) == 1
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.cpp"))
+
+
+@pytest.mark.parametrize("header", ["memory", "string"])
+def test_a_controller_including_a_libstdcxx_header_compiles_under_the_shims_noinline(contract, header):
+    """libstdc++ spells ``__attribute__((__noinline__))`` (shared_ptr_base.h from GCC 12, basic_string.h from 13),
+    which the shim's CUDA macro ``__noinline__`` would break: a controller that includes such a header gets them
+    read first (through its precompiled prelude, and through the shim's text where the prelude is not used)."""
+    src = contract.source("fixed")
+    text = src.text.replace('extern "C"', f"#include <{header}>\n" + 'extern "C"', 1)
+    assert text != src.text
+    from repro.backends.host import includes_cxx_headers
+
+    assert includes_cxx_headers(text) and not includes_cxx_headers(src.text)
+    kernel = HostBackend().compile(type(src)(text, src.symbol, f"includes_{header}.cu"), contract.slots)
+    kl = np.array([[0.5], [0.001]], dtype=np.float32)
+    got = kernel.run_looped(new_isv(contract.slots, 0.1, 1), kl, np.full_like(kl, 0.02))[0]
+    want = spec.run(spec.Rule.of(contract.controller("fixed")), [0.1], kl, np.full_like(kl, 0.02))
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import mmap
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -114,7 +115,7 @@ def _guarded_mapping(body: int) -> tuple[mmap.mmap, int]:
 #: these and the shim's text: parsing ``<cmath>`` is about half of a kernel's build. Speed only: where the
 #: precompiled header is missing or stale the compiler reads the prelude's text instead (same code, the old time).
 STANDARD_HEADERS = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\n#include <stdio.h>\n" \
-                   "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n#include <memory>\n#include <string>\n"
+                   "#include <stdlib.h>\n#include <string.h>\n#include <cmath>\n"
 
 
 #: Prelude headers whose precompiled form failed to build, or failed a build that the shim's text passes: not used
@@ -122,13 +123,25 @@ STANDARD_HEADERS = "#include <assert.h>\n#include <limits.h>\n#include <math.h>\
 _NO_PRELUDE: set[Path] = set()
 
 
-def _prelude_header(cxx: str, flags: tuple[str, ...]) -> Path | None:
+#: A controller that includes a C++ standard header (``#include <string>``, not ``<stdio.h>``): the shim then reads
+#: the libstdc++ headers that spell ``__noinline__`` before defining it (kernels/host_shim.h, CXX_HEADERS).
+_CXX_INCLUDE = re.compile(r"^\s*#\s*include\s*<(?![^>]*\.h>)", re.MULTILINE)
+CXX_HEADERS = "RLQ_HOST_CXX_HEADERS"
+
+
+def includes_cxx_headers(text: str) -> bool:
+    """Whether a controller's text includes a C++ standard header (its host build then defines CXX_HEADERS)."""
+    return _CXX_INCLUDE.search(text) is not None
+
+
+def _prelude_header(cxx: str, flags: tuple[str, ...], cxx_headers: bool = False) -> Path | None:
     """The prelude header beside its precompiled form in the build cache (None: it could not be built; the
     failure is remembered for this process, so that each build does not pay a failed compile first)."""
     folder = cache_dir()
     # a copy of the shim's text, not an #include of the repository's file: clang refuses a precompiled header
     # whose included files' times changed (a checkout, an editor)
-    prelude = f'{STANDARD_HEADERS}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
+    define = f"#define {CXX_HEADERS} 1\n" if cxx_headers else ""
+    prelude = f'{STANDARD_HEADERS}{define}#line 1 "{HOST_SHIM}"\n{HOST_SHIM.read_text()}'
     key = hashlib.sha256("\0".join([prelude, cxx, *flags]).encode()).hexdigest()[:16]
     header, pch = folder / f"prelude-{key}.h", folder / f"prelude-{key}.h.gch"
     if header in _NO_PRELUDE:
@@ -157,10 +170,13 @@ def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAG
     (the CUDA stand-in headers on the include path, the shim first); a failure is ``source``'s compile error.
     The regular build (``FLAGS``) reads the shim and the standard headers precompiled (:func:`_prelude_header`); the
     coverage build reads them as text, so that gcov counts nothing of a precompiled header."""
-    prelude = _prelude_header(cxx, flags) if flags == FLAGS else None
+    cxx_headers = includes_cxx_headers(source.text)
+    prelude = _prelude_header(cxx, flags, cxx_headers) if flags == FLAGS else None
 
     def compile_with(first: Path) -> subprocess.CompletedProcess:
-        cmd = [cxx, *flags, "-I", str(HOST_INCLUDE), "-include", str(first), "-x", "c++", str(unit), "-o", str(lib)]
+        define = [f"-D{CXX_HEADERS}=1"] if cxx_headers and first == HOST_SHIM else []  # the prelude defines it itself
+        cmd = [cxx, *flags, *define, "-I", str(HOST_INCLUDE), "-include", str(first), "-x", "c++", str(unit), "-o",
+               str(lib)]
         return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
 
     done = compile_with(prelude or HOST_SHIM)
