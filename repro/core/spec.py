@@ -231,11 +231,13 @@ def run(rule: Rule, lambda0: np.ndarray, kl: np.ndarray, target: np.ndarray) -> 
         repeats[1:] = (equal_bits(kl[1:], kl[:-1]) & equal_bits(target[1:], target[:-1])).reshape(kl.shape[0] - 1, -1).all(1)
     still = False
     with np.errstate(all="ignore"):
+        # the band's tests are elementwise in KL and target alone: made for every step at once
+        above, below = _tests(rule, kl, target) if rule.kind != "proportional" else (None, None)
         for t in range(kl.shape[0]):
             if still and repeats[t]:
                 out[t] = lam
                 continue
-            new = _step(rule, lam, kl[t], target[t])
+            new = _step(rule, lam, kl[t], target[t], None if above is None else (above[t], below[t]))
             still = same(new, lam)
             lam = new
             out[t] = lam
