@@ -71,3 +71,17 @@ def test_device_commands_are_left_out_with_the_reason_where_no_gpu_answers(monke
     runs, left = command_times.measure(None, 60)
     assert [r.name for r in runs] == ["quick"]
     assert left == ["gpu-only: needs a GPU and CuPy, none here"]
+
+
+def test_the_timed_cpu_suite_is_toxs_default_command():
+    """The page's `tests` row times what `tox` runs (tox.ini [testenv:tests]), not a variant of it."""
+    import configparser
+    import shlex
+
+    from repro.core.paths import ROOT
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "tox.ini")
+    command = shlex.split(ini["testenv:tests"]["commands"].strip())
+    assert command[0] == "python" and command[-1] == "{posargs}"
+    assert tuple(a for a in command[1:-1] if a != "-q") == tuple(a for a in command_times.CPU_TESTS if a != "-q")

@@ -25,7 +25,7 @@ from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 
 #: The CPU suite as tox's default environment runs it (tox.ini [testenv:tests]).
-CPU_TESTS = ("-m", "pytest", "-q", "-m", "not slow", "-n", "2", "--dist", "worksteal", "--benchmark-disable")
+CPU_TESTS = ("-m", "pytest", "-q", "-m", "not slow", "-n", "2", "--dist", "loadfile", "--benchmark-disable")
 #: The GPU suite as the README's GPU command runs it.
 GPU_TESTS = ("-m", "pytest", "-q", "-m", "not slow", "-n", "auto", "--dist", "loadgroup", "--benchmark-disable",
              "--require-gpu", "-o", "faulthandler_timeout=120")
