@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.judge.study_stats import exact_interval
+from repro.core.endpoint import runs_meeting
+
 # scipy.stats is imported inside each function that uses it: it takes about a second to import, which every
 # process importing this module (the suite collects it on each worker) would pay.
 
 
-def collapsed(series: np.ndarray, steps: np.ndarray, warmup: int, threshold: float, consecutive: int) -> np.ndarray:
-    """Primary endpoint per run: ``consecutive`` evaluations in a row after ``warmup`` (steps) with the probe
-    batch's log10 geometric agreement below ``threshold`` (NaN is not below)."""
-    below = (series < threshold) & (np.asarray(steps) > warmup)[:, None]
-    run = np.zeros(series.shape[1], dtype=int)
-    best = np.zeros(series.shape[1], dtype=int)
-    for row in below:
-        run = np.where(row, run + 1, 0)
-        best = np.maximum(best, run)
-    return best >= consecutive
-
-
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Exact binomial interval for k of n."""
-    from scipy import stats
-    if n == 0:
-        return float("nan"), float("nan")
-    ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
-    return float(ci.low), float(ci.high)
+    """Exact binomial interval for k of n (the first study's :func:`exact_interval`, scipy's root finder); NaN for
+    no runs."""
+    return (float("nan"), float("nan")) if n == 0 else exact_interval(k, n, confidence)
 
 
 def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> dict:
@@ -134,7 +122,7 @@ def _per_run(loop: dict, threshold: float, consecutive: int) -> dict[str, np.nda
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return {"collapsed": collapsed(geo, steps, warmup, threshold, consecutive),
+            return {"collapsed": runs_meeting(geo, steps, warmup, threshold, consecutive),
                     "time_avg_geo": np.nanmean(geo[after], 0), "min_geo": np.nanmin(geo[after], 0),
                     "mean_return": np.nanmean(s["ret"][after], 0), "final_lambda": s["lambda"][-1],
                     "time_avg_mb_geo": np.nanmean(s["mb_log10_geo"][after], 0),

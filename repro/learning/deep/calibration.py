@@ -18,21 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from repro.core.contract import load as load_contract
+from repro.core.endpoint import runs_meeting
 from repro.learning.controllers import source_and_seed
 from repro.learning.deep.controller import ArmRows
 from repro.learning.deep.loop import DeepLoop, LoopConfig, Rows
-
-
-def runs_meeting(series: np.ndarray, steps: np.ndarray, warmup: int, threshold: float, consecutive: int) -> np.ndarray:
-    """Per run: ``consecutive`` evaluations in a row after ``warmup`` with ``series`` below ``threshold``
-    (``series`` ``[n_evals, R]``; NaN is not below)."""
-    below = (series < threshold) & (steps > warmup)[:, None]
-    run = np.zeros(series.shape[1], dtype=int)
-    best = np.zeros(series.shape[1], dtype=int)
-    for row in below:
-        run = np.where(row, run + 1, 0)
-        best = np.maximum(best, run)
-    return best >= consecutive
 
 
 def calibrate(backend, cfg: LoopConfig, betas, seeds: int, seed: int, threshold: float, consecutive: int,
