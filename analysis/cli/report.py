@@ -63,11 +63,11 @@ def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Cont
         _runs_here(sources[name], evidence[name])
     # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
     cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
-    peers = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
-             for n in contract.peers()}
+    own = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
+           for n in (*contract.peers(), *contract.stateful_peers())}  # each against its own entry
+    peers = {n: own[n] for n in contract.peers()}
     # the peers with state of their own (PID Lagrangian, GECO): their catalogue runs feed the design measures
-    stateful = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
-                for n in contract.stateful_peers()}
+    stateful = {n: own[n] for n in contract.stateful_peers()}
     return {"evidence": evidence, "verdicts": verdicts, "cross": cross, "peers": peers, "stateful": stateful,
             "commit": suite_commit()}
 
@@ -104,14 +104,16 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                                     extra={f"candidate ({sources['fixed'].origin})": subjects["fixed"]} if candidate else None)
     progress(f"      peers: {', '.join(contract.peers())} in the toy (their gate runs: [1/5])")
     # One robustness study for ours and the peers (every controller on the same noise); ours are its first rows.
-    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
-                                                contract.controller(n).value("seed_lambda")) for n in contract.peers()}
+    def subject(n: str) -> closed_loop.Subject:
+        return closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
+                                           contract.controller(n).value("seed_lambda"))
+
+    subjects |= {n: subject(n) for n in contract.peers()}
     peer_toy = closed_loop.robustness(backend, subjects, seeds=closed_loop_seeds, grid=grid)
     robustness = peer_toy[peer_toy.controller.isin(CONTROLLERS)].reset_index(drop=True)
     measures = peer_measures.measure_all({**verdicts, **peers})
     stateful = gated["stateful"]
-    subjects |= {n: closed_loop.compile_subject(backend, contract.source(n), contract.slots_of(n),
-                                                contract.controller(n).value("seed_lambda")) for n in stateful}
+    subjects |= {n: subject(n) for n in stateful}  # after the robustness study, which holds the band rules only
     design = _design(backend, contract, entries, subjects,
                      {**evidence, **{n: v.evidence for n, v in {**peers, **stateful}.items()}}, loops, progress)
     header = {
