@@ -21,11 +21,13 @@ def environment(started_from, **more: str) -> dict[str, str]:
     return {**os.environ, "PWD": str(started_from), "PYTHONPATH": path, **more}
 
 
-def run(command: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
-    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it."""
+def run(command: str, *args, cwd=ROOT, env: dict[str, str] | None = None, timeout: float = 300
+        ) -> subprocess.CompletedProcess:
+    """``python -m analysis COMMAND ARGS`` (``pytest``: ``python -m pytest ARGS``) as a user types it in ``cwd``
+    (``env``: :func:`environment` of ``cwd`` unless given; ``timeout`` in seconds)."""
     prefix = ["-m", "pytest"] if command == "pytest" else ["-m", "analysis", command]
     return subprocess.run([sys.executable, *prefix, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=timeout, env=environment(cwd) if env is None else env)
 
 
 def cli(command: str, *args) -> subprocess.CompletedProcess:

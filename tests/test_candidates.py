@@ -50,13 +50,12 @@ def test_gate_answers_each_candidate(path, tmp_path):
     if spec.get("needs") == "sandbox" and confine.unavailable():
         pytest.skip(confine.unavailable())
     out_json = tmp_path / "verdict.json"
-    cmd = [sys.executable, "-m", "analysis", "gate", str(path.relative_to(ROOT)), "--backend", "host",
-           "--json", str(out_json), *shlex.split(spec.get("gate-args", ""))]
     # The hostile candidates write to $PWD; tox passes no PWD, and one unset writes inside the worker's own
     # scratch folder, which the sandbox allows: name a folder outside it, empty, that must stay so.
-    env = commands.environment(tmp_path / "started_from")
     (tmp_path / "started_from").mkdir()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    done = commands.run("gate", path.relative_to(ROOT), "--backend", "host", "--json", out_json,
+                        *shlex.split(spec.get("gate-args", "")), env=commands.environment(tmp_path / "started_from"),
+                        timeout=120)
     shown = done.stdout + done.stderr
     assert list((tmp_path / "started_from").iterdir()) == [], "a candidate wrote outside its sandbox"
     assert done.returncode == int(spec["expect-exit"]), shown
@@ -164,8 +163,6 @@ def test_failing_candidates_fail_alike_on_the_gpu(contract, path):
 @pytest.mark.parametrize("name, literal", [("oob_after", "isv[600]"), ("oob_before", "isv[-1]")])
 def test_a_stray_write_is_annotated_at_its_line(name, literal):
     """GitHub annotations put the isolation failure on the line that writes outside the ISV."""
-    import subprocess
-    import sys
 
     path = Path(__file__).parent / "candidates" / f"{name}.cu"
     expected = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if literal in line)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,9 +92,7 @@ def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
         pytest.skip(confine.unavailable())
     verdict = tmp_path / "out" / "verdict.json"
     verdict.parent.mkdir()
-    env = commands.environment(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(path), "--backend", "host", "--json",
-                           str(verdict)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = commands.run("gate", path, "--backend", "host", "--json", verdict, cwd=tmp_path, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     row = next(p for p in json.loads(verdict.read_text())["properties"] if p["key"] == "execution")
     assert not row["ok"] and any(expected_text(path) in f for f in row["detail"]["faults"]), row["detail"]
@@ -183,7 +179,6 @@ def test_a_candidate_is_gated_with_an_empty_build_cache(tmp_path):
     cache): with an empty cache every candidate's gate ended with exit 2, "the reference kernel … did not load"."""
     if confine.unavailable():
         pytest.skip(confine.unavailable())
-    env = commands.environment(tmp_path, RLQ_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-m", "analysis", "gate", str(CANDIDATES / "date_bomb.cu")], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = commands.run("gate", CANDIDATES / "date_bomb.cu", cwd=tmp_path, timeout=120,
+                        env=commands.environment(tmp_path, RLQ_CACHE_DIR=str(tmp_path / "cache")))
     assert done.returncode == 1 and "device_view" in done.stdout, done.stdout + done.stderr

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -123,10 +122,8 @@ def test_without_a_sandbox_require_sandbox_exits_2(command, monkeypatch, tmp_pat
     assert not (tmp_path / "report" / "summary.md").exists()
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = commands.environment(cwd)
-    return subprocess.run([sys.executable, "-m", "analysis", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+def _cli(cwd: Path, command: str, *args: str) -> subprocess.CompletedProcess:
+    return commands.run(command, *args, cwd=cwd)
 
 
 def sandbox_aware(tmp_path: Path) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,9 +45,7 @@ def test_help_lists_the_deep_options(capsys):
 
 
 def _study(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = commands.environment(cwd)
-    return subprocess.run([sys.executable, "-m", "analysis", "study", "--deep", "--backend", "host", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return commands.run("study", "--deep", "--backend", "host", *args, cwd=cwd, timeout=600)
 
 
 def test_a_candidates_escape_ends_the_study_with_one_line_and_changes_nothing(tmp_path):
