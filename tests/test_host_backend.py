@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.backends.host import FLAGS, HostBackend, cache_dir
+from repro.backends.host import FLAGS, HostBackend, cache_dir, includes_cxx_headers
 from repro.core import spec
 from repro.core.isv import new_isv
 
@@ -114,8 +114,6 @@ def test_a_controller_including_a_libstdcxx_header_compiles_under_the_shims_noin
     src = contract.source("fixed")
     text = src.text.replace('extern "C"', f"#include <{header}>\n" + 'extern "C"', 1)
     assert text != src.text
-    from repro.backends.host import includes_cxx_headers
-
     assert includes_cxx_headers(text) and not includes_cxx_headers(src.text)
     kernel = HostBackend().compile(type(src)(text, src.symbol, f"includes_{header}.cu"), contract.slots)
     kl = np.array([[0.5], [0.001]], dtype=np.float32)
