@@ -125,7 +125,8 @@ def test_uncovered_branch_is_listed_and_fails_only_when_required(contract, host)
     source = load_kernel(path, SYMBOL)
     relaxed = evaluate(source, "fixed", host, contract)
     row = next(f for f in relaxed.findings if f.key == "coverage")
-    assert relaxed.ok and unreached in row.detail["uncovered_lines"]
+    assert relaxed.ok, [(f.key, render.measured(f)) for f in relaxed.failed]
+    assert unreached in row.detail["uncovered_lines"]
     assert f"lines never run: {unreached}" in render.measured(row)
     # the same evidence judged on request (judgement is a pure function of it: nothing runs twice)
     strict = judge(relaxed.evidence, source, "fixed", contract, require_coverage=True)

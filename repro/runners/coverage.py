@@ -113,7 +113,8 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         # confined to the build folder, where its counters are written (repro.runners.confine)
         with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
                     load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots), scratch=folder) as worker:
-            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
+            # narrow=False: a dead worker's counts are lost
+            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False, second_try=timeout is None)
             runner.known.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
@@ -128,10 +129,11 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
-        return _parse(data.stdout, source, tuple(faults), tuple(skipped))
+        return _parse(data.stdout, source, tuple(faults), tuple(skipped), tuple(runner.second_tries))
 
 
-def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:
+def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...],
+           second_tries: tuple[str, ...] = ()) -> Coverage:
     origin = line_origin(source)
     lines, branches = {}, {}
     text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
@@ -148,4 +150,5 @@ def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped:
                     arcs = [int(b["count"]) for b in line["branches"] if not b.get("throw")]
                     old = branches.get(n, [0] * len(arcs))
                     branches[n] = [a + b for a, b in zip(old, arcs, strict=True)] if len(old) == len(arcs) else arcs
-    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults, skipped)
+    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults, skipped,
+                    second_tries)

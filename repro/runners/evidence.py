@@ -58,6 +58,7 @@ class Coverage:
     branches: dict[int, list[int]]
     faults: tuple[Fault, ...] = ()  # groups that crashed or hung in the coverage build
     skipped: tuple[tuple[str, str], ...] = ()  # (group, why) not run in the coverage build
+    second_tries: tuple[str, ...] = ()  # as Limits.second_tries, in the coverage build
 
     @property
     def lines_hit(self) -> int:
@@ -127,6 +128,8 @@ class Limits:
     reference: dict[str, float] = field(default_factory=dict)
     factor: float = 0.0  # limit = max(floor, factor × reference)
     floor: float = 0.0
+    second_try: float = 0.0  # a first time-out is tried again at second_try × the limit (0: never)
+    second_tries: tuple[str, ...] = ()  # what came of each second try, one line each
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro import backends
@@ -52,6 +52,11 @@ from repro.runners.inference import infer
 #: a candidate legitimately slower than the reference (more arithmetic, a debug build) and the load's swings.
 LIMIT_FACTOR = 10.0
 LIMIT_FLOOR = 0.5
+#: A time-out under a derived limit counts only when a second try, SECOND_TRY × the limit, times out too: the limit
+#: is a guess from one timing of the reference, and a loaded machine (CI: two test workers on two cores) can stall
+#: a worker past it (a CI run once failed a candidate that behaves as the fixed kernel, with a stall's signs). A real hang
+#: pays it once per gathering (then GroupRunner.hung is set and later hangs count at once).
+SECOND_TRY = 2.0
 #: The whole gathering's budget: BUDGET_FACTOR × the reference's total, at least BUDGET_FLOOR s.
 BUDGET_FACTOR = 10.0
 BUDGET_FLOOR = 10.0
@@ -226,22 +231,25 @@ class Worker:
             self.folders[proc.pid] = folder
         return proc, parent
 
-    def _start(self) -> _Answer | None:
+    def _start(self, startup: float | None = None) -> _Answer | None:
+        """Start a worker (the spare, if one is starting) and wait ``startup`` s (default: its own) for it to load."""
         self.proc, self.conn = self.spare or self._launch()
         self.spare = None
-        answer = self._receive(time.monotonic() + self.startup, self.startup)
+        startup = self.startup if startup is None else startup
+        answer = self._receive(time.monotonic() + startup, startup)
         if answer is None and self.lost and self.method == "spawn":
             self.spare = self._launch()
         return answer
 
-    def ask(self, request, timeout: float) -> _Answer:
-        """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
-        return self.send(request) or self.answer(time.monotonic() + timeout, timeout)
+    def ask(self, request, timeout: float, startup: float | None = None) -> _Answer:
+        """Send one request; the answer, or the fault that ended the worker (it is then replaced). ``startup``:
+        the load's limit (s) where a worker must be started for it, instead of its own."""
+        return self.send(request, startup) or self.answer(time.monotonic() + timeout, timeout)
 
-    def send(self, request) -> _Answer | None:
+    def send(self, request, startup: float | None = None) -> _Answer | None:
         """Start the worker if need be and send ``request`` (None); or the fault that ended it first."""
         if self.proc is None:
-            started = self._start()
+            started = self._start(startup)
             if started is not None and not started.ok:
                 if started.fault:  # it died loading the kernel: no scenario is to blame
                     started.fault = (started.fault[0], f"{started.fault[1]} while loading the kernel")
@@ -375,7 +383,7 @@ def reference_limits(reference: dict[str, float], budget: float | None) -> tuple
     """:func:`derive_limits` of ``reference``, and the groups' limits as evidence (``budget``: the gathering's)."""
     per = derive_limits(reference)
     return per, Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(reference), factor=LIMIT_FACTOR,
-                       floor=LIMIT_FLOOR)
+                       floor=LIMIT_FLOOR, second_try=SECOND_TRY)
 
 
 def derive_budget(reference: dict[str, float]) -> float:
@@ -437,11 +445,30 @@ class GroupRunner:
     """
 
     def __init__(self, worker: Worker, controller: Controller, limits: dict[str, float], clock: Clock, seed: int = 0,
-                 narrow: bool = True):
+                 narrow: bool = True, second_try: bool = True):
         self.worker, self.limits, self.clock, self.narrow = worker, limits, clock, narrow
         self.groups_of = scenario_groups(controller, seed)
         self.known: dict[str, str] = {}  # scenario name -> why it is not run again
         self.hung = False
+        self.second_try = second_try  # derived limits: a first time-out is tried again (SECOND_TRY)
+        self.second_tries: list[str] = []  # what each second try found, one line each
+
+    def _try_again(self, group: str, request, answer: _Answer) -> _Answer:
+        """``answer``, or where it is the gathering's first time-out, the answer to ``request`` sent once more
+        with SECOND_TRY × the limit (the load's limit too, where it timed out loading the kernel)."""
+        if not (self.second_try and not self.hung and answer.fault and answer.fault[0] == "timeout"):
+            return answer
+        startup = self.worker.startup * SECOND_TRY if answer.at_load else None
+        limit = self.clock.limit(SECOND_TRY * self.limits[group])
+        if limit <= 0:
+            return answer
+        again = self.worker.ask(request, limit, startup)
+        first = answer.fault[1]
+        if again.fault and again.fault[0] == "timeout":
+            again.fault = ("timeout", f"{first}, nor on a second try ({again.fault[1]})")
+        self.second_tries.append(f"{group}: {first}; a second try " + (
+            "answered" if again.ok else f"ended: {again.fault[0] if again.fault else 'an error'}"))
+        return again
 
     def _first(self, group: str) -> tuple[tuple, list[str], tuple[int, ...], list[tuple[str, str, str]]]:
         """A group's first request (its scenarios not known to hang), their names, indices and the skipped."""
@@ -501,7 +528,7 @@ class GroupRunner:
         if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
         request, names, todo, skipped = first
-        answer = answer or worker.ask(request, limit)
+        answer = answer or self._try_again(group, request, worker.ask(request, limit))
         if answer.ok:
             whole = request[1] is None
             return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
@@ -584,7 +611,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     say = progress or (lambda _line: None)
     results, faults, skipped, behaviour = {}, [], [], None
     with Worker(backend, source, slots, controller, seed, startup=per.get("startup")) as worker:
-        runner = GroupRunner(worker, controller, per, clock, seed)
+        runner = GroupRunner(worker, controller, per, clock, seed, second_try=timeout is None)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
             if runner.hung and not together and i < len(GROUPS) - 1:
@@ -603,5 +630,5 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             behaviour = got.get(INFERENCE)
             faults += bad
             say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
-    return assemble(controller, slots, results, faults, seed, behaviour=behaviour, limits=limits,
-                    skipped=tuple(skipped))
+    return assemble(controller, slots, results, faults, seed, behaviour=behaviour,
+                    limits=replace(limits, second_tries=tuple(runner.second_tries)), skipped=tuple(skipped))
