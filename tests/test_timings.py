@@ -29,6 +29,15 @@ def test_a_new_timed_entry_alone_is_measured(monkeypatch, tmp_path, capsys):
     assert "| `sleeper` | sleeps 0.3 s |" in out and "noise" not in out  # the command's own output stays out
 
 
+def test_logs_keep_each_commands_output_for_the_one_who_asks(monkeypatch, tmp_path, capsys):
+    """``--logs``: a command that fails on the page can be read afterwards (stdout and stderr, in order)."""
+    noisy = command_times.Timed("noisy", ("-c", "import sys; print('to out', flush=True); sys.exit('to err')"), "fails")
+    monkeypatch.setattr(command_times, "TIMED", (noisy,))
+    assert timings.main(["--only", "noisy", "--logs", str(tmp_path / "logs")]) == 0
+    assert (tmp_path / "logs" / "noisy.log").read_text().splitlines() == ["to out", "to err"]
+    assert "to out" not in capsys.readouterr().out
+
+
 def test_exit_status_and_cpu_time_come_from_the_child(tmp_path):
     busy = command_times.Timed("busy", ("-c", "import sys\nx=0\nfor i in range(3_000_000): x+=i\nsys.exit(3)"), "spins")
     measured = command_times.run_one(busy, tmp_path, timeout_s=60)
@@ -56,6 +65,7 @@ def test_a_machine_measured_again_replaces_its_row_and_keeps_the_others():
     (["--only", "nonesuch"], "unknown command name"),
     (["--timeout", "0"], "--timeout must be above 0"),
     (["--json", "docs/DESIGN.md"], "is a file of the repository"),
+    (["--logs", "docs"], "holds the repository's own files"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     assert timings.main(argv) == 2

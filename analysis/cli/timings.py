@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated command names (of: {names}); default every one this machine runs")
     parser.add_argument("--timeout", type=float, default=1800, help=f"seconds one command may run (at most {MAX_TIMEOUT_S})")
     parser.add_argument("--json", type=policy.path, help="also write this run's row as JSON here")
+    parser.add_argument("--logs", type=policy.path, help="keep each command's output here, as <name>.log "
+                        "(default: dropped)")
     parser.add_argument("--page", action="store_true", help="replace this machine's row in docs/performance.json "
                         "and regenerate docs/performance.md (committed files: only this flag writes them)")
     args = parser.parse_args(argv)
@@ -38,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SuiteError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S} s, not {args.timeout}")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     pages = [PAGE_JSON, PAGE_MD] if args.page else []
-    check_outputs([Output("--json", args.json), *(Output("--page", p) for p in pages)], committed=pages)
-    runs, left = command_times.measure(only, args.timeout, progress=policy.progress("timings"))
+    check_outputs([Output("--json", args.json), Output("--logs", args.logs, folder=True),
+                   *(Output("--page", p) for p in pages)], committed=pages)
+    runs, left = command_times.measure(only, args.timeout, progress=policy.progress("timings"), logs=args.logs)
     what = {t.name: t.what for t in command_times.TIMED}
     row = {"machine": command_times.machine(), "date": datetime.date.today().isoformat(), "commit": suite_commit(),
            "runs": [{"name": r.name, "what": what[r.name], "wall_s": round(r.wall_s, 2), "cpu_s": round(r.cpu_s, 2),

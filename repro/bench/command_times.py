@@ -102,18 +102,26 @@ def has_device() -> bool:
         return False
 
 
-def run_one(timed: Timed, scratch: Path, timeout_s: float) -> Measured:
-    """Run ``timed`` once in the repository as a child process; its output is kept out of the terminal."""
+def run_one(timed: Timed, scratch: Path, timeout_s: float, log: Path | None = None) -> Measured:
+    """Run ``timed`` once in the repository as a child process; its output is kept out of the terminal, in
+    ``log`` (stdout and stderr together) where given, else dropped."""
     argv = [sys.executable, *(a.replace("{out}", str(scratch)) for a in timed.argv)]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     if timed.cold:
         env["RLQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlq-cold-", dir=scratch)
+    try:
+        sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+    except OSError as err:
+        raise SuiteError(f"cannot write {log}: {err.strerror or err}") from None
     start = time.perf_counter()
     try:
-        child = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+                                 stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL)
     except OSError as err:
         raise SuiteError(f"cannot start {timed.name}: {err.strerror or err}") from None
+    finally:
+        if log is not None:
+            sink.close()  # the child holds its own copy
     deadline = start + timeout_s
     while True:
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -128,10 +136,10 @@ def run_one(timed: Timed, scratch: Path, timeout_s: float) -> Measured:
     return Measured(timed.name, time.perf_counter() - start, usage.ru_utime + usage.ru_stime, child.returncode)
 
 
-def measure(names: list[str] | None, timeout_s: float,
-            progress: Callable[[str], None] = lambda line: None) -> tuple[list[Measured], list[str]]:
+def measure(names: list[str] | None, timeout_s: float, progress: Callable[[str], None] = lambda line: None,
+            logs: Path | None = None) -> tuple[list[Measured], list[str]]:
     """Time the commands named (all that this machine can run when ``names`` is None); return the runs and a
-    line for each command left out and why."""
+    line for each command left out and why. ``logs``: a folder for each command's output, ``<name>.log``."""
     known = {t.name: t for t in TIMED}
     unknown = sorted(set(names or ()) - set(known))
     if unknown:
@@ -143,6 +151,6 @@ def measure(names: list[str] | None, timeout_s: float,
     with tempfile.TemporaryDirectory(prefix="rlq-timings-") as scratch:
         for timed in (t for t in chosen if device or not t.device):
             progress(f"{timed.name} ({timed.what}) …")
-            runs.append(run_one(timed, Path(scratch), timeout_s))
+            runs.append(run_one(timed, Path(scratch), timeout_s, logs / f"{timed.name}.log" if logs else None))
             progress(f"{timed.name}: {runs[-1].wall_s:.1f} s wall, {runs[-1].cpu_s:.1f} s CPU, exit {runs[-1].status}")
     return runs, left
