@@ -410,33 +410,65 @@ def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(co
     assert side_by_side == evidence()
 
 
-def test_a_time_out_counts_only_when_a_second_try_at_twice_the_limit_times_out_too(contract, host, monkeypatch):
+
+def _stall_the_first_request(worker, monkeypatch) -> None:
+    """The machine stalls the worker's first request: the process is stopped (SIGSTOP) as soon as it is sent, as
+    a loaded host's scheduler might leave it; the time-out's SIGKILL ends it as it would a hung one."""
+    import os
+    import signal
+
+    send, stalled = worker.send, []
+
+    def stalling(request, startup=None):
+        fault = send(request, startup)
+        if fault is None and not stalled:
+            stalled.append(worker.proc.pid)
+            os.kill(worker.proc.pid, signal.SIGSTOP)
+        return fault
+
+    monkeypatch.setattr(worker, "send", stalling)
+
+
+def test_a_stall_is_not_a_hang_where_a_second_try_answers(contract, host, monkeypatch):
     """A derived limit is a guess from one timing of the reference; a loaded machine can stall a worker past it.
-    The fixed kernel under a limit no run can meet (10 µs) and a second try it meets: the group's results are
-    kept and the second try is on the record. Under limits no try can meet, the fault names both tries, and
-    only the gathering's first time-out is tried again (a hang is known by then)."""
+    A scenario group stalled as a whole is searched scenario by scenario: none hangs alone, so its results are the
+    search's, bit for bit those of a run that did not stall, and no fault. Another request stalled (``onsets``) is
+    sent again at twice its limit. Each second try is on the record; neither marks the candidate as hanging."""
     from repro.runners import isolation
-    from repro.runners.campaign import scenario_groups
 
-    entry = contract.controller("fixed")
-    source = contract.source("fixed")
+    entry, source = contract.controller("fixed"), contract.source("fixed")
     host.check_compiles(source, contract.slots)
-    monkeypatch.setattr(isolation, "SECOND_TRY", 1e6)  # the second try: 10 s
+    limits = dict.fromkeys(("catalogue", "onsets"), 1.0)
     with isolation.Worker(host, source, contract.slots, entry) as worker:
-        runner = isolation.GroupRunner(worker, entry, dict.fromkeys(("catalogue", "dead_zone"), 1e-5),
-                                       isolation.Clock(None))
-        got, faults, _ = runner.run("catalogue")
-        assert faults == [] and len(got["catalogue"]) == len(scenario_groups(entry)["catalogue"][0])
-        assert runner.second_tries == ["catalogue: no answer within 1e-05 s; a second try answered"]
-        assert not runner.hung
+        calm, _, _ = isolation.GroupRunner(worker, entry, limits, isolation.Clock(None)).run("catalogue")
+    got = {}
+    for group in ("catalogue", "onsets"):
+        with isolation.Worker(host, source, contract.slots, entry) as worker:
+            _stall_the_first_request(worker, monkeypatch)
+            runner = isolation.GroupRunner(worker, entry, limits, isolation.Clock(None))
+            one, faults, _ = runner.run(group)
+        got |= one
+        assert faults == [] and not runner.hung and one[group] is not None
+        assert runner.second_tries == [{
+            "catalogue": "catalogue: no answer within 1 s as a whole; every scenario then answered alone",
+            "onsets": "onsets: no answer within 1 s; a second try answered"}[group]]
 
-    monkeypatch.setattr(isolation, "SECOND_TRY", 2.0)
+    def bits(runs):
+        return {i: (np.asarray(lam).tobytes(), repr(stray)) for i, (lam, stray) in runs.items()}
+
+    assert bits(got["catalogue"]) == bits(dict(enumerate(calm["catalogue"])))
+
+def test_a_time_out_met_again_counts_and_only_the_first_is_tried_again(contract, host):
+    """Under limits no try can meet, the fault names both tries; once the candidate is known to hang, a later
+    time-out counts at once."""
+    from repro.runners import isolation
+
+    entry, source = contract.controller("fixed"), contract.source("fixed")
+    host.check_compiles(source, contract.slots)
     with isolation.Worker(host, source, contract.slots, entry) as worker:
-        runner = isolation.GroupRunner(worker, entry, dict.fromkeys(("catalogue", "dead_zone"), 1e-6),
-                                       isolation.Clock(None), narrow=False)
-        _, first, _ = runner.run("catalogue")
-        _, second, _ = runner.run("dead_zone")
+        runner = isolation.GroupRunner(worker, entry, dict.fromkeys(("onsets", "threads"), 1e-6), isolation.Clock(None))
+        _, first, _ = runner.run("onsets")
+        _, second, _ = runner.run("threads")
     assert [f.detail for f in first] == ["no answer within 1e-06 s, nor on a second try (no answer within 2e-06 s)"]
     assert [f.detail for f in second] == ["no answer within 1e-06 s"]
     assert runner.hung and len(runner.second_tries) == 1
-

@@ -511,7 +511,7 @@ def _limit_text(ev: Evidence) -> str:
     low, high = min(lim.per_group.values()), max(lim.per_group.values())
     span = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}–{high:.2g}"
     return (f"{span} s per experiment group: {lim.factor:g}× the reference's time, at least "
-            f"{lim.floor:g} s; a first time-out tried again at {lim.second_try:g}×; budget {lim.budget:.3g} s")
+            f"{lim.floor:g} s; a first time-out tried again; budget {lim.budget:.3g} s")
 
 
 def execution(ev: Evidence) -> Finding:

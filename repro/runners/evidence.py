@@ -128,8 +128,7 @@ class Limits:
     reference: dict[str, float] = field(default_factory=dict)
     factor: float = 0.0  # limit = max(floor, factor × reference)
     floor: float = 0.0
-    second_try: float = 0.0  # a first time-out is tried again at second_try × the limit (0: never)
-    second_tries: tuple[str, ...] = ()  # what came of each second try, one line each
+    second_tries: tuple[str, ...] = ()  # a first time-out tried again (repro.runners.isolation.SECOND_TRY): what came
 
 
 @dataclass(frozen=True)

@@ -52,10 +52,11 @@ from repro.runners.inference import infer
 #: a candidate legitimately slower than the reference (more arithmetic, a debug build) and the load's swings.
 LIMIT_FACTOR = 10.0
 LIMIT_FLOOR = 0.5
-#: A time-out under a derived limit counts only when a second try, SECOND_TRY × the limit, times out too: the limit
-#: is a guess from one timing of the reference, and a loaded machine (CI: two test workers on two cores) can stall
-#: a worker past it (a CI run once failed a candidate that behaves as the fixed kernel, with a stall's signs). A real hang
-#: pays it once per gathering (then GroupRunner.hung is set and later hangs count at once).
+#: A time-out under a derived limit counts only when it is met again: the limit is a guess from one timing of the
+#: reference, and a loaded machine (CI: two test workers on two cores) can stall a worker past it (a CI run once
+#: failed a candidate that behaves as the fixed kernel, with a stall's signs). A scenario group's culprit search is
+#: the second try (no scenario hangs alone: the group's results are the search's); any other request, or a load
+#: that timed out, is sent once more at SECOND_TRY × its limit. Only the gathering's first time-out is tried again.
 SECOND_TRY = 2.0
 #: The whole gathering's budget: BUDGET_FACTOR × the reference's total, at least BUDGET_FLOOR s.
 BUDGET_FACTOR = 10.0
@@ -383,7 +384,7 @@ def reference_limits(reference: dict[str, float], budget: float | None) -> tuple
     """:func:`derive_limits` of ``reference``, and the groups' limits as evidence (``budget``: the gathering's)."""
     per = derive_limits(reference)
     return per, Limits({g: per[g] for g in GROUPS}, budget=budget, reference=dict(reference), factor=LIMIT_FACTOR,
-                       floor=LIMIT_FLOOR, second_try=SECOND_TRY)
+                       floor=LIMIT_FLOOR)
 
 
 def derive_budget(reference: dict[str, float]) -> float:
@@ -455,7 +456,8 @@ class GroupRunner:
 
     def _try_again(self, group: str, request, answer: _Answer) -> _Answer:
         """``answer``, or where it is the gathering's first time-out, the answer to ``request`` sent once more
-        with SECOND_TRY × the limit (the load's limit too, where it timed out loading the kernel)."""
+        with SECOND_TRY × the limit (the load's limit too, where it timed out loading the kernel). A group the
+        culprit search runs scenario by scenario needs no second try: the search is one (:meth:`run`)."""
         if not (self.second_try and not self.hung and answer.fault and answer.fault[0] == "timeout"):
             return answer
         startup = self.worker.startup * SECOND_TRY if answer.at_load else None
@@ -528,17 +530,22 @@ class GroupRunner:
         if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
         request, names, todo, skipped = first
-        answer = answer or self._try_again(group, request, worker.ask(request, limit))
+        searched = self.narrow and group in self.groups_of  # a time-out there is confirmed by the culprit search
+        if answer is None:
+            answer = worker.ask(request, limit)
+            if answer.at_load or not searched:
+                answer = self._try_again(group, request, answer)
         if answer.ok:
             whole = request[1] is None
             return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
         timed_out = answer.fault[0] == "timeout"
-        if not self.narrow or group not in self.groups_of or answer.at_load or (timed_out and self.hung):
+        if not searched or answer.at_load or (timed_out and self.hung):
             # one experiment (onsets, threads, the inference), no scenario ran at all, or a hang once more: it ends here
             self.hung |= timed_out
             return {}, [Fault(group, "", *answer.fault)], skipped
+        hung_before = self.hung
         self.hung |= timed_out
         partial, faults, culprits = {}, [], 0
         pending = list(todo)
@@ -576,6 +583,11 @@ class GroupRunner:
                 faults.append(Fault(group, "", *batch.fault))
             else:  # a crash among the rest: search it scenario by scenario
                 pending = list(rest)
+        if not culprits and timed_out and self.second_try and not faults and len(partial) == len(todo):
+            # every scenario answered alone: the time-out was the machine's (a stall), not the candidate's
+            self.hung = hung_before
+            self.second_tries.append(f"{group}: {answer.fault[1]} as a whole; every scenario then answered alone")
+            return {group: partial}, [], skipped
         if not culprits:  # the group failed as a whole only (e.g. it ran out of time in total)
             faults.insert(0, Fault(group, "", *answer.fault))
         return {group: partial}, faults, skipped
