@@ -347,8 +347,8 @@ def test_a_candidate_that_always_hangs_ends_in_an_execution_row(contract, host):
     failed = {f.key: f for f in verdict.failed}
     assert [k for k, f in failed.items() if "not_measured" not in f.detail] == ["execution"], failed
     assert {"floor", "guards", "nonfinite", "isolation"} <= set(failed)
-    # ``--timeout`` is the user's own limit: a time-out under it counts at once, with no second try
-    assert verdict.evidence.limits.second_tries == () and all("second try" not in f.detail for f in faults)
+    # ``--timeout`` is the user's own limit: wall-clock time, nothing waited for
+    assert verdict.evidence.limits.waits == () and {f.detail for f in faults} == {"no answer within 0.2 s"}
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
@@ -410,67 +410,75 @@ def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(co
     assert side_by_side == evidence()
 
 
-
-def _stall_the_first_request(worker, monkeypatch) -> None:
-    """The machine stalls the worker's first request: the process is stopped (SIGSTOP) as soon as it is sent, as
-    a loaded host's scheduler might leave it; the time-out's SIGKILL ends it as it would a hung one."""
+def _stopped_worker(host, contract, source=None):
+    """A started worker for ``source`` (the fixed kernel) whose limits count CPU time, then stopped (SIGSTOP) as a
+    loaded host's scheduler or a stalled disk might leave it: the request sent next waits in its pipe."""
     import os
     import signal
 
-    send, stalled = worker.send, []
+    from repro.runners.isolation import Worker
 
-    def stalling(request, startup=None):
-        fault = send(request, startup)
-        if fault is None and not stalled:
-            stalled.append(worker.proc.pid)
-            os.kill(worker.proc.pid, signal.SIGSTOP)
-        return fault
-
-    monkeypatch.setattr(worker, "send", stalling)
-
-
-def test_a_stall_is_not_a_hang_where_a_second_try_answers(contract, host, monkeypatch):
-    """A derived limit is a guess from one timing of the reference; a loaded machine can stall a worker past it.
-    A scenario group stalled as a whole is searched scenario by scenario: none hangs alone, so its results are the
-    search's, bit for bit those of a run that did not stall, and no fault. Another request stalled (``onsets``) is
-    sent again at twice its limit. Each second try is on the record; neither marks the candidate as hanging."""
-    from repro.runners import isolation
-
-    entry, source = contract.controller("fixed"), contract.source("fixed")
+    entry = contract.controller("fixed")
+    source = source or contract.source("fixed")
     host.check_compiles(source, contract.slots)
-    limits = dict.fromkeys(("catalogue", "onsets"), 1.0)
-    with isolation.Worker(host, source, contract.slots, entry) as worker:
-        calm, _, _ = isolation.GroupRunner(worker, entry, limits, isolation.Clock(None)).run("catalogue")
-    got = {}
-    for group in ("catalogue", "onsets"):
-        with isolation.Worker(host, source, contract.slots, entry) as worker:
-            _stall_the_first_request(worker, monkeypatch)
-            runner = isolation.GroupRunner(worker, entry, limits, isolation.Clock(None))
-            one, faults, _ = runner.run(group)
-        got |= one
-        assert faults == [] and not runner.hung and one[group] is not None
-        assert runner.second_tries == [{
-            "catalogue": "catalogue: no answer within 1 s as a whole; every scenario then answered alone",
-            "onsets": "onsets: no answer within 1 s; a second try answered"}[group]]
+    worker = Worker(host, source, contract.slots, entry, cpu_time=True)
+    assert worker._start() is None
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    return worker
 
-    def bits(runs):
-        return {i: (np.asarray(lam).tobytes(), repr(stray)) for i, (lam, stray) in runs.items()}
 
-    assert bits(got["catalogue"]) == bits(dict(enumerate(calm["catalogue"])))
+def test_a_worker_kept_waiting_is_not_a_hang_and_the_wait_is_on_the_record(contract, host):
+    """A limit derived from the reference counts the CPU time the worker used: stopped for 1.5× its limit, then
+    let go, it answers in full with no fault, and the wait is in the evidence the execution row shows."""
+    import os
+    import signal
+    import threading
 
-def test_a_time_out_met_again_counts_and_only_the_first_is_tried_again(contract, host):
-    """tests/candidates/hang_always.cu: the first time-out is met again on the second try and the fault names both;
-    once the candidate is known to hang, a later time-out counts at once."""
-    from repro.core.paths import ROOT
+    from repro.runners.isolation import Clock, GroupRunner
+
+    entry = contract.controller("fixed")
+    with _stopped_worker(host, contract) as worker:
+        resume = threading.Timer(0.75, os.kill, (worker.proc.pid, signal.SIGCONT))
+        resume.start()
+        try:
+            got, faults, _ = GroupRunner(worker, entry, {"catalogue": 0.5}, Clock(None)).run("catalogue")
+        finally:
+            resume.join()
+    assert faults == [] and len(got["catalogue"]) > 0
+    assert len(worker.waits) == 1 and worker.waits[0].startswith("catalogue: answered after ")
+    assert worker.waits[0].endswith("against a 0.5-s limit of CPU time")
+
+
+def test_a_worker_that_never_runs_is_ended_at_the_wall_clock_cap(contract, host):
+    """A worker that uses no CPU (a candidate asleep or blocked, or a machine that never runs it) is ended at
+    STALL_CAP × its limit, and the fault says what it used."""
     from repro.runners import isolation
 
     entry = contract.controller("fixed")
-    source = load_kernel(ROOT / "tests" / "candidates" / "hang_always.cu", entry.symbol)
+    with _stopped_worker(host, contract) as worker:
+        _, faults, _ = isolation.GroupRunner(worker, entry, {"onsets": 0.2}, isolation.Clock(None)).run("onsets")
+    (fault,) = faults
+    assert fault.kind == "timeout" and f"{isolation.STALL_CAP:g}× its 0.2-s limit, in which it used 0 s of CPU" in fault.detail
+    assert worker.waits == []
+
+
+def test_a_candidate_that_closes_its_pipe_and_spins_is_ended(contract, host):
+    """tests/candidates/close_pipe.cu closes every descriptor above stderr (the pipe to the gate, and the one
+    multiprocessing watches for the process's end) and spins. The gate once waited on it for ever."""
+    import threading
+
+    from repro.core.paths import ROOT
+    from repro.runners.isolation import Worker
+
+    entry = contract.controller("fixed")
+    source = load_kernel(ROOT / "tests" / "candidates" / "close_pipe.cu", entry.symbol)
     host.check_compiles(source, contract.slots)
-    with isolation.Worker(host, source, contract.slots, entry) as worker:
-        runner = isolation.GroupRunner(worker, entry, dict.fromkeys(("onsets", "threads"), 0.1), isolation.Clock(None))
-        _, first, _ = runner.run("onsets")
-        _, second, _ = runner.run("threads")
-    assert [f.detail for f in first] == ["no answer within 0.1 s, nor on a second try (no answer within 0.2 s)"]
-    assert [f.detail for f in second] == ["no answer within 0.1 s"]
-    assert runner.hung and len(runner.second_tries) == 1
+    answers = []
+    with Worker(host, source, contract.slots, entry) as worker:
+        asking = threading.Thread(target=lambda: answers.append(worker.ask(("nonfinite", None), timeout=60)),
+                                  daemon=True)
+        asking.start()
+        asking.join(60)
+        assert not asking.is_alive(), "the gate waited on the worker past its own limit"
+    (answer,) = answers
+    assert answer.fault == ("crash", "it closed its pipe to the gate and lived on")

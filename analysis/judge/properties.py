@@ -511,7 +511,7 @@ def _limit_text(ev: Evidence) -> str:
     low, high = min(lim.per_group.values()), max(lim.per_group.values())
     span = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}–{high:.2g}"
     return (f"{span} s per experiment group: {lim.factor:g}× the reference's time, at least "
-            f"{lim.floor:g} s; a first time-out tried again; budget {lim.budget:.3g} s")
+            f"{lim.floor:g} s, of CPU time; budget {lim.budget:.3g} s")
 
 
 def execution(ev: Evidence) -> Finding:
@@ -528,10 +528,10 @@ def execution(ev: Evidence) -> Finding:
                           + (f" where the {gated} build ran it (the builds behave differently)" if differs else ""))
     described = "; ".join(faults[:3]) + (f"; {len(faults) - 3} more" if len(faults) > 3 else "")
     detail = {"limit": _limit_text(ev), "faults": faults}
-    tries = [*(ev.limits.second_tries if ev.limits else ()),
-             *(f"coverage build: {t}" for t in (ev.coverage.second_tries if ev.coverage else ()))]
-    if tries:  # a first time-out is tried again (repro.runners.isolation.SECOND_TRY): shown, whatever came of it
-        detail["second_tries"] = tries
+    waits = [*(ev.limits.waits if ev.limits else ()),
+             *(f"coverage build: {w}" for w in (ev.coverage.waits if ev.coverage else ()))]
+    if waits:  # a loaded machine kept a worker waiting: what it cost is on the record
+        detail["waited"] = waits
     if ev.skipped:  # a scenario that hung is not run again in a later group
         detail["not_run_again"] = [f"{group}: {scenario} ({why})" for group, scenario, why in ev.skipped]
     return Finding(key="execution", title="runs every experiment to its end (no crash, no hang)", ok=not faults,

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from repro.backends import backend_unavailable, get_backend
@@ -111,10 +112,9 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         lib = _build(backend, source, slots, folder)
         faults = []
         # confined to the build folder, where its counters are written (repro.runners.confine)
-        with Worker(backend, source, slots, controller, seed, startup=per.get("startup"),
+        with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=timeout is None,
                     load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots), scratch=folder) as worker:
-            # narrow=False: a dead worker's counts are lost
-            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False, second_try=timeout is None)
+            runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
             runner.known.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
@@ -129,11 +129,10 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",
                                *[p.name for p in folder.glob("*.gcda")]], capture_output=True, cwd=folder)
-        return _parse(data.stdout, source, tuple(faults), tuple(skipped), tuple(runner.second_tries))
+        return replace(_parse(data.stdout, source, tuple(faults), tuple(skipped)), waits=tuple(worker.waits))
 
 
-def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...],
-           second_tries: tuple[str, ...] = ()) -> Coverage:
+def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped: tuple[tuple[str, str], ...]) -> Coverage:
     origin = line_origin(source)
     lines, branches = {}, {}
     text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
@@ -150,5 +149,4 @@ def _parse(raw: bytes, source: KernelSource, faults: tuple[Fault, ...], skipped:
                     arcs = [int(b["count"]) for b in line["branches"] if not b.get("throw")]
                     old = branches.get(n, [0] * len(arcs))
                     branches[n] = [a + b for a, b in zip(old, arcs, strict=True)] if len(old) == len(arcs) else arcs
-    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults, skipped,
-                    second_tries)
+    return Coverage(source.origin, dict(sorted(lines.items())), dict(sorted(branches.items())), faults, skipped)

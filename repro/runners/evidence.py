@@ -58,7 +58,7 @@ class Coverage:
     branches: dict[int, list[int]]
     faults: tuple[Fault, ...] = ()  # groups that crashed or hung in the coverage build
     skipped: tuple[tuple[str, str], ...] = ()  # (group, why) not run in the coverage build
-    second_tries: tuple[str, ...] = ()  # as Limits.second_tries, in the coverage build
+    waits: tuple[str, ...] = ()  # as Limits.waits, in the coverage build
 
     @property
     def lines_hit(self) -> int:
@@ -128,7 +128,7 @@ class Limits:
     reference: dict[str, float] = field(default_factory=dict)
     factor: float = 0.0  # limit = max(floor, factor × reference)
     floor: float = 0.0
-    second_tries: tuple[str, ...] = ()  # a first time-out tried again (repro.runners.isolation.SECOND_TRY): what came
+    waits: tuple[str, ...] = ()  # requests answered past their limit in wall-clock time (it counts CPU time)
 
 
 @dataclass(frozen=True)

@@ -52,12 +52,12 @@ from repro.runners.inference import infer
 #: a candidate legitimately slower than the reference (more arithmetic, a debug build) and the load's swings.
 LIMIT_FACTOR = 10.0
 LIMIT_FLOOR = 0.5
-#: A time-out under a derived limit counts only when it is met again: the limit is a guess from one timing of the
-#: reference, and a loaded machine (CI: two test workers on two cores) can stall a worker past it (a CI run once
-#: failed a candidate that behaves as the fixed kernel, with a stall's signs). A scenario group's culprit search is
-#: the second try (no scenario hangs alone: the group's results are the search's); any other request, or a load
-#: that timed out, is sent once more at SECOND_TRY × its limit. Only the gathering's first time-out is tried again.
-SECOND_TRY = 2.0
+#: Under a derived limit a request's time is the CPU time its worker used (user + system, every thread): a loaded
+#: machine (CI: two test workers on two cores) can leave a worker waiting for a CPU or for the disk well past a
+#: wall-clock limit, which then reads as a hang (a CI run once failed a candidate that behaves as the fixed kernel,
+#: with a stall's signs). Its wall-clock time is still capped at STALL_CAP × the limit: a candidate that hangs
+#: without spinning (asleep, blocked) is ended there. Where /proc cannot say (not Linux), the limit is wall-clock.
+STALL_CAP = 3.0
 #: The whole gathering's budget: BUDGET_FACTOR × the reference's total, at least BUDGET_FLOOR s.
 BUDGET_FACTOR = 10.0
 BUDGET_FLOOR = 10.0
@@ -79,6 +79,20 @@ class _Answer:
     value: object = None  # the group's result, or the error text
     fault: tuple[str, str] | None = None  # (kind, detail) when the worker died or hung
     at_load: bool = False  # it died before its first request (loading the kernel)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process ``pid`` has used, all its threads (``/proc/PID/stat``); None where
+    that cannot be read (no /proc, the process gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _start_deaf_to_ctrl_c(proc) -> None:
@@ -191,8 +205,13 @@ class Worker:
 
     def __init__(self, backend: Backend, source: KernelSource, slots: Slots, controller: Controller, seed: int = 0,
                  load: Callable[[], CompiledKernel] | None = None, startup: float | None = None,
-                 scratch: Path | None = None):
+                 scratch: Path | None = None, cpu_time: bool = False):
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
+        # Limits counted in the worker's CPU time, wall time capped at STALL_CAP × the limit (derived limits);
+        # else in wall time (a ``--timeout``, the reference's own runs). What waited past its wall limit: ``waits``.
+        self.cpu_time = cpu_time
+        self.waits: list[str] = []
+        self._asked = "load"  # what the worker is answering (shown in ``waits``)
         # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process (removed).
         self.scratch = scratch
         self.watches: dict[int, confine.Watch] = {}  # pid -> its sandbox's watch
@@ -232,25 +251,23 @@ class Worker:
             self.folders[proc.pid] = folder
         return proc, parent
 
-    def _start(self, startup: float | None = None) -> _Answer | None:
-        """Start a worker (the spare, if one is starting) and wait ``startup`` s (default: its own) for it to load."""
+    def _start(self) -> _Answer | None:
         self.proc, self.conn = self.spare or self._launch()
         self.spare = None
-        startup = self.startup if startup is None else startup
-        answer = self._receive(time.monotonic() + startup, startup)
+        self._asked = "load"
+        answer = self._receive(time.monotonic() + self.startup, self.startup)
         if answer is None and self.lost and self.method == "spawn":
             self.spare = self._launch()
         return answer
 
-    def ask(self, request, timeout: float, startup: float | None = None) -> _Answer:
-        """Send one request; the answer, or the fault that ended the worker (it is then replaced). ``startup``:
-        the load's limit (s) where a worker must be started for it, instead of its own."""
-        return self.send(request, startup) or self.answer(time.monotonic() + timeout, timeout)
+    def ask(self, request, timeout: float) -> _Answer:
+        """Send one request; the answer, or the fault that ended the worker (it is then replaced)."""
+        return self.send(request) or self.answer(time.monotonic() + timeout, timeout)
 
-    def send(self, request, startup: float | None = None) -> _Answer | None:
+    def send(self, request) -> _Answer | None:
         """Start the worker if need be and send ``request`` (None); or the fault that ended it first."""
         if self.proc is None:
-            started = self._start(startup)
+            started = self._start()
             if started is not None and not started.ok:
                 if started.fault:  # it died loading the kernel: no scenario is to blame
                     started.fault = (started.fault[0], f"{started.fault[1]} while loading the kernel")
@@ -260,6 +277,7 @@ class Worker:
             self.conn.send(request)
         except (BrokenPipeError, OSError):
             return self._died()
+        self._asked = request[0] if isinstance(request, tuple) else str(request)
         return None
 
     def answer(self, deadline: float, limit: float) -> _Answer:
@@ -267,6 +285,9 @@ class Worker:
         return self._receive(deadline, limit) or _Answer(True)
 
     def _receive(self, deadline: float, limit: float) -> _Answer | None:
+        start = deadline - limit
+        cpu_at = _cpu_seconds(self.proc.pid) if self.cpu_time else None
+        cap = start + STALL_CAP * limit if cpu_at is not None else deadline
         while True:
             left = deadline - time.monotonic()
             try:
@@ -275,6 +296,7 @@ class Worker:
                     if kind == "confined":  # the seccomp listener follows: watched from now on
                         self._watch(reduction.recv_handle(self.conn))
                         continue
+                    self._waited(start, limit)
                     if kind == "ready":
                         return None
                     if kind == "fault":  # the worker ends itself after a device fault
@@ -289,8 +311,23 @@ class Worker:
             if not self.proc.is_alive():
                 return self._died()
             if left <= 0:
+                now = time.monotonic()
+                used = _cpu_seconds(self.proc.pid) if cpu_at is not None else None
+                if used is not None and used - cpu_at < limit and now < cap:  # it has not had its time: it waits
+                    deadline = min(cap, now + max(0.01, limit - (used - cpu_at)))
+                    continue
                 self.stop(kill=True)
-                return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
+                if used is None or now < cap:
+                    return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
+                return _Answer(False, None, ("timeout", f"no answer within {now - start:.2g} s, {STALL_CAP:g}× its "
+                                             f"{limit:g}-s limit, in which it used {used - cpu_at:.2g} s of CPU"))
+
+    def _waited(self, start: float, limit: float) -> None:
+        """Note an answer that came past its wall-clock limit (in a worker whose limit counts CPU time)."""
+        wall = time.monotonic() - start
+        if self.cpu_time and wall > limit:
+            self.waits.append(f"{self._asked}: answered after {wall:.2g} s of wall-clock time against a {limit:g}-s "
+                              "limit of CPU time")
 
     def _reply(self) -> tuple[str, object]:
         """The worker's next message, read by :func:`repro.runners.replies.loads` (never a plain unpickling: the
@@ -307,9 +344,21 @@ class Worker:
         folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
         self.watches[self.proc.pid] = confine.Watch(fd, self.proc.pid, Path(folder))
 
+    def _ended(self, seconds: float) -> bool:
+        """Whether the worker has ended, waiting up to ``seconds`` for it. Never longer: ``Process.join`` with a
+        timeout waits for a pipe the sandboxed worker closes early, then for the process without a limit."""
+        end = time.monotonic() + seconds
+        while self.proc.exitcode is None:  # a WNOHANG poll
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.002)
+        return True
+
     def _died(self) -> _Answer:
         self.lost = True
-        self.proc.join(1.0)
+        if not self._ended(0.1):  # its pipe is closed (at a process's end) but it lives on: the candidate closed it
+            self.stop(kill=True)
+            return _Answer(False, None, ("crash", "it closed its pipe to the gate and lived on"))
         code = self.proc.exitcode
         watch = self.watches.get(self.proc.pid)
         self._reset()
@@ -364,8 +413,7 @@ class Worker:
         else:
             with contextlib.suppress(BrokenPipeError, OSError):
                 self.conn.send(None)
-        self.proc.join(5.0)
-        if self.proc.is_alive():
+        if not self._ended(5.0):
             self.proc.kill()
             self.proc.join()
         self._reset()
@@ -446,31 +494,11 @@ class GroupRunner:
     """
 
     def __init__(self, worker: Worker, controller: Controller, limits: dict[str, float], clock: Clock, seed: int = 0,
-                 narrow: bool = True, second_try: bool = True):
+                 narrow: bool = True):
         self.worker, self.limits, self.clock, self.narrow = worker, limits, clock, narrow
         self.groups_of = scenario_groups(controller, seed)
         self.known: dict[str, str] = {}  # scenario name -> why it is not run again
         self.hung = False
-        self.second_try = second_try  # derived limits: a first time-out is tried again (SECOND_TRY)
-        self.second_tries: list[str] = []  # what each second try found, one line each
-
-    def _try_again(self, group: str, request, answer: _Answer) -> _Answer:
-        """``answer``, or where it is the gathering's first time-out, the answer to ``request`` sent once more
-        with SECOND_TRY × the limit (the load's limit too, where it timed out loading the kernel). A group the
-        culprit search runs scenario by scenario needs no second try: the search is one (:meth:`run`)."""
-        if not (self.second_try and not self.hung and answer.fault and answer.fault[0] == "timeout"):
-            return answer
-        startup = self.worker.startup * SECOND_TRY if answer.at_load else None
-        limit = self.clock.limit(SECOND_TRY * self.limits[group])
-        if limit <= 0:
-            return answer
-        again = self.worker.ask(request, limit, startup)
-        first = answer.fault[1]
-        if again.fault and again.fault[0] == "timeout":
-            again.fault = ("timeout", f"{first}, nor on a second try ({again.fault[1]})")
-        self.second_tries.append(f"{group}: {first}; a second try " + (
-            "answered" if again.ok else f"ended: {again.fault[0] if again.fault else 'an error'}"))
-        return again
 
     def _first(self, group: str) -> tuple[tuple, list[str], tuple[int, ...], list[tuple[str, str, str]]]:
         """A group's first request (its scenarios not known to hang), their names, indices and the skipped."""
@@ -492,7 +520,8 @@ class GroupRunner:
             for group in groups:
                 if self.clock.limit(self.limits[group]) > 0:
                     w = self.worker
-                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup, w.scratch)
+                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup, w.scratch,
+                                            w.cpu_time)
                     workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
             for group, worker in workers.items():
                 limit = self.clock.limit(self.limits[group])
@@ -514,6 +543,7 @@ class GroupRunner:
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
+                self.worker.waits += worker.waits
                 worker.discard()
 
     def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
@@ -530,22 +560,17 @@ class GroupRunner:
         if answer is None and limit <= 0:
             return {}, [clock.over(group)], []
         request, names, todo, skipped = first
-        searched = self.narrow and group in self.groups_of  # a time-out there is confirmed by the culprit search
-        if answer is None:
-            answer = worker.ask(request, limit)
-            if answer.at_load or not searched:
-                answer = self._try_again(group, request, answer)
+        answer = answer or worker.ask(request, limit)
         if answer.ok:
             whole = request[1] is None
             return {group: answer.value if whole else dict(zip(todo, answer.value, strict=True))}, [], skipped
         if answer.fault is None:
             raise SuiteFailure(f"{group}: {answer.value}")
         timed_out = answer.fault[0] == "timeout"
-        if not searched or answer.at_load or (timed_out and self.hung):
+        if not self.narrow or group not in self.groups_of or answer.at_load or (timed_out and self.hung):
             # one experiment (onsets, threads, the inference), no scenario ran at all, or a hang once more: it ends here
             self.hung |= timed_out
             return {}, [Fault(group, "", *answer.fault)], skipped
-        hung_before = self.hung
         self.hung |= timed_out
         partial, faults, culprits = {}, [], 0
         pending = list(todo)
@@ -583,11 +608,6 @@ class GroupRunner:
                 faults.append(Fault(group, "", *batch.fault))
             else:  # a crash among the rest: search it scenario by scenario
                 pending = list(rest)
-        if not culprits and timed_out and self.second_try and not faults and len(partial) == len(todo):
-            # every scenario answered alone: the time-out was the machine's (a stall), not the candidate's
-            self.hung = hung_before
-            self.second_tries.append(f"{group}: {answer.fault[1]} as a whole; every scenario then answered alone")
-            return {group: partial}, [], skipped
         if not culprits:  # the group failed as a whole only (e.g. it ran out of time in total)
             faults.insert(0, Fault(group, "", *answer.fault))
         return {group: partial}, faults, skipped
@@ -622,8 +642,8 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
     results, faults, skipped, behaviour = {}, [], [], None
-    with Worker(backend, source, slots, controller, seed, startup=per.get("startup")) as worker:
-        runner = GroupRunner(worker, controller, per, clock, seed, second_try=timeout is None)
+    with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=timeout is None) as worker:
+        runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
             if runner.hung and not together and i < len(GROUPS) - 1:
@@ -643,4 +663,4 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             faults += bad
             say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour,
-                    limits=replace(limits, second_tries=tuple(runner.second_tries)), skipped=tuple(skipped))
+                    limits=replace(limits, waits=tuple(worker.waits)), skipped=tuple(skipped))
