@@ -462,16 +462,21 @@ def test_a_worker_that_never_runs_is_ended_at_the_wall_clock_cap(contract, host)
     assert worker.waits == []
 
 
-def test_a_candidate_that_closes_its_pipe_and_spins_is_ended(contract, host):
+@pytest.mark.parametrize("name, kind, says", [
+    ("close_pipe", "crash", "it closed its pipe to the gate and lived on"),
+    ("half_reply", "timeout", "a message cut short (1 of 256 bytes): the candidate wrote into the gate's pipe"),
+])
+def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, kind, says):
     """tests/candidates/close_pipe.cu closes every descriptor above stderr (the pipe to the gate, and the one
-    multiprocessing watches for the process's end) and spins. The gate once waited on it for ever."""
+    multiprocessing watches for the process's end) and spins; half_reply.cu writes the start of a reply into them
+    and sleeps. The gate once waited on either for ever: each ends as a fault naming what it did."""
     import threading
 
     from repro.core.paths import ROOT
     from repro.runners.isolation import Worker
 
     entry = contract.controller("fixed")
-    source = load_kernel(ROOT / "tests" / "candidates" / "close_pipe.cu", entry.symbol)
+    source = load_kernel(ROOT / "tests" / "candidates" / f"{name}.cu", entry.symbol)
     host.check_compiles(source, contract.slots)
     answers = []
     with Worker(host, source, contract.slots, entry) as worker:
@@ -481,4 +486,4 @@ def test_a_candidate_that_closes_its_pipe_and_spins_is_ended(contract, host):
         asking.join(60)
         assert not asking.is_alive(), "the gate waited on the worker past its own limit"
     (answer,) = answers
-    assert answer.fault == ("crash", "it closed its pipe to the gate and lived on")
+    assert answer.fault == (kind, says)

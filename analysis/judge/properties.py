@@ -511,7 +511,8 @@ def _limit_text(ev: Evidence) -> str:
     low, high = min(lim.per_group.values()), max(lim.per_group.values())
     span = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}–{high:.2g}"
     return (f"{span} s per experiment group: {lim.factor:g}× the reference's time, at least "
-            f"{lim.floor:g} s, of CPU time; budget {lim.budget:.3g} s")
+            f"{lim.floor:g} s" + (f", of CPU time (wall-clock capped at {lim.stall_cap:g}×)" if lim.stall_cap else "")
+            + f"; budget {lim.budget:.3g} s")
 
 
 def execution(ev: Evidence) -> Finding:

@@ -128,6 +128,7 @@ class Limits:
     reference: dict[str, float] = field(default_factory=dict)
     factor: float = 0.0  # limit = max(floor, factor × reference)
     floor: float = 0.0
+    stall_cap: float = 0.0  # > 0: the limits count CPU time, wall-clock time capped at stall_cap × them; 0: wall-clock
     waits: tuple[str, ...] = ()  # requests answered past their limit in wall-clock time (it counts CPU time)
 
 

@@ -1,10 +1,10 @@
-"""Candidate code in a child process under a wall-clock limit: a crash or a hang becomes evidence.
+"""Candidate code in a child process under a time limit: a crash or a hang becomes evidence.
 
 The gate compiles the candidate in its own process (a compile error is the
 user's error, exit 2), then runs each experiment group of
 :mod:`repro.runners.campaign` in a worker process. A worker that dies (a signal:
 SIGSEGV from a write into a guard page, SIGABRT, …) or gives no answer within
-``timeout`` seconds is replaced; the group's scenarios are then re-run one by
+its limit (:data:`STALL_CAP`) is replaced; the group's scenarios are then re-run one by
 one, each in a fresh worker if need be, to name the culprit. Up to
 :data:`MAX_CULPRITS` culprits are named per group; the scenarios after them
 are left unrun (their properties say so). Every other result is kept, so the
@@ -27,8 +27,10 @@ import multiprocessing.reduction as reduction
 import multiprocessing.resource_tracker as mp_resource_tracker
 import os
 import resource
+import select
 import shutil
 import signal
+import struct
 import tempfile
 import threading
 import time
@@ -81,15 +83,42 @@ class _Answer:
     at_load: bool = False  # it died before its first request (loading the kernel)
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds the process ``pid`` has used, all its threads (``/proc/PID/stat``); None where
-    that cannot be read (no /proc, the process gone)."""
+def _stat(pid: int) -> list[bytes] | None:
+    """``/proc/PID/stat``'s fields from the state on (field 3 is index 0); None where it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (OSError, ValueError, IndexError):
+            return stat.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except (OSError, IndexError):
         return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process ``pid`` has used, all its threads; None where /proc cannot say."""
+    fields = _stat(pid)
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, D, T, Z, …), with ``E`` for one already exiting (PF_EXITING); "" unknown."""
+    fields = _stat(pid)
+    try:
+        return "E" if fields and int(fields[6]) & 0x4 else (fields[0].decode() if fields else "")
+    except (ValueError, IndexError):
+        return ""
+
+
+#: The longest a reply may take to arrive whole once its first byte has (s): the worker writes a reply at once; a
+#: frame cut short is the candidate's writing (it can reach the pipe), a time-out, not waited for.
+REPLY_GRACE = 2.0
+#: The least time (s) the rest of a reply is given after its first byte, however late that came.
+REPLY_REST = 0.25
+
+
+class _CutShort(replies.Forged):
+    """A message that did not arrive whole within :data:`REPLY_GRACE`."""
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -212,6 +241,7 @@ class Worker:
         self.cpu_time = cpu_time
         self.waits: list[str] = []
         self._asked = "load"  # what the worker is answering (shown in ``waits``)
+        self._cpu_sent: float | None = None  # its CPU seconds when the request was sent
         # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process (removed).
         self.scratch = scratch
         self.watches: dict[int, confine.Watch] = {}  # pid -> its sandbox's watch
@@ -255,6 +285,7 @@ class Worker:
         self.proc, self.conn = self.spare or self._launch()
         self.spare = None
         self._asked = "load"
+        self._cpu_sent = _cpu_seconds(self.proc.pid) if self.cpu_time else None
         answer = self._receive(time.monotonic() + self.startup, self.startup)
         if answer is None and self.lost and self.method == "spawn":
             self.spare = self._launch()
@@ -278,6 +309,7 @@ class Worker:
         except (BrokenPipeError, OSError):
             return self._died()
         self._asked = request[0] if isinstance(request, tuple) else str(request)
+        self._cpu_sent = _cpu_seconds(self.proc.pid) if self.cpu_time else None  # its own time starts now
         return None
 
     def answer(self, deadline: float, limit: float) -> _Answer:
@@ -286,13 +318,13 @@ class Worker:
 
     def _receive(self, deadline: float, limit: float) -> _Answer | None:
         start = deadline - limit
-        cpu_at = _cpu_seconds(self.proc.pid) if self.cpu_time else None
+        cpu_at = self._cpu_sent if self.cpu_time else None
         cap = start + STALL_CAP * limit if cpu_at is not None else deadline
         while True:
             left = deadline - time.monotonic()
             try:
                 if self.conn.poll(max(0.0, min(left, 0.05))):
-                    kind, value = self._reply()
+                    kind, value = self._reply(deadline)
                     if kind == "confined":  # the seccomp listener follows: watched from now on
                         self._watch(reduction.recv_handle(self.conn))
                         continue
@@ -303,6 +335,9 @@ class Worker:
                         self.stop(kill=True)
                         return _Answer(False, None, ("crash", value))
                     return _Answer(kind == "ok", value)
+            except _CutShort as err:  # no whole answer in time: a hang (its search ends there), of the candidate's making
+                self.stop(kill=True)
+                return _Answer(False, None, ("timeout", f"{err}: the candidate wrote into the gate's pipe"))
             except replies.Forged as err:  # the candidate wrote into the pipe: nothing it sent is read
                 self.stop(kill=True)
                 return _Answer(False, None, ("sandbox", f"the candidate tried to write its own reply to the gate ({err})"))
@@ -317,28 +352,57 @@ class Worker:
                     deadline = min(cap, now + max(0.01, limit - (used - cpu_at)))
                     continue
                 self.stop(kill=True)
-                if used is None or now < cap:
+                if used is None:  # a wall-clock limit
                     return _Answer(False, None, ("timeout", f"no answer within {limit:g} s"))
+                if now < cap:
+                    return _Answer(False, None, ("timeout", f"no answer within {limit:.2g} s of CPU time"))
                 return _Answer(False, None, ("timeout", f"no answer within {now - start:.2g} s, {STALL_CAP:g}× its "
-                                             f"{limit:g}-s limit, in which it used {used - cpu_at:.2g} s of CPU"))
+                                             f"{limit:.2g}-s limit, in which it used {used - cpu_at:.2g} s of CPU"))
 
     def _waited(self, start: float, limit: float) -> None:
         """Note an answer that came past its wall-clock limit (in a worker whose limit counts CPU time)."""
         wall = time.monotonic() - start
         if self.cpu_time and wall > limit:
-            self.waits.append(f"{self._asked}: answered after {wall:.2g} s of wall-clock time against a {limit:g}-s "
+            self.waits.append(f"{self._asked}: answered after {wall:.2g} s of wall-clock time against a {limit:.2g}-s "
                               "limit of CPU time")
 
-    def _reply(self) -> tuple[str, object]:
+    def _reply(self, deadline: float) -> tuple[str, object]:
         """The worker's next message, read by :func:`repro.runners.replies.loads` (never a plain unpickling: the
         candidate's code can write to this pipe); :class:`~repro.runners.replies.Forged` for one the worker never
         sends (a second ``confined``: its listener is handed over once, before the candidate's code runs)."""
-        reply = replies.loads(self.conn.recv_bytes())
+        reply = replies.loads(self._frame(deadline))
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in _REPLIES):
             raise replies.Forged(f"a {type(reply).__name__} instead of a reply")
         if reply[0] == "confined" and self.proc.pid in self.watches:
             raise replies.Forged("a second 'confined'")
         return reply
+
+    def _frame(self, deadline: float) -> bytes:
+        """One message as ``Connection.send_bytes`` frames it (a 4-byte big-endian length, or -1 and 8 bytes), read
+        by the request's ``deadline`` (monotonic s) but given at least :data:`REPLY_REST` and at most
+        :data:`REPLY_GRACE` s: ``Connection.recv_bytes`` waits without a limit for a frame cut short."""
+        now = time.monotonic()
+        fd, until = self.conn.fileno(), min(now + REPLY_GRACE, max(deadline, now + REPLY_REST))
+
+        def exactly(n: int) -> bytes:
+            parts, got = [], 0
+            while got < n:
+                left = until - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise _CutShort(f"a message cut short ({got} of {n} bytes)")
+                chunk = os.read(fd, min(n - got, 1 << 20))
+                if not chunk:
+                    raise EOFError
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+
+        (size,) = struct.unpack("!i", exactly(4))
+        if size == -1:
+            (size,) = struct.unpack("!Q", exactly(8))
+        if size < 0:
+            raise replies.Forged(f"a message of {size} bytes")
+        return exactly(size)
 
     def _watch(self, fd: int) -> None:
         folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
@@ -356,14 +420,18 @@ class Worker:
 
     def _died(self) -> _Answer:
         self.lost = True
-        if not self._ended(0.1):  # its pipe is closed (at a process's end) but it lives on: the candidate closed it
-            self.stop(kill=True)
-            return _Answer(False, None, ("crash", "it closed its pipe to the gate and lived on"))
+        # Its pipe closes as it ends; one that lives on, not exiting, closed it itself (the candidate): it goes now.
+        lived_on = not self._ended(0.1) and not (_state(self.proc.pid) in ("E", "Z", "X", "") and self._ended(5.0))
+        if lived_on:
+            self.proc.kill()
+            self.proc.join()
         code = self.proc.exitcode
         watch = self.watches.get(self.proc.pid)
         self._reset()
         if watch is not None and watch.attempt is not None:  # the sandbox ended it
             return _Answer(False, None, ("sandbox", watch.attempt))
+        if lived_on:
+            return _Answer(False, None, ("crash", "it closed its pipe to the gate and lived on"))
         if code is not None and code < 0:
             try:
                 detail = signal.Signals(-code).name
@@ -408,7 +476,7 @@ class Worker:
         if self.proc is None:
             return
         self.lost |= kill
-        if kill:
+        if kill or _state(self.proc.pid) in ("T", "t"):  # a stopped worker would not read its stop
             self.proc.kill()
         else:
             with contextlib.suppress(BrokenPipeError, OSError):
@@ -520,8 +588,8 @@ class GroupRunner:
             for group in groups:
                 if self.clock.limit(self.limits[group]) > 0:
                     w = self.worker
-                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup, w.scratch,
-                                            w.cpu_time)
+                    # wall-clock limits: the candidate is known to hang, and side by side they share the CPUs
+                    workers[group] = Worker(w.backend, w.source, w.slots, w.controller, w.seed, w.load, w.startup, w.scratch)
                     workers[group].spare = workers[group]._launch()  # every worker starts now, side by side
             for group, worker in workers.items():
                 limit = self.clock.limit(self.limits[group])
@@ -642,7 +710,8 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
     results, faults, skipped, behaviour = {}, [], [], None
-    with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=timeout is None) as worker:
+    cpu_time = timeout is None and _cpu_seconds(os.getpid()) is not None  # derived limits, where /proc can say
+    with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=cpu_time) as worker:
         runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
@@ -663,4 +732,5 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             faults += bad
             say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour,
-                    limits=replace(limits, waits=tuple(worker.waits)), skipped=tuple(skipped))
+                    limits=replace(limits, waits=tuple(worker.waits), stall_cap=STALL_CAP if cpu_time else 0.0),
+                    skipped=tuple(skipped))
