@@ -4,7 +4,7 @@ The gate compiles the candidate in its own process (a compile error is the
 user's error, exit 2), then runs each experiment group of
 :mod:`repro.runners.campaign` in a worker process. A worker that dies (a signal:
 SIGSEGV from a write into a guard page, SIGABRT, …) or gives no answer within
-its limit (:data:`STALL_CAP`) is replaced; the group's scenarios are then re-run one by
+its limit (of CPU time where derived: :data:`STALL_CAP`) is replaced; the group's scenarios are then re-run one by
 one, each in a fresh worker if need be, to name the culprit. Up to
 :data:`MAX_CULPRITS` culprits are named per group; the scenarios after them
 are left unrun (their properties say so). Every other result is kept, so the
@@ -124,7 +124,7 @@ REPLY_REST = 0.25
 
 
 class _CutShort(replies.Forged):
-    """A message that did not arrive whole within :data:`REPLY_GRACE`."""
+    """A message that did not arrive whole in the time :meth:`Worker._frame` gives it."""
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
