@@ -410,16 +410,15 @@ def test_groups_started_side_by_side_after_a_hang_give_what_they_give_in_turn(co
     assert side_by_side == evidence()
 
 
-def _stopped_worker(host, contract, source=None):
-    """A started worker for ``source`` (the fixed kernel) whose limits count CPU time, then stopped (SIGSTOP) as a
+def _stopped_worker(host, contract):
+    """A started worker for the fixed kernel whose limits count CPU time, then stopped (SIGSTOP) as a
     loaded host's scheduler or a stalled disk might leave it: the request sent next waits in its pipe."""
     import os
     import signal
 
     from repro.runners.isolation import Worker
 
-    entry = contract.controller("fixed")
-    source = source or contract.source("fixed")
+    entry, source = contract.controller("fixed"), contract.source("fixed")
     host.check_compiles(source, contract.slots)
     worker = Worker(host, source, contract.slots, entry, cpu_time=True)
     assert worker._start() is None

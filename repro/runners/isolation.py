@@ -242,9 +242,10 @@ class Worker:
                  load: Callable[[], CompiledKernel] | None = None, startup: float | None = None,
                  scratch: Path | None = None, cpu_time: bool = False):
         self.backend, self.source, self.slots, self.controller, self.seed = backend, source, slots, controller, seed
-        # Limits counted in the worker's CPU time, wall time capped at STALL_CAP × the limit (derived limits);
-        # else in wall time (a ``--timeout``, the reference's own runs). What waited past its wall limit: ``waits``.
-        self.cpu_time = cpu_time
+        # Limits counted in the worker's CPU time, wall time capped at STALL_CAP × the limit (derived limits, where
+        # /proc can say); else in wall time (a ``--timeout``, the reference's own runs). What waited past its wall
+        # limit: ``waits``.
+        self.cpu_time = cpu_time and _cpu_seconds(os.getpid()) is not None
         self.waits: list[str] = []
         self._asked = "load"  # what the worker is answering (shown in ``waits``)
         self._cpu_sent: float | None = None  # its CPU seconds when the request was sent
@@ -324,7 +325,7 @@ class Worker:
 
     def _receive(self, deadline: float, limit: float) -> _Answer | None:
         start = deadline - limit
-        cpu_at = self._cpu_sent if self.cpu_time else None
+        cpu_at = self._cpu_sent  # None under a wall-clock limit
         cap = start + STALL_CAP * limit if cpu_at is not None else deadline
         while True:
             left = deadline - time.monotonic()
@@ -619,7 +620,6 @@ class GroupRunner:
             return {group: (sent[group], answers[group]) for group in answers}
         finally:
             for worker in workers.values():
-                self.worker.waits += worker.waits
                 worker.discard()
 
     def run(self, group: str, sent: tuple[tuple, _Answer] | None = None
@@ -718,8 +718,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
     clock = clock or Clock(None)
     say = progress or (lambda _line: None)
     results, faults, skipped, behaviour = {}, [], [], None
-    cpu_time = timeout is None and _cpu_seconds(os.getpid()) is not None  # derived limits, where /proc can say
-    with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=cpu_time) as worker:
+    with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=timeout is None) as worker:
         runner = GroupRunner(worker, controller, per, clock, seed)
         together: dict[str, tuple[tuple, _Answer]] = {}
         for i, group in enumerate(GROUPS):
@@ -740,5 +739,5 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             faults += bad
             say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour,
-                    limits=replace(limits, waits=tuple(worker.waits), stall_cap=STALL_CAP if cpu_time else 0.0),
+                    limits=replace(limits, waits=tuple(worker.waits), stall_cap=STALL_CAP if worker.cpu_time else 0.0),
                     skipped=tuple(skipped))
