@@ -109,6 +109,7 @@ def _confined_gpu_child(conn, scratch: str) -> None:
     from repro.core.contract import load
     from repro.runners.campaign import run_group
 
+    confine.keep_caches_in(Path(scratch))  # as repro.runners.isolation's worker: before CUDA starts
     contract = load()
     entry = contract.controller("fixed")
     kernel = get_backend("cupy").compile(load_kernel(entry.kernel, entry.symbol), contract.slots)

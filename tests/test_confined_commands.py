@@ -63,6 +63,41 @@ def test_a_process_started_by_the_child_is_named(sandbox, tmp_path):
     assert "the candidate tried to start a process" in (_attempt(body, tmp_path) or "")
 
 
+def test_naming_its_own_thread_is_refused_and_the_child_lives_on(sandbox, tmp_path):
+    """``pthread_setname_np`` on another of the child's threads opens /proc/self/task/TID/comm for writing
+    (PyTorch names its pool's threads so): the open fails with EACCES, as Landlock would fail it, and is no
+    attempt; a write outside afterwards still is one."""
+    import errno
+    import threading
+
+    outside = tmp_path / "outside.txt"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def body() -> int:
+        tid: list[int] = []
+        ready, done = threading.Event(), threading.Event()
+        helper = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), ready.set(), done.wait()))
+        helper.start()
+        ready.wait()
+        refused = []
+        for name in (f"/proc/self/task/{tid[0]}/comm", f"/proc/{os.getpid()}/task/{tid[0]}/comm",
+                     "/proc/thread-self/comm"):
+            try:
+                os.close(os.open(name, os.O_RDWR))
+            except OSError as err:
+                refused.append(err.errno)
+        done.set()
+        helper.join()
+        if refused != [errno.EACCES] * 3:
+            return 3
+        outside.write_text("escaped")
+        return 0
+
+    assert _attempt(body, scratch) == f"the candidate tried to open {outside} for writing"
+    assert not outside.exists()
+
+
 def test_writes_inside_the_scratch_folder_and_the_exit_code_come_through(sandbox, tmp_path):
     def body() -> int:
         (tmp_path / "inside.txt").write_text("kept")

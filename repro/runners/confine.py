@@ -26,6 +26,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import select
 import signal
 import struct
@@ -355,9 +356,17 @@ class Watch:
         outside = [p for p in paths if p is None or not (p == self.scratch or p.startswith(self.scratch + os.sep))]
         if not outside:
             return None
+        if call in ("open", "openat") and self._own_thread_name(outside[0]):
+            return errno.EACCES  # naming one's own thread (PyTorch's pools do): harmless, refused as Landlock would
         if call in ("mkdir", "mkdirat") and outside[0] is not None and os.path.lexists(outside[0]):
             return errno.EEXIST
         return "the candidate tried to " + said.format(call=call, path=outside[0] or "a path it hid")
+
+    def _own_thread_name(self, path: str | None) -> bool:
+        """Whether ``path`` is the name file of one of the worker's own threads (``pthread_setname_np`` writes it
+        for a thread other than the caller's): /proc/self/task/TID/comm, /proc/thread-self/comm, or the same under
+        the worker's pid. procfs lists only a process's own threads beneath its task folder."""
+        return path is not None and re.fullmatch(rf"/proc/(?:self|thread-self|{self.pid})(?:/task/\d+)?/comm", path) is not None
 
     @staticmethod
     def _path(tid: int, dirfd: int | None, address: int) -> str | None:
