@@ -100,6 +100,24 @@ def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
     assert not (ROOT / MARKER).exists()
 
 
+@pytest.mark.slow  # a pytest inside pytest (5 s)
+def test_pytest_kernel_runs_the_candidate_confined(sandbox, tmp_path):
+    """``pytest --kernel`` judges a candidate through the gate's workers: escape_write.cu fails its execution test
+    naming the attempt, and the folder pytest was started from gets no marker (pytest-benchmark's own storage
+    folder aside)."""
+    path = CANDIDATES / "escape_write.cu"
+    junit = tmp_path / "junit" / "pytest.xml"
+    run_in = tmp_path / "cwd"
+    run_in.mkdir()
+    done = commands.run("pytest", f"--kernel={path}", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                        "--benchmark-disable", "--rootdir", ROOT, "-c", ROOT / "pyproject.toml",
+                        "-k", "execution and host", f"--junitxml={junit}", ROOT / "tests" / "test_properties.py",
+                        cwd=run_in, timeout=120)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    assert f"the candidate tried to open {run_in / MARKER} for writing" in junit.read_text(), done.stdout[-2000:]
+    assert [p.name for p in run_in.iterdir() if p.name != ".benchmarks"] == []
+
+
 def _confined_gpu_child(conn, scratch: str) -> None:
     """A spawned GPU worker's life in short: CUDA and NVRTC start, the sandbox goes on, kernels run, then an
     escape is tried (a socket) after answering."""
