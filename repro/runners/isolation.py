@@ -75,6 +75,13 @@ INFERENCE = "inference"
 INFERENCE_FLOOR = 5.0
 #: How long a spawned (cupy) worker may take to import and compile before its first request.
 STARTUP_LIMIT = 120.0
+#: The longest a reply may take to arrive whole once its first byte has (s): the worker writes a reply at once; a
+#: frame cut short is the candidate's writing (it can reach the pipe), a time-out, not waited for.
+REPLY_GRACE = 2.0
+#: The least time (s) the rest of a reply is given after its first byte, however late that came.
+REPLY_REST = 0.25
+#: Clock ticks per second, the unit of /proc's CPU times.
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
 _REPLIES = frozenset({"confined", "ready", "fault", "ok", "error"})
 
@@ -85,6 +92,10 @@ class _Answer:
     value: object = None  # the group's result, or the error text
     fault: tuple[str, str] | None = None  # (kind, detail) when the worker died or hung
     at_load: bool = False  # it died before its first request (loading the kernel)
+
+
+class _CutShort(replies.Forged):
+    """A message that did not arrive whole in the time :meth:`Worker._frame` gives it."""
 
 
 def _stat(pid: int) -> list[bytes] | None:
@@ -115,19 +126,6 @@ def _state(pid: int) -> str:
     except (ValueError, IndexError):
         return ""
 
-
-#: The longest a reply may take to arrive whole once its first byte has (s): the worker writes a reply at once; a
-#: frame cut short is the candidate's writing (it can reach the pipe), a time-out, not waited for.
-REPLY_GRACE = 2.0
-#: The least time (s) the rest of a reply is given after its first byte, however late that came.
-REPLY_REST = 0.25
-
-
-class _CutShort(replies.Forged):
-    """A message that did not arrive whole in the time :meth:`Worker._frame` gives it."""
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _start_deaf_to_ctrl_c(proc) -> None:
@@ -390,12 +388,14 @@ class Worker:
         :data:`REPLY_GRACE` s: ``Connection.recv_bytes`` waits without a limit for a frame cut short."""
         now = time.monotonic()
         fd, until = self.conn.fileno(), min(now + REPLY_GRACE, max(deadline, now + REPLY_REST))
+        readable = select.poll()  # poll, not select: a descriptor past FD_SETSIZE (1024) in a busy process
+        readable.register(fd, select.POLLIN)
 
         def exactly(n: int) -> bytes:
             parts, got = [], 0
             while got < n:
                 left = until - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                if left <= 0 or not readable.poll(left * 1000):
                     raise _CutShort(f"a message cut short ({got} of {n} bytes)")
                 chunk = os.read(fd, min(n - got, 1 << 20))
                 if not chunk:
