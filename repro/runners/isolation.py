@@ -127,7 +127,6 @@ def _state(pid: int) -> str:
         return ""
 
 
-
 def _start_deaf_to_ctrl_c(proc) -> None:
     """Start ``proc`` deaf to SIGINT until :func:`_serve` ignores it (it inherits SIGINT blocked, across a spawn's
     exec too): Ctrl-C is the parent's to answer in one line, and a worker interrupted in its own start-up would
@@ -388,14 +387,12 @@ class Worker:
         :data:`REPLY_GRACE` s: ``Connection.recv_bytes`` waits without a limit for a frame cut short."""
         now = time.monotonic()
         fd, until = self.conn.fileno(), min(now + REPLY_GRACE, max(deadline, now + REPLY_REST))
-        readable = select.poll()  # poll, not select: a descriptor past FD_SETSIZE (1024) in a busy process
-        readable.register(fd, select.POLLIN)
 
         def exactly(n: int) -> bytes:
             parts, got = [], 0
             while got < n:
                 left = until - time.monotonic()
-                if left <= 0 or not readable.poll(left * 1000):
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
                     raise _CutShort(f"a message cut short ({got} of {n} bytes)")
                 chunk = os.read(fd, min(n - got, 1 << 20))
                 if not chunk:
