@@ -461,6 +461,26 @@ def test_a_worker_that_never_runs_is_ended_at_the_wall_clock_cap(contract, host)
     assert worker.waits == []
 
 
+def _waiting(worker, thread) -> str:
+    """Where a stuck ask waits: the asking thread's innermost frames, and the worker's threads' kernel states."""
+    import sys
+    import traceback
+
+    frame = sys._current_frames().get(thread.ident)
+    asking = " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_stack(frame)[::-1][:6])
+    pid = worker.proc.pid if worker.proc is not None else None
+    tasks = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")) if pid else ():
+        def read(name, task=task):
+            try:
+                return (task / name).read_text().split(")")[-1].strip()
+            except OSError:
+                return "?"
+        tasks.append(f"{task.name} {read('stat').split(' ')[0]} in {read('wchan')} (syscall {read('syscall').split(' ')[0]})")
+    return (f"asking at {asking}; worker {pid} answering {worker._asked!r}, confined: {pid in worker.watches}, "
+            f"threads: {'; '.join(tasks) or 'none'}")
+
+
 @pytest.mark.parametrize("name, kind, says", [
     ("close_pipe", "crash", "it closed its pipe to the gate and lived on"),
     ("half_reply", "timeout", "a message cut short (1 of 256 bytes): the candidate wrote into the gate's pipe"),
@@ -468,21 +488,25 @@ def test_a_worker_that_never_runs_is_ended_at_the_wall_clock_cap(contract, host)
 def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, kind, says):
     """tests/candidates/close_pipe.cu closes every descriptor above stderr (the pipe to the gate, and the one
     multiprocessing watches for the process's end) and spins; half_reply.cu writes the start of a reply into them
-    and sleeps. The gate once waited on either for ever: each ends as a fault naming what it did."""
+    and sleeps. The gate once waited on either for ever: each ends as a fault naming what it did.
+
+    Its own limits are the bound: ``limit`` s to start, ``limit`` s to answer, then at most REPLY_GRACE s for a
+    frame and 5 s for a killed worker's end (``Worker._ended``); past them the failure says where each side waits."""
     import threading
 
     from repro.core.paths import ROOT
-    from repro.runners.isolation import Worker
+    from repro.runners.isolation import REPLY_GRACE, Worker
 
+    limit = 30.0
     entry = contract.controller("fixed")
     source = load_kernel(ROOT / "tests" / "candidates" / f"{name}.cu", entry.symbol)
     host.check_compiles(source, contract.slots)
     answers = []
-    with Worker(host, source, contract.slots, entry) as worker:
-        asking = threading.Thread(target=lambda: answers.append(worker.ask(("nonfinite", None), timeout=60)),
+    with Worker(host, source, contract.slots, entry, startup=limit) as worker:
+        asking = threading.Thread(target=lambda: answers.append(worker.ask(("nonfinite", None), timeout=limit)),
                                   daemon=True)
         asking.start()
-        asking.join(60)
-        assert not asking.is_alive(), "the gate waited on the worker past its own limit"
+        asking.join(2 * limit + REPLY_GRACE + 10)
+        assert not asking.is_alive(), f"the gate waited on the worker past its own limits: {_waiting(worker, asking)}"
     (answer,) = answers
     assert answer.fault == (kind, says)
