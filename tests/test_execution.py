@@ -510,3 +510,35 @@ def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, k
         assert not asking.is_alive(), f"the gate waited on the worker past its own limits: {_waiting(worker, asking)}"
     (answer,) = answers
     assert answer.fault == (kind, says)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts descriptors in /proc (Linux)")
+def test_a_worker_whose_pipe_lies_past_fd_setsize_answers(contract, host):
+    """A busy process (a training job running ``pytest --kernel``) can hand the worker's pipe a descriptor past
+    FD_SETSIZE (1024), which ``select`` refuses: the gate reads its replies all the same."""
+    import os
+    import resource
+
+    from repro.runners.campaign import run_group
+    from repro.runners.isolation import Worker
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"this machine allows {hard} descriptors a process, not the 1100 the test needs")
+    entry = contract.controller("fixed")
+    src = load_kernel(entry.kernel, entry.symbol)
+    if soft != resource.RLIM_INFINITY and soft < 1100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1100, hard))
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with Worker(host, src, contract.slots, entry) as worker:
+            answer = worker.ask(("nonfinite", None), timeout=30)
+            assert worker.conn.fileno() > 1024  # the premise
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert answer.ok, answer.fault
+    assert [r[1] for r in answer.value] == [r[1] for r in run_group(host.compile(src, contract.slots), entry, "nonfinite")]

@@ -27,7 +27,6 @@ import multiprocessing.reduction as reduction
 import multiprocessing.resource_tracker as mp_resource_tracker
 import os
 import resource
-import select
 import shutil
 import signal
 import struct
@@ -392,7 +391,8 @@ class Worker:
             parts, got = [], 0
             while got < n:
                 left = until - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                # the pipe's own poll (as _receive waits): select refuses a descriptor past FD_SETSIZE (1024)
+                if left <= 0 or not self.conn.poll(left):
                     raise _CutShort(f"a message cut short ({got} of {n} bytes)")
                 chunk = os.read(fd, min(n - got, 1 << 20))
                 if not chunk:
