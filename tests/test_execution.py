@@ -485,18 +485,21 @@ def _waiting(worker, thread) -> str:
     ("close_pipe", "crash", "it closed its pipe to the gate and lived on"),
     ("half_reply", "timeout", "a message cut short (1 of 256 bytes): the candidate wrote into the gate's pipe"),
 ])
-def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, kind, says):
+def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, kind, says, monkeypatch):
     """tests/candidates/close_pipe.cu closes every descriptor above stderr (the pipe to the gate, and the one
     multiprocessing watches for the process's end) and spins; half_reply.cu writes the start of a reply into them
     and sleeps. The gate once waited on either for ever: each ends as a fault naming what it did.
 
     Its own limits are the bound: ``limit`` s to start, ``limit`` s to answer, then at most REPLY_GRACE s for a
-    frame and 5 s for a killed worker's end (``Worker._ended``); past them the failure says where each side waits."""
+    frame and 5 s for a killed worker's end (``Worker._ended``); past them the failure says where each side waits.
+    The grace is shortened here (its 2 s are the suite's longest wait); the slow job gates half_reply.cu with it."""
     import threading
 
     from repro.core.paths import ROOT
-    from repro.runners.isolation import REPLY_GRACE, Worker
+    from repro.runners import isolation
+    from repro.runners.isolation import Worker
 
+    monkeypatch.setattr(isolation, "REPLY_GRACE", 0.5)
     limit = 30.0
     entry = contract.controller("fixed")
     source = load_kernel(ROOT / "tests" / "candidates" / f"{name}.cu", entry.symbol)
@@ -506,7 +509,7 @@ def test_a_candidate_that_meddles_with_its_pipe_is_ended(contract, host, name, k
         asking = threading.Thread(target=lambda: answers.append(worker.ask(("nonfinite", None), timeout=limit)),
                                   daemon=True)
         asking.start()
-        asking.join(2 * limit + REPLY_GRACE + 10)
+        asking.join(2 * limit + isolation.REPLY_GRACE + 10)
         assert not asking.is_alive(), f"the gate waited on the worker past its own limits: {_waiting(worker, asking)}"
     (answer,) = answers
     assert answer.fault == (kind, says)
