@@ -11,10 +11,12 @@ number of steps whatever the scale λ starts from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from repro.core import libm
 from repro.core.f32 import F32, bits
 from repro.runners.design_runs import HALF
 
@@ -56,11 +58,11 @@ def step_response(lam: np.ndarray, at: int, lambda0: float) -> StepResponse:
     if after.size > 1 and bits(F32(after[-1])) != bits(F32(after[-2])):
         return StepResponse(rise=None, overshoot=None, settling=None, final=final,
                             why=f"λ still moves on the last of {after.size} steps")
-    change = np.log(final) - np.log(before)
+    change = math.log(final) - math.log(before)
     if change == 0:
         return StepResponse(rise=None, overshoot=0.0, settling=0, final=final, why="λ does not respond")
     with np.errstate(divide="ignore"):
-        y = (np.log(after) - np.log(before)) / change  # 0 at the step, 1 at the final value
+        y = (libm.log(after) - math.log(before)) / change  # 0 at the step, 1 at the final value
     start, end = _first(y >= RISE_FROM), _first(y >= RISE_TO)
     outside = np.flatnonzero(np.abs(y - 1.0) > SETTLE_BAND)
     return StepResponse(rise=end - start, overshoot=float(max(0.0, y.max() - 1.0)),
@@ -85,7 +87,7 @@ def cycle(lam: np.ndarray) -> Cycle:
     half = np.asarray(lam, dtype=np.float64)[len(lam) // 2:]
     if not (np.isfinite(half).all() and (half > 0).all()):
         return Cycle(amplitude=None, period=None, why="λ reaches 0, infinity or NaN")
-    raw = np.log(half)
+    raw = libm.log(half)
     t = np.arange(raw.size, dtype=np.float64)
     y = raw - np.polyval(np.polyfit(t, raw, 1), t) if raw.size > 1 else raw * 0
     if y.max() - y.min() < 1e-9:
@@ -98,9 +100,9 @@ def cycle(lam: np.ndarray) -> Cycle:
     negative = _first(corr < 0)
     best = None if negative is None else negative + int(np.argmax(corr[negative:]))
     if best is None or corr[best] < CYCLE_MIN_CORRELATION:
-        return Cycle(amplitude=float(np.exp(y.max() - y.min())), period=None, why="no repeating pattern")
+        return Cycle(amplitude=math.exp(y.max() - y.min()), period=None, why="no repeating pattern")
     period = int(lags[best])
-    return Cycle(amplitude=float(np.exp(np.ptp(raw[-period:]))), period=period)
+    return Cycle(amplitude=math.exp(np.ptp(raw[-period:])), period=period)
 
 
 def share_at(lam: np.ndarray, bound: float | None) -> float | None:

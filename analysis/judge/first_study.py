@@ -8,6 +8,7 @@ are environment steps; agreement is a probability.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -27,7 +28,7 @@ def verdicts(traces: Traces, n_actions: int, c: Collapse) -> dict[str, np.ndarra
     """
     judged = traces.steps > c.warmup
     low_mean = traces.agree_mean < c.mean_fraction_of_uniform / n_actions
-    low_min = traces.log10_agree_min < np.log10(c.min_threshold)
+    low_min = traces.log10_agree_min < math.log10(c.min_threshold)
     return {"collapsed": low_mean[judged].any(axis=0), "collapsed_at_end": low_mean[-1],
             "deep": low_min[judged].any(axis=0), "deep_at_end": low_min[-1],
             "diverged": (~np.isfinite(traces.agree_mean) | ~np.isfinite(traces.lam)).any(axis=0),

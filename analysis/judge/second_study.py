@@ -8,11 +8,13 @@ runs the loop and calls them. Units: steps are environment steps; KL in nats; ag
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from analysis.judge.study_stats import interval, mcnemar, seed_sign_test, undefined_ok
+from repro.core import libm
 from repro.core.ablation import FACTORS
 from repro.core.json_values import finite_or_none
 from repro.learning.agent import Traces
@@ -67,7 +69,7 @@ def verdicts(traces: Traces, level: np.ndarray, P: int, K: int, c: Criteria, qui
     low = (traces.agree_unique <= lev) & np.isfinite(traces.agree_unique)
     started = _runs_of(low & judged, c.consecutive)
     relative = started.any(axis=0)
-    deep = (traces.log10_min_unique < np.log10(c.min_threshold)) & judged
+    deep = (traces.log10_min_unique < math.log10(c.min_threshold)) & judged
     streak = np.maximum.accumulate(traces.quiet_floor_run >= quiet_steps, axis=0)  # the λ side happened by e
     signature = (started & streak).any(axis=0)
     return {"relative": relative, "relative_at_end": low[-1], "minimum": deep.any(axis=0),
@@ -119,7 +121,7 @@ def env_block(tables: Tables, names: list[str], seed_lambdas: list[float], point
         for set_name, (mean_key, log_min) in SETS.items():
             m = getattr(traces, log_min)[judged][:, s].min(axis=0).reshape(P, K)
             with undefined_ok():
-                mm = np.log10(np.nanmin(getattr(traces, mean_key)[judged][:, s], axis=0)).reshape(P, K)
+                mm = libm.log10(np.nanmin(getattr(traces, mean_key)[judged][:, s], axis=0)).reshape(P, K)
             rows = []
             for r in regs:
                 x, y = m[r["points"]].ravel(), mm[r["points"]].ravel()

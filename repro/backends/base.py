@@ -145,6 +145,12 @@ class Backend(ABC):
     def describe(self) -> str:
         """The device, in words (GPU name, or the CPU and compiler)."""
 
+    @property
+    def math(self):
+        """``exp`` and ``log`` over the device's float64 arrays, for the closed-loop toy: ``xp``'s own here (the host
+        backend's are glibc's, the same bits on every x86-64 machine)."""
+        return self.xp
+
 
 def chunked(trace: np.ndarray) -> np.ndarray:
     """A step-major ``[T, S]`` trace in the throughput harness's layout ``[T/4, S, 4]`` (T a multiple of 4)."""

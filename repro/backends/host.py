@@ -341,6 +341,36 @@ def build_remotely(request: bytes) -> bytes:
         return json.dumps({"error": f"a malformed build request from the confined child ({err})"}).encode()
 
 
+# glibc's exp and log over arrays, one C call per element: NumPy's own float64 exp/log are SIMD code on AVX-512
+# CPUs and differ from glibc's in the last bit (repro/core/libm.py), which moved a toy run's verdict between CI
+# machines. -O2 does not vectorise them (math-errno stays on).
+LIBM_UNIT = """#include <math.h>
+extern "C" void rlq_libm_exp(const double* x, double* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = exp(x[i]); }
+extern "C" void rlq_libm_log(const double* x, double* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = log(x[i]); }
+"""
+
+
+class GlibcMath:
+    """``exp`` and ``log`` of float64 arrays (any shape) as glibc computes them, through a compiled loop."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        args = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+        self._exp, self._log = (_void_function(lib, f"rlq_libm_{f}", args) for f in ("exp", "log"))
+
+    @staticmethod
+    def _apply(fn, x) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        y = np.empty_like(x)
+        fn(x.ctypes.data, y.ctypes.data, x.size)
+        return y
+
+    def exp(self, x) -> np.ndarray:
+        return self._apply(self._exp, x)
+
+    def log(self, x) -> np.ndarray:
+        return self._apply(self._log, x)
+
+
 class HostBackend(Backend):
     def __init__(self):
         cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
@@ -349,10 +379,17 @@ class HostBackend(Backend):
         self.cxx = shutil.which(cxx)
         version = subprocess.run([self.cxx, "--version"], capture_output=True, text=True)
         self.compiler_version = version.stdout.splitlines()[0] if version.stdout else self.cxx
-        self._loaded: dict[str, HostKernel | HostLearner] = {}
+        self._loaded: dict[str, HostKernel | HostLearner | GlibcMath] = {}
 
     def describe(self) -> str:
         return f"{cpu_model()} ({os.cpu_count()} cores), {self.compiler_version}"
+
+    @property
+    def math(self) -> GlibcMath:
+        if "libm" not in self._loaded:
+            source = KernelSource(LIBM_UNIT, "rlq_libm_exp", "glibc's exp and log (repro/backends/host.py)")
+            self._loaded["libm"] = GlibcMath(ctypes.CDLL(str(self._build(LIBM_UNIT, self._key(LIBM_UNIT), source))))
+        return self._loaded["libm"]
 
     def compile(self, source: KernelSource, slots: Slots) -> HostKernel:
         key, lib = self._library(source, slots)

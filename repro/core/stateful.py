@@ -9,11 +9,11 @@ Vectorised over runs: every operation is elementwise, so each run is bit-identic
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from repro.core import libm
 from repro.core.contract import Controller
 from repro.core.f32 import F32
 
@@ -45,17 +45,9 @@ class StatefulRule:
         return {name: np.full(n_runs, start, dtype=F32) for name, start in self.state}
 
 
-def _exp(v: float) -> float:
-    """C's exp in double (the host kernel's libm, as Python's math.exp): +inf past the largest double, not an error."""
-    try:
-        return math.exp(v)
-    except OverflowError:
-        return math.inf
-
-
 def _exp_f32(x: np.ndarray) -> np.ndarray:
-    """exp of float32 values in double, rounded once to float32 (what the kernels do: the same bits everywhere)."""
-    return np.array([_exp(float(v)) for v in np.asarray(x, dtype=np.float64)], dtype=np.float64).astype(F32)
+    """exp of float32 values in double (glibc's, as the host kernel's), rounded once to float32."""
+    return libm.exp(np.asarray(x, dtype=np.float64)).astype(F32)
 
 
 def _max0(x: np.ndarray) -> np.ndarray:
@@ -113,7 +105,7 @@ def _log_pi_step(rule: StatefulRule, lam, st: dict, kl, target):
     kl, target, lam = kl.astype(F32), target.astype(F32), lam.astype(F32)
     ok = (kl > 0) & (target > 0) & np.isfinite(kl) & np.isfinite(target) & (lam > 0)
     ratio = np.where(ok, kl.astype(np.float64) / np.where(ok, target, 1).astype(np.float64), 1.0)
-    e = np.log(ratio).astype(F32)  # numpy's float64 log is glibc's, as the host kernel's; correctly rounded to f32
+    e = libm.log(ratio).astype(F32)  # in double (glibc's, as the host kernel's), rounded once to float32
     i_new = (st["integral"] + (F32(p("k_i")) * e).astype(F32)).astype(F32)
     i_new = np.minimum(np.maximum(i_new, F32(p("i_min"))), F32(p("i_max"))).astype(F32)
     arg = ((F32(p("k_p")) * e).astype(F32) + i_new).astype(F32)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from repro.backends.base import CompiledKernel
+from repro.core import libm
 from repro.core.contract import Controller
 from repro.runners.runner import Run, run_scenarios
 from repro.runners.scenarios import WARM_UP_LEVEL, warm_up, warm_up_steps
 
 #: The EMA rates (per step) of the sweep: 10⁻⁴ (a horizon of 10⁴ steps) to 0.9, evenly in log.
-SWEEP_RATES = tuple(float(a) for a in np.geomspace(1e-4, 0.9, 21))
+SWEEP_RATES = tuple(float(a) for a in libm.geomspace(1e-4, 0.9, 21))
 #: "Loses half": λ once the EMA is within 1 % of its level is at most this share of λ before the warm-up.
 HALF = 0.5
 #: The bisection's bracket (EMA rates per step) and its steps (each halves the bracket in log: 2^-14 of 3.7

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from repro.backends.base import CompiledKernel
+from repro.core import libm
 from repro.core.contract import Controller
 from repro.core.f32 import F32, equal_bits
 from repro.core.isv import new_isv, stray_writes
@@ -196,7 +197,7 @@ def infer(kernel: CompiledKernel, controller: Controller) -> Behaviour:
     if kl_slot is None or target_slot is None:
         return Behaviour(read, written, kl_slot, target_slot, history=history)
     run = functools.partial(_run_in_layout, kernel, kl_slot, target_slot)
-    grid = np.unique(np.concatenate([np.geomspace(1e-3, 1.0, 13), [floor_doc, ceiling_doc, seed,
+    grid = np.unique(np.concatenate([libm.geomspace(1e-3, 1.0, 13), [floor_doc, ceiling_doc, seed,
                                                                    floor_doc * 1.01]]).astype(F32))
     tgt = F32(REF_TARGET)
     low = run(grid, tgt / F32(FAR), tgt, SETTLE_STEPS)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.core import libm
 from repro.core.contract import Controller
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32
@@ -225,7 +226,7 @@ def catalogue(controller: Controller, seed: int = 0) -> list[Scenario]:
         Scenario("square_wave", "oscillation", np.tile(_blocks([tgt * 5, tgt / 5], 20), 10), tgt, lam0,
                  "KL alternating 20 steps at 5× and 20 steps at 1/5× the target", {"period": 40, "factor": 5.0},
                  title="KL alternates 5× and 1/5× target"),
-        Scenario("drift", "drift", (tgt * np.geomspace(0.1, 10.0, 400)).astype(F32), tgt, lam0,
+        Scenario("drift", "drift", (tgt * libm.geomspace(0.1, 10.0, 400)).astype(F32), tgt, lam0,
                  "KL drifting log-linearly from target/10 to 10·target", {"from": 0.1, "to": 10.0},
                  title="KL drifts from target/10 to 10×"),
     ]
@@ -343,7 +344,7 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
     out = []
     for target in PROBE_TARGETS:
         e = band_edges(target, rule)
-        interior = np.geomspace(float(e["lower"]), float(e["upper"]), 8)[1:-1]
+        interior = libm.geomspace(float(e["lower"]), float(e["upper"]), 8)[1:-1]
         kls = [e["lower"], e["inside_lower"], F32(target), e["inside_upper"], e["upper"], *interior.astype(F32)]
         out += [Scenario(f"dead_zone t={target:g} kl={float(kl):.9g} λ0={lam:.4g}", "dead_zone", _const(kl, steps),
                          target, lam, "constant KL inside the band", {"target": target, "kl": float(kl)})

@@ -29,6 +29,7 @@ variant they use, so variants are compared on identical noise.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,7 @@ class Batch:
 
     @property
     def collapsed(self) -> np.ndarray:
-        return self.log10_q_pi_agree_min < np.log10(COLLAPSE)
+        return self.log10_q_pi_agree_min < math.log10(COLLAPSE)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     advances every run's ISV row by one controller step (default: one batched harness call per subject).
     ``progress(steps_done)``, when given, is called after each tenth of ``toy.steps``.
     """
-    xp = backend.xp
+    xp, fn = backend.xp, backend.math  # fn: exp and log (the host's are glibc's: the same bits on every CPU)
     grid = grid or {}
     n_points = len(next(iter(grid.values()))) if grid else 1
     base = n_points * seeds
@@ -151,11 +152,11 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
             noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
             q += toy.q_lr * (true_d + toy.reward_noise * noise - q)
             own_est += toy.q_lr * (own_d + toy.reward_noise * noise - own_est)
-            p_q, log_p_q = softmax(xp, q / toy.q_temperature)
-            pi, _ = softmax(xp, theta)
+            p_q, log_p_q = softmax(fn, q / toy.q_temperature)
+            pi, _ = softmax(fn, theta)
             advantage = own_est - own_est.mean(axis=1, keepdims=True)
             theta += actor_lr[:, None] * advantage + toy.distill_lr * lam[:, None] * (p_q - pi)
-            pi, log_pi = softmax(xp, theta)
+            pi, log_pi = softmax(fn, theta)
             kl = (p_q * (log_p_q - log_pi)).sum(axis=1)
             ema = (1 - ema_rate) * ema + ema_rate * kl
             isv[:, slots.kl] = ema.astype(xp.float32)
