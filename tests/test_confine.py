@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -84,7 +86,7 @@ def test_without_a_sandbox_the_gate_says_so_and_require_sandbox_exits_2(monkeypa
     assert err.strip().splitlines() == [f"gate: error: {reason} (--require-sandbox)"], err
 
 
-@pytest.mark.slow  # three gate processes (2-3 s each)
+@pytest.mark.slow  # a gate process each (2-3 s)
 @pytest.mark.parametrize("path", ESCAPES, ids=[p.stem for p in ESCAPES])
 def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
     """As a CI job runs it: from a folder of its own, exit 1, the execution row naming the attempt, no marker."""
@@ -92,11 +94,12 @@ def test_each_escape_through_the_cli_changes_nothing(path, tmp_path):
         pytest.skip(confine.unavailable())
     verdict = tmp_path / "out" / "verdict.json"
     verdict.parent.mkdir()
+    mode = tmp_path.stat().st_mode  # escape_chmod.cu's target
     done = commands.run("gate", path, "--backend", "host", "--json", verdict, cwd=tmp_path, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     row = next(p for p in json.loads(verdict.read_text())["properties"] if p["key"] == "execution")
     assert not row["ok"] and any(expected_text(path) in f for f in row["detail"]["faults"]), row["detail"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and tmp_path.stat().st_mode == mode
     assert not (ROOT / MARKER).exists()
 
 
@@ -201,3 +204,104 @@ def test_a_candidate_is_gated_with_an_empty_build_cache(tmp_path):
     done = commands.run("gate", CANDIDATES / "date_bomb.cu", cwd=tmp_path, timeout=120,
                         env=commands.environment(tmp_path, RLQ_CACHE_DIR=str(tmp_path / "cache")))
     assert done.returncode == 1 and "device_view" in done.stdout, done.stdout + done.stderr
+
+
+def _confined(body, scratch: Path) -> tuple[int | None, str | None]:
+    """``(exit code, None)`` of ``body`` run by :func:`confine.run_confined`, or ``(None, the attempt it named)``."""
+    try:
+        return confine.run_confined(body, scratch), None
+    except confine.Escaped as err:
+        return None, str(err)
+
+
+def _syscall(nr: int, *args) -> int:
+    """A raw system call from the confined child: its errno, 0 when it succeeded."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.syscall(nr, *args) >= 0 else ctypes.get_errno()
+
+
+_AT_FDCWD = -100
+
+
+def _metadata_calls(target: Path) -> dict:
+    """Calls that change a file's metadata by path, a machine's libseccomp may not know by name (numbers from 424 on
+    are every architecture's): each is an attempt on a file outside the scratch folder."""
+    import ctypes
+
+    path = ctypes.c_char_p(str(target).encode())
+    return {
+        "fchmodat2": lambda: _syscall(452, _AT_FDCWD, path, 0o777, 0),
+        "setxattrat": lambda: _syscall(463, _AT_FDCWD, path, 0, ctypes.c_char_p(b"user.x"), None, 0),
+        "removexattrat": lambda: _syscall(466, _AT_FDCWD, path, 0, ctypes.c_char_p(b"user.x")),
+        "file_setattr": lambda: _syscall(469, _AT_FDCWD, path, None, 0, 0),
+        "utime": lambda: _syscall(132, path, None),  # x86-64's number: glibc's utime() calls utimensat
+    }
+
+
+@pytest.mark.parametrize("call", ["fchmodat2", "setxattrat", "removexattrat", "file_setattr",
+                                  *(["utime"] if platform.machine() == "x86_64" else [])])
+def test_a_metadata_change_outside_the_scratch_folder_is_named_and_changes_nothing(sandbox, tmp_path, call):
+    """The calls the first sandbox let through (a reviewer's chmod 0777 and mtime 1970 of a file outside, as root)."""
+    scratch, target = tmp_path / "scratch", tmp_path / "outside.txt"
+    scratch.mkdir()
+    target.write_text("theirs")
+    target.chmod(0o644)
+    before = target.stat()
+    calls = _metadata_calls(target)
+    assert _confined(lambda: calls[call]() and 0, scratch) == (None, f"the candidate tried to {call} {target}")
+    after = target.stat()
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+
+
+def test_another_process_s_limits_and_priority_are_named_and_left_alone(sandbox, tmp_path):
+    """prlimit64 on the gate (a reviewer's RLIMIT_AS of 64 MiB hung it for good), setpriority of another process."""
+    import resource
+
+    me = os.getpid()
+    limits, nice = resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, me)
+    assert _confined(lambda: resource.prlimit(me, resource.RLIMIT_NOFILE, (3, limits[1])) and 0, tmp_path) == \
+        (None, "the candidate tried to change another process's resource limits (prlimit64)")
+    assert _confined(lambda: os.setpriority(os.PRIO_PROCESS, me, 19) or 0, tmp_path) == \
+        (None, "the candidate tried to change another process's priority (setpriority)")
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == limits and os.getpriority(os.PRIO_PROCESS, me) == nice
+
+
+def test_kernel_objects_that_outlive_the_run_are_named(sandbox, tmp_path):
+    import ctypes
+
+    shmget = ctypes.CDLL(None, use_errno=True).shmget
+    assert _confined(lambda: shmget(0, 4096, 0o1000 | 0o600) and 0, tmp_path) == \
+        (None, "the candidate tried to make a kernel object that outlives the run (shmget)")
+
+
+def test_what_is_refused_without_a_report_and_what_goes_through(sandbox, tmp_path):
+    """Refused (EPERM): pinning another process, the mount API; a call newer than the filter's judgement fails
+    as on an older kernel (ENOSYS); one's own limits are read and set, one's own priority lowered."""
+    import errno
+    import resource
+
+    parent = os.getpid()
+
+    def body() -> int:
+        answers = []
+        for call in (lambda: os.sched_setaffinity(parent, {0}), lambda: os.open("/", os.O_RDONLY) and _fsopen()):
+            try:
+                call()
+                answers.append(0)
+            except OSError as err:
+                answers.append(err.errno)
+        answers.append(_syscall(520))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + 1)
+        return 0 if answers == [errno.EPERM, errno.EPERM, errno.ENOSYS] else 3
+
+    assert _confined(body, tmp_path) == (0, None)
+
+
+def _fsopen() -> None:
+    code = _syscall(430, b"tmpfs", 0)
+    if code:
+        raise OSError(code, os.strerror(code))

@@ -168,3 +168,18 @@ def test_a_condition_on_a_macro_no_view_defines_fails_naming_it(host, fixed_evid
     assert named[0] in render.where(row.where)
     own = "#define __RLQ_OWN 1\n#if __RLQ_OWN && defined(__GNUC__)\n#endif\n" + contract.source("fixed").text
     assert judged_views(fixed_evidence, host, KernelSource(own, SYMBOL, "own.cu")).ok
+
+
+def test_the_nvrtc_view_predefines_what_nvrtc_does(host):
+    """Each macro the NVRTC view's preprocessor predefines, NVRTC defines with the same value, and those it leaves
+    out (device_view.NOT_NVRTC) NVRTC does not define: asked of NVRTC itself, one #error per macro."""
+    from repro.backends import ptx
+
+    reason = ptx.nvrtc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    macros = views.predefined(host.cxx, "NVRTC")
+    assert macros and not set(macros) & set(views.NOT_NVRTC)
+    checks = [f"#if !defined({name}) || !({name} == {value})\n#error {name}\n#endif" for name, value in macros.items()]
+    checks += [f"#ifdef {name}\n#error {name}\n#endif" for name in views.NOT_NVRTC]
+    ptx.compile_ptx("\n".join(checks) + '\nextern "C" __global__ void k() {}\n', "predefined.cu")

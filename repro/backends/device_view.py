@@ -15,14 +15,17 @@ no GPU; nothing of the candidate runs.
 from __future__ import annotations
 
 import bisect
+import difflib
 import functools
 import itertools
+import os
 import re
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from repro.backends.host import FLAGS
+from repro.backends.host import CXX_HEADERS, FLAGS, includes_cxx_headers
 from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM
 from repro.core.kernel_source import KernelSource, code_only
 
@@ -38,7 +41,14 @@ DEVICE_COMPILERS = {
 #: nvcc's device pass sees its host compiler's macros and headers too; NVRTC neither (``-undef``: only the
 #: language's standard macros stay; ``-nostdinc``: the stand-in headers only, as NVRTC has no C library's).
 _HOST_FLAGS = tuple(f for f in FLAGS if f != "-shared")
-_VIEW_FLAGS = {"NVRTC": ("-std=c++17", "-undef", "-nostdinc"), "nvcc": _HOST_FLAGS}
+#: What the host preprocessor still defines under ``-undef`` that NVRTC does not (probed: a candidate keyed on
+#: ``__STDC_UTF_16__`` passed the gate with a decay only NVRTC built; tests/test_gate_trust.py asks NVRTC again).
+NOT_NVRTC = ("_GNU_SOURCE", "__STDC_UTF_16__", "__STDC_UTF_32__")
+_VIEW_FLAGS = {"NVRTC": ("-std=c++17", "-undef", "-nostdinc", *(f"-U{m}" for m in NOT_NVRTC)), "nvcc": _HOST_FLAGS}
+#: Two builds of the same text on other days (the build's clock and the file's time; 1970 and 2033), as the gate's
+#: and production's are: where the fully expanded text differs between them, the kernel depends on its build's date.
+#: (The file's name stays: an ``assert`` names it, and behaves the same.)
+_BUILD_DAYS = (0, 2_000_000_000)
 
 # The candidate's text goes in on stdin: its lines in the output carry this name in the line markers.
 _STDIN = "<stdin>"
@@ -73,6 +83,14 @@ def device_macros() -> dict[str, tuple[str, ...]]:
             for compiler, names in DEVICE_COMPILERS.items() for arch in DEVICE_ARCHS}
 
 
+def predefined(cxx: str, compiler: str) -> dict[str, str]:
+    """The macros the view of ``compiler`` (a key of :data:`DEVICE_COMPILERS`) predefines, before its
+    ``__CUDA*`` ones: name → value."""
+    cmd = [cxx, "-E", "-dM", *_VIEW_FLAGS[compiler], "-x", "c++", "-"]
+    done = subprocess.run(cmd, input="", capture_output=True, text=True, check=True)
+    return {m.group(1): m.group(2) for m in map(re.compile(r"#define (\w+) ?(.*)").match, done.stdout.splitlines()) if m}
+
+
 def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
     """``(line, token)`` for every token the preprocessor's output attributes to the candidate's own file
     (``-dD`` keeps its ``#define``/``#undef`` lines: a macro defined differently shows where), comments left out."""
@@ -93,24 +111,68 @@ def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
                  if not m.group(0).startswith(("//", "/*")))
 
 
-def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ...]) -> View:
-    # the host build reads the shim; no device compiler does
-    flags = _VIEW_FLAGS[name.split()[0]] if macros else (*_HOST_FLAGS, "-include", str(HOST_SHIM))
+def _host_flags(source: KernelSource) -> tuple[str, ...]:
+    """The host build's preprocessing flags for ``source`` (host.build's: the shim first, and CXX_HEADERS where the
+    text includes a C++ standard header)."""
+    return (*_HOST_FLAGS, *([f"-D{CXX_HEADERS}=1"] if includes_cxx_headers(source.text) else []),
+            "-include", str(HOST_SHIM))
+
+
+def _as_built(source: KernelSource, harness: str) -> str:
+    """The text the host build compiles up to the candidate's end: the harness's own macros first (under a file name
+    of their own, so that their lines are not the candidate's), then the candidate's lines."""
+    return f'#line 1 "<harness>"\n{harness}#line 1 "{_STDIN}"\n{source.text}' if harness else source.text
+
+
+def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ...], harness: str = "") -> View:
+    # the host build reads the shim and the harness's macros; no device compiler does (production builds the file)
+    flags = _VIEW_FLAGS[name.split()[0]] if macros else _host_flags(source)
+    text = source.text if macros else _as_built(source, harness)
     cmd = [cxx, "-E", "-fdirectives-only", "-dD", *flags, "-x", "c++", "-I", str(HOST_INCLUDE),
            *(f"-D{m}" for m in macros), "-"]
-    done = subprocess.run(cmd, input=source.text, capture_output=True, text=True)
+    done = subprocess.run(cmd, input=text, capture_output=True, text=True)
     if done.returncode != 0:
         first = next((ln.strip() for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
         return View(name, macros, error=first.replace(_STDIN, source.origin))
     return View(name, macros, own_tokens(done.stdout))
 
 
-def views(cxx: str, source: KernelSource) -> tuple[View, ...]:
-    """The host view first, then each device view of :func:`device_macros` (side by side; about 0.03 s of CPU each,
-    the host view's standard headers the most of it)."""
+def views(cxx: str, source: KernelSource, harness: str = "") -> tuple[View, ...]:
+    """The host view first (``harness``: the ``#define`` lines the gate's builds put before the candidate), then each
+    device view of :func:`device_macros` (side by side; about 0.03 s of CPU each, the host view's standard headers
+    the most of it)."""
     wanted = {"host": (), **device_macros()}
     with ThreadPoolExecutor(len(wanted)) as pool:
-        return tuple(pool.map(lambda item: _preprocess(cxx, source, *item), wanted.items()))
+        return tuple(pool.map(lambda item: _preprocess(cxx, source, *item, harness=harness), wanted.items()))
+
+
+def _expanded(cxx: str, source: KernelSource, harness: str, folder: str, epoch: int) -> list[str] | None:
+    """``line:token`` for the candidate's own tokens fully expanded, built in ``folder`` as a file modified at
+    ``epoch`` with the build's clock at ``epoch`` (SOURCE_DATE_EPOCH); None where the preprocessor stops (the views
+    say why)."""
+    folder = os.path.join(folder, str(epoch))
+    os.mkdir(folder)
+    name = os.path.join(folder, _STDIN)
+    with open(name, "w") as f:
+        f.write(_as_built(source, harness))
+    os.utime(name, (epoch, epoch))
+    cmd = [cxx, "-E", *_host_flags(source), "-x", "c++", "-I", str(HOST_INCLUDE), _STDIN]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder,
+                          env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
+    if done.returncode != 0:
+        return None
+    return [f"{line}:{tok}" for line, tok in own_tokens(done.stdout)]
+
+
+def varying_lines(cxx: str, source: KernelSource, harness: str = "") -> tuple[int, ...]:
+    """The candidate's lines whose expanded tokens differ between two builds of it on other days
+    (:data:`_BUILD_DAYS`): ``__DATE__``, ``__TIME__``, ``__TIMESTAMP__`` however spelled (pasted, spliced)."""
+    with tempfile.TemporaryDirectory(prefix="rlq-view-") as folder:
+        a, b = (_expanded(cxx, source, harness, folder, epoch) for epoch in _BUILD_DAYS)
+    if a is None or b is None or a == b:
+        return ()
+    blocks = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    return tuple(sorted({int(t.split(":", 1)[0]) for _, i1, i2, j1, j2 in blocks for t in a[i1:i2] + b[j1:j2]}))
 
 
 @dataclass(frozen=True)
@@ -202,7 +264,15 @@ def unmodelled(text: str, known: frozenset[str]) -> tuple[tuple[int, str], ...]:
     return tuple(found)
 
 
+#: How :func:`measure` names a line whose expansion depends on the build's date or path (:func:`varying_lines`).
+BUILD_DEPENDENT = "the build's date or time (expanded)"
+
+
 @functools.lru_cache(maxsize=128)  # a pure function of the source and the compiler: a test session asks again
-def measure(cxx: str, source: KernelSource) -> DeviceViews:
-    """:func:`views`, :func:`conditionals` and :func:`unmodelled` of ``source``."""
-    return DeviceViews(views(cxx, source), conditionals(source.text), unmodelled(source.text, modelled(cxx)))
+def measure(cxx: str, source: KernelSource, harness: str = "") -> DeviceViews:
+    """:func:`views`, :func:`conditionals` and :func:`unmodelled` of ``source``, the latter with each line
+    :func:`varying_lines` finds that no name already explains. ``harness``: the gate's builds' own macros."""
+    found = list(unmodelled(source.text, modelled(cxx)))
+    named = {line for line, _ in found}
+    found += [(line, BUILD_DEPENDENT) for line in varying_lines(cxx, source, harness) if line not in named]
+    return DeviceViews(views(cxx, source, harness), conditionals(source.text), tuple(sorted(found)))

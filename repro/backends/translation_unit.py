@@ -86,7 +86,9 @@ def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteE
     return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
-def _defines(source: KernelSource | None, slots: Slots) -> str:
+def harness_defines(source: KernelSource | None, slots: Slots) -> str:
+    """The macros every harness unit defines before the controller's text (a production build has none of them:
+    the device view's host side reads them, so that a controller keyed on them fails there)."""
     return (
         f"#define RLQ_CONTROLLER {source.symbol if source else _HOST_CONTROLLER}\n"
         f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n"
@@ -105,7 +107,7 @@ def harness_unit(source: KernelSource, slots: Slots, for_device: bool, harness: 
     """The controller source followed by ``harness`` (``looped_harness.cuh``, and on the host ``host_grid.cuh``;
     or, for NVRTC, ``learning_loop.cuh``, the learning study's loop, a unit of its own so that the gate never
     compiles it; the host builds that loop alone: :func:`host_learning_unit`)."""
-    prelude, body, after, grid = _defines(source, slots), source.text, "", ""
+    prelude, body, after, grid = harness_defines(source, slots), source.text, "", ""
     if for_device:
         body = device_body(body)
         prelude += _DEVICE_LAUNCH_AS_ONE_THREAD
@@ -130,10 +132,10 @@ extern "C" void rlq_learn_with(void (*controller)(float*)) {{ {_HOST_CONTROLLER}
 
 def host_learning_unit(slots: Slots) -> str:
     """The learning loop for the host, without a controller: ``rlq_learn_with(f)`` names this thread's."""
-    return f'{_defines(None, slots)}{_HOST_CONTROLLER_SLOT}#line 1 "{LEARNING_LOOP.name}"\n{LEARNING_LOOP.read_text()}'
+    return f'{harness_defines(None, slots)}{_HOST_CONTROLLER_SLOT}#line 1 "{LEARNING_LOOP.name}"\n{LEARNING_LOOP.read_text()}'
 
 
 def device_grid_unit(source: KernelSource, slots: Slots) -> str:
     """NVRTC: the controller with launch coordinates read from a table (``rlq_set_coords``, ``rlq_as_threads``)."""
-    return (f'{_defines(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{line_origin(source)}"\n'
+    return (f'{harness_defines(source, slots)}{_DEVICE_AS_THREADS}#line 1 "{line_origin(source)}"\n'
             f"{device_body(source.text)}\n{_DEVICE_AS_THREADS_KERNEL}")

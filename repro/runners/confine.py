@@ -61,9 +61,16 @@ _BY_PATH = {
     "mknod": [(None, 0)], "mknodat": [(0, 1)], "truncate": [(None, 0)],
     "rename": [(None, 0), (None, 1)], "renameat": [(0, 1), (2, 3)], "renameat2": [(0, 1), (2, 3)],
     "chmod": [(None, 0)], "fchmodat": [(0, 1)], "chown": [(None, 0)], "lchown": [(None, 0)], "fchownat": [(0, 1)],
-    "utimes": [(None, 0)], "utimensat": [(0, 1)], "setxattr": [(None, 0)], "lsetxattr": [(None, 0)],
-    "removexattr": [(None, 0)], "lremovexattr": [(None, 0)],
+    "utime": [(None, 0)], "utimes": [(None, 0)], "futimesat": [(0, 1)], "utimensat": [(0, 1)],
+    "setxattr": [(None, 0)], "lsetxattr": [(None, 0)], "removexattr": [(None, 0)], "lremovexattr": [(None, 0)],
+    "fchmodat2": [(0, 1)], "setxattrat": [(0, 1)], "removexattrat": [(0, 1)], "file_setattr": [(0, 1)],
 }
+#: Calls newer than the libseccomp a machine may have, by number (from 424 on, one number on every architecture):
+#: a name libseccomp does not know would otherwise leave its call unfiltered.
+_NUMBERED = {"fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
+#: From here on (Linux 6.18's last call is 470), a call fails with ENOSYS, as on an older kernel: what a newer
+#: kernel adds has not been judged.
+_UNJUDGED = range(471, 600)
 #: What an attempt is called in the row (the call's name when not here).
 _SAID = {
     **dict.fromkeys(("execve", "execveat"), "start a program ({call})"),
@@ -71,14 +78,28 @@ _SAID = {
     **dict.fromkeys(("socket", "socketpair"), "open a socket ({call})"),
     **dict.fromkeys(("link", "linkat", "symlink", "symlinkat"), "create a link ({call})"),
     **dict.fromkeys(("fchmod", "fchown", "fsetxattr", "fremovexattr"), "change a file's metadata ({call})"),
-    **dict.fromkeys(("kill", "tkill", "tgkill", "pidfd_send_signal"), "signal another process ({call})"),
+    **dict.fromkeys(("kill", "tkill", "tgkill", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo"),
+                    "signal another process ({call})"),
+    "prlimit64": "change another process's resource limits ({call})",
+    "setpriority": "change another process's priority ({call})",
+    **dict.fromkeys(("shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl"),
+                    "make a kernel object that outlives the run ({call})"),
     **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
 }
 #: Calls refused outright (EPERM), not reported: no candidate has a use for them, and seccomp cannot see what
 #: an io_uring submission does.
-_REFUSED = ("io_uring_setup", "bpf", "ptrace", "process_vm_writev", "userfaultfd", "perf_event_open", "mount",
-            "umount2", "pivot_root", "chroot", "unshare", "setns", "openat2", "name_to_handle_at", "open_by_handle_at",
-            "kexec_load", "reboot", "init_module", "finit_module", "delete_module", "swapon", "swapoff")
+_REFUSED = ("io_uring_setup", "bpf", "ptrace", "process_vm_writev", "process_vm_readv", "userfaultfd",
+            "perf_event_open", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "openat2",
+            "name_to_handle_at", "open_by_handle_at", "kexec_load", "kexec_file_load", "reboot", "init_module",
+            "finit_module", "delete_module", "swapon", "swapoff", "fsopen", "fsconfig", "fsmount", "fspick",
+            "move_mount", "open_tree", "open_tree_attr", "mount_setattr", "pidfd_getfd", "process_madvise",
+            "process_mrelease", "kcmp", "migrate_pages", "settimeofday", "clock_settime", "clock_adjtime",
+            "adjtimex", "sethostname", "setdomainname", "iopl", "ioperm", "acct", "quotactl", "quotactl_fd", "syslog",
+            "fanotify_init", "vhangup")
+#: Calls refused (EPERM) when they name another process (argument 0 or, for ``ioprio_set``, 1, not 0: oneself);
+#: one's own threads by id too, which costs a thread pool its pinning, not its results.
+_REFUSED_ELSEWHERE = {"sched_setaffinity": 0, "sched_setscheduler": 0, "sched_setparam": 0, "sched_setattr": 0,
+                      "move_pages": 0, "ioprio_set": 1}
 
 
 @cache
@@ -165,10 +186,11 @@ def _filter(alone: bool = False):
                 return
             action = sc.ERRNO(errno.EPERM)
         with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
-            f.add_rule(action, call, *args)
+            f.add_rule(action, _NUMBERED.get(call, call), *args)
 
     for call in ("execve", "execveat", "fork", "vfork", "socket", "socketpair", "link", "linkat", "symlink",
-                 "symlinkat", "fchmod", "fchown", "fsetxattr", "fremovexattr", *_BY_PATH):
+                 "symlinkat", "fchmod", "fchown", "fsetxattr", "fremovexattr", "shmget", "semget", "msgget",
+                 "mq_open", "add_key", "request_key", "keyctl", *_BY_PATH):
         if call not in ("open", "creat", "openat"):
             rule(sc.NOTIFY, call)
     rule(sc.NOTIFY, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))  # a thread is fine, a process is not
@@ -182,8 +204,16 @@ def _filter(alone: bool = False):
     rule(sc.NOTIFY, "tgkill", sc.Arg(0, sc.NE, me))
     rule(sc.NOTIFY, "tkill")
     rule(sc.NOTIFY, "pidfd_send_signal")
+    for call in ("rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        rule(sc.NOTIFY, call, sc.Arg(0, sc.NE, me))
+    rule(sc.NOTIFY, "prlimit64", sc.Arg(0, sc.NE, 0), sc.Arg(2, sc.NE, 0))  # setting another's (glibc's own: pid 0)
+    rule(sc.NOTIFY, "setpriority", sc.Arg(1, sc.NE, 0))
     for call in _REFUSED:
         rule(sc.ERRNO(errno.EPERM), call)
+    for call, arg in _REFUSED_ELSEWHERE.items():
+        rule(sc.ERRNO(errno.EPERM), call, sc.Arg(arg, sc.NE, 0))
+    for nr in _UNJUDGED:
+        rule(sc.ERRNO(errno.ENOSYS), nr)
     return f
 
 
@@ -322,7 +352,7 @@ class Watch:
                         continue
                     return
                 nid, tid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
-                call = sc.resolve_syscall(arch, nr).decode()
+                call = _NAMED.get(nr) or _name(sc, arch, nr)
                 attempt = self._judge(call, tid, nid, args)
                 if attempt is None:
                     self._respond(nid, 0, _FLAG_CONTINUE)
@@ -381,6 +411,16 @@ class Watch:
             return os.path.normpath(name)
         except OSError:
             return None
+
+
+_NAMED = {nr: call for call, nr in _NUMBERED.items()}
+
+
+def _name(sc, arch, nr: int) -> str:
+    try:
+        return sc.resolve_syscall(arch, nr).decode()
+    except (ValueError, OSError, RuntimeError):
+        return f"system call {nr}"
 
 
 def _signed(value: int) -> int:

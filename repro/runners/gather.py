@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from repro.backends import Backend, device_view, get_backend, host_state, ptx
+from repro.backends.translation_unit import harness_defines
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable
 from repro.core.kernel_source import KernelSource, load_kernel
@@ -75,7 +76,7 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
             unavailable.add("device_view")
     if cxx:
         pool = ThreadPoolExecutor(1)
-        views = pool.submit(device_view.measure, cxx, source)
+        views = pool.submit(device_view.measure, cxx, source, harness_defines(source, slots))
         pool.shutdown(wait=False)
     static_report = None
     if static:  # a source NVRTC rejects is not CUDA (exit 2), whichever backend runs it
