@@ -305,3 +305,47 @@ def _fsopen() -> None:
     code = _syscall(430, b"tmpfs", 0)
     if code:
         raise OSError(code, os.strerror(code))
+
+
+def test_the_child_holds_no_capability_even_as_root(sandbox, tmp_path):
+    """Root's capabilities let a worker make a block device and write a disk through it, or mark a file immutable
+    (a reviewer's second round did both as CI's root); the confined child gives up every one."""
+
+    def body() -> int:
+        lines = Path("/proc/self/status").read_text().splitlines()
+        status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+        return 0 if all(int(status[k], 16) == 0 for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")) else 3
+
+    assert _confined(body, tmp_path) == (0, None)
+
+
+def test_metadata_and_device_nodes_are_attempts_inside_the_scratch_folder_too(sandbox, tmp_path):
+    """Landlock does not check them, so the parent's reading of the path stood alone, and a thread rewriting the path
+    after it won (5 runs of 5): a chmod or a FIFO inside the folder is an attempt now, and changes nothing."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the child's own")
+    mine.chmod(0o600)
+    assert _confined(lambda: os.chmod(mine, 0o777) or 0, tmp_path) == (None, f"the candidate tried to chmod {mine}")
+    assert _confined(lambda: os.mkfifo(tmp_path / "fifo") or 0, tmp_path) == \
+        (None, f"the candidate tried to make a device node {tmp_path / 'fifo'} (mknodat)")
+    assert mine.stat().st_mode & 0o777 == 0o600 and not (tmp_path / "fifo").exists()
+
+
+def test_a_terminal_push_a_file_flag_and_a_lease_are_attempts(sandbox, tmp_path):
+    """TIOCSTI (its request with high bits set, which the kernel drops), FS_IOC_SETFLAGS, and a lease (one on the
+    worker's /proc stat file held the gate's open 45 s)."""
+    import ctypes
+    import fcntl
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    null = tmp_path / "file.txt"
+    null.write_text("x")
+
+    def ioctl(request: int):
+        return lambda: libc.ioctl(os.open(os.devnull, os.O_RDONLY), ctypes.c_ulong(request), ctypes.c_char_p(b"x")) and 0
+
+    assert _confined(ioctl((1 << 32) | 0x5412), tmp_path) == \
+        (None, "the candidate tried to push input into a terminal (TIOCSTI)")
+    assert _confined(ioctl(0x40086602), tmp_path) == (None, "the candidate tried to change a file's flags (FS_IOC_SETFLAGS)")
+    lease = lambda: fcntl.fcntl(os.open(null, os.O_RDONLY), 1024, fcntl.F_RDLCK) and 0  # noqa: E731
+    assert _confined(lease, tmp_path) == (None, "the candidate tried to take a lease on a file (fcntl F_SETLEASE)")

@@ -227,9 +227,30 @@ _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
 #: Macros every view defines, but whose value differs between the gate's build and the GPU's (the file's path, the
 #: date and time of the build): a kernel keyed on them can tell the gate from production.
 _VARIES = re.compile(r"\b(__FILE__|__FILE_NAME__|__BASE_FILE__|__DATE__|__TIME__|__TIMESTAMP__|__COUNTER__)\b")
+#: String and character literals (what they hold names nothing).
+_LITERAL = re.compile(r"""(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"|(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*'""")
+
+
+def _strings_out(code: str) -> str:
+    return _LITERAL.sub(" ", code)
+
+
 #: The preprocessor's own operators, not macros.
 _OPERATORS = frozenset({"defined", "__has_include", "__has_include_next", "__has_cpp_attribute", "__has_attribute",
                         "__has_builtin", "__has_feature", "__has_extension"})
+
+
+@functools.lru_cache(maxsize=4)
+def compiler_macros(cxx: str) -> frozenset[str]:
+    """The reserved names the host compiler itself predefines with the build's flags (``__cpp_*``, ``__GNUC__``,
+    ``__SIZEOF_LONG__`` …): NVRTC defines some of them otherwise, or not at all."""
+    cmd = [cxx, "-E", "-dM", *_HOST_FLAGS, "-x", "c++", "-"]
+    done = subprocess.run(cmd, input="", capture_output=True, text=True)
+    return frozenset(m.group(1) for m in map(_DEFINE.match, done.stdout.splitlines()) if m and _reserved(m.group(1)))
+
+
+def _reserved(name: str) -> bool:
+    return name.startswith("__") or (name[0] == "_" and name[1:2].isupper())
 
 
 @functools.lru_cache(maxsize=4)
@@ -242,23 +263,28 @@ def modelled(cxx: str) -> frozenset[str]:
     return frozenset(host | {m.split("=")[0] for ms in device_macros().values() for m in ms})
 
 
-def unmodelled(text: str, known: frozenset[str]) -> tuple[tuple[int, str], ...]:
+def unmodelled(text: str, known: frozenset[str], compiler: frozenset[str] = frozenset()) -> tuple[tuple[int, str], ...]:
     """``(line, name)`` of each reserved identifier (``__x``, ``_X``) a conditional of ``text`` names that no view
     defines (``known``) and the text does not define itself: a compiler's own macro the views do not model
     (``__CUDACC_VER_MAJOR__``, ``__CUDA_ARCH_LIST__``, ``cuda_runtime.h``'s guard …). A compiler that defines
     it may build other code; the views cannot show it. Also each use of a macro whose value differs between the
-    gate's build and the GPU's (:data:`_VARIES`: ``__FILE__``, ``__DATE__`` …), anywhere in the code."""
+    gate's build and the GPU's (:data:`_VARIES`: ``__FILE__``, ``__DATE__`` …), anywhere in the code, and each use
+    outside a conditional of a macro the host compiler predefines (``compiler``: :func:`compiler_macros`, such as
+    ``__cpp_unicode_characters``) or of an operator such as ``__has_builtin``: the device views leave code as
+    written, so a value that differs on the GPU shows in no token (a reviewer's decay of 0.98 on NVRTC, exit 0)."""
     lines = code_only(text).splitlines()
     own = {m.group(1) for m in map(_DEFINE.match, lines) if m}
     found = []
     for number, code in enumerate(lines, 1):
         found += [(number, name) for name in dict.fromkeys(_VARIES.findall(code)) if name not in own]
         condition = _CONDITION.match(code)
-        if not condition:
+        if not condition:  # code, or a #define's body: expanded where it is used
+            found += [(number, name) for name in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", _strings_out(code)))
+                      if (name in compiler or name in _OPERATORS - {"defined"}) and name not in own
+                      and (number, name) not in found]
             continue
         for name in re.findall(r"[A-Za-z_]\w*", condition.group(1)):
-            reserved = name.startswith("__") or (name[0] == "_" and name[1:2].isupper())
-            if reserved and name not in known and name not in own and name not in _OPERATORS \
+            if _reserved(name) and name not in known and name not in own and name not in _OPERATORS \
                     and (number, name) not in found:
                 found.append((number, name))
     return tuple(found)
@@ -272,7 +298,7 @@ BUILD_DEPENDENT = "the build's date or time (expanded)"
 def measure(cxx: str, source: KernelSource, harness: str = "") -> DeviceViews:
     """:func:`views`, :func:`conditionals` and :func:`unmodelled` of ``source``, the latter with each line
     :func:`varying_lines` finds that no name already explains. ``harness``: the gate's builds' own macros."""
-    found = list(unmodelled(source.text, modelled(cxx)))
+    found = list(unmodelled(source.text, modelled(cxx), compiler_macros(cxx)))
     named = {line for line, _ in found}
     found += [(line, BUILD_DEPENDENT) for line in varying_lines(cxx, source, harness) if line not in named]
     return DeviceViews(views(cxx, source, harness), conditionals(source.text), tuple(sorted(found)))

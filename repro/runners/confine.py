@@ -39,11 +39,15 @@ from pathlib import Path
 #: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
 _LL_EXECUTE = 1 << 0
 _LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write file, remove, make *
+_LL_MAKE_SPECIAL = sum(1 << b for b in (6, 9, 10, 11, 12))  # char and block devices, sockets, FIFOs, symlinks
 _LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
 _LL_NET_TCP = 1 | 2  # bind, connect (ABI 4)
 _LL_SCOPE = 1 | 2  # abstract unix sockets, signals (ABI 6)
 _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (one number on every architecture)
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+_CAP_VERSION_3 = 0x20080522
 _CLONE_THREAD = 0x00010000
 _AT_FDCWD = -100
 
@@ -65,6 +69,18 @@ _BY_PATH = {
     "setxattr": [(None, 0)], "lsetxattr": [(None, 0)], "removexattr": [(None, 0)], "lremovexattr": [(None, 0)],
     "fchmodat2": [(0, 1)], "setxattrat": [(0, 1)], "removexattrat": [(0, 1)], "file_setattr": [(0, 1)],
 }
+#: Of those, the ones that are an attempt inside the scratch folder too: Landlock does not check a file's metadata
+#: nor a device node's making, so the parent's reading of the path would be all that stood in the way, and a thread
+#: that rewrote the path after that reading won the race (a reviewer's chmod 0777 of a file outside, 5 runs of 5).
+_ANYWHERE = frozenset({"mknod", "mknodat", "chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime",
+                       "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "removexattr", "lremovexattr",
+                       "setxattrat", "removexattrat", "file_setattr"})
+#: ioctl requests that act beyond the worker (the low 32 bits: the kernel reads no more) → what they do, in words.
+_IOCTLS = {0x5412: "push input into a terminal (TIOCSTI)", 0x541C: "drive the console (TIOCLINUX)",
+           0x40086602: "change a file's flags (FS_IOC_SETFLAGS)", 0x40046602: "change a file's flags (FS_IOC_SETFLAGS)",
+           0x401C5820: "change a file's attributes (FS_IOC_FSSETXATTR)", 0xC0045877: "freeze a file system (FIFREEZE)",
+           0xC0045878: "thaw a file system (FITHAW)"}
+_F_SETLEASE = 1024
 #: Calls newer than the libseccomp a machine may have, by number (from 424 on, one number on every architecture):
 #: a name libseccomp does not know would otherwise leave its call unfiltered.
 _NUMBERED = {"fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
@@ -85,6 +101,8 @@ _SAID = {
     **dict.fromkeys(("shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl"),
                     "make a kernel object that outlives the run ({call})"),
     **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
+    **dict.fromkeys(("mknod", "mknodat"), "make a device node {path} ({call})"),
+    "fcntl": "take a lease on a file (fcntl F_SETLEASE)",
 }
 #: Calls refused outright (EPERM), not reported: no candidate has a use for them, and seccomp cannot see what
 #: an io_uring submission does.
@@ -182,7 +200,7 @@ def _filter(alone: bool = False):
 
     def rule(action, call, *args):
         if alone and action == sc.NOTIFY:
-            if call in _BY_PATH:
+            if call in _BY_PATH and call not in _ANYWHERE:
                 return
             action = sc.ERRNO(errno.EPERM)
         with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
@@ -208,6 +226,9 @@ def _filter(alone: bool = False):
         rule(sc.NOTIFY, call, sc.Arg(0, sc.NE, me))
     rule(sc.NOTIFY, "prlimit64", sc.Arg(0, sc.NE, 0), sc.Arg(2, sc.NE, 0))  # setting another's (glibc's own: pid 0)
     rule(sc.NOTIFY, "setpriority", sc.Arg(1, sc.NE, 0))
+    for request in _IOCTLS:
+        rule(sc.NOTIFY, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    rule(sc.NOTIFY, "fcntl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, _F_SETLEASE))  # a lease blocks others' opens 45 s
     for call in _REFUSED:
         rule(sc.ERRNO(errno.EPERM), call)
     for call, arg in _REFUSED_ELSEWHERE.items():
@@ -233,7 +254,8 @@ def _landlock(scratch: Path) -> int:
     try:
         folder = os.open(scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            beneath = struct.pack("=Qi", fs & ~_LL_EXECUTE, folder)
+            # in the scratch folder: files and folders only (a block device made there, as root, wrote to a disk)
+            beneath = struct.pack("=Qi", fs & ~_LL_EXECUTE & ~_LL_MAKE_SPECIAL, folder)
             if libc.syscall(_SYS_LANDLOCK[1], ruleset, 1, ctypes.c_char_p(beneath), ctypes.c_uint32(0)) != 0:
                 return 0
         finally:
@@ -252,6 +274,19 @@ def keep_caches_in(scratch: Path) -> None:
     os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
     os.environ["CUDA_CACHE_PATH"] = str(scratch)
     os.environ["CUDA_CACHE_DISABLE"] = "1"  # a worker's scratch is its own: nothing to reuse
+
+
+def _drop_capabilities(libc) -> None:
+    """Give up every capability, root's included (a CI job's worker runs as root: it could make a block device and
+    write a disk through it, or mark any file immutable). Nothing to give up for another user."""
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the kernel's last capability (EPERM: no CAP_SETPCAP, nothing to drop)
+    nr = _SYS_CAPSET.get(os.uname().machine)
+    if nr is not None:  # effective, permitted and inheritable sets emptied
+        header = ctypes.create_string_buffer(struct.pack("=Ii", _CAP_VERSION_3, 0), 8)
+        libc.syscall(nr, header, ctypes.create_string_buffer(24))
 
 
 def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tuple[int, ...] = ()) -> None:
@@ -273,6 +308,7 @@ def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tupl
         _own_descriptors(conn, scratch, forked)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _drop_capabilities(libc)
     abi = _landlock(scratch)
     f = _filter()
     f.load()
@@ -292,7 +328,9 @@ def confine_alone(scratch: Path) -> int:
     sys.dont_write_bytecode = True
     keep_caches_in(scratch)
     os.chdir(scratch)
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _drop_capabilities(libc)
     abi = _landlock(scratch)
     _filter(alone=True).load()
     return abi
@@ -375,6 +413,8 @@ class Watch:
         """None when the call may go through, an errno for one that would change nothing (a folder made
         that exists: the host backend's cache lookup makes its folder), else the attempt in words."""
         said = _SAID.get(call, "{call} {path}")
+        if call == "ioctl":
+            return "the candidate tried to " + _IOCTLS.get(args[1] & 0xFFFFFFFF, f"use ioctl {args[1]:#x}")
         if call not in _BY_PATH:
             return "the candidate tried to " + said.format(call=call, path="")
         paths = [self._path(tid, None if d is None else _signed(args[d]), args[p]) for d, p in _BY_PATH[call]]
@@ -384,6 +424,8 @@ class Watch:
         except OSError:
             return None  # it is gone: nothing to decide
         outside = [p for p in paths if p is None or not (p == self.scratch or p.startswith(self.scratch + os.sep))]
+        if call in _ANYWHERE:
+            outside = outside or paths
         if not outside:
             return None
         if call in ("open", "openat") and self._own_thread_name(outside[0]):

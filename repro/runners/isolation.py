@@ -79,6 +79,9 @@ STARTUP_LIMIT = 120.0
 REPLY_GRACE = 2.0
 #: The least time (s) the rest of a reply is given after its first byte, however late that came.
 REPLY_REST = 0.25
+#: The largest reply a worker sends (bytes): the fixed kernel's largest is 0.9 MB. A length past it is no reply of
+#: the worker's (a candidate that promised 2^40 bytes and streamed them took the gate to 1.2 GB in 2 s).
+REPLY_MAX = 64 << 20
 #: Clock ticks per second, the unit of /proc's CPU times.
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
@@ -404,7 +407,7 @@ class Worker:
         (size,) = struct.unpack("!i", exactly(4))
         if size == -1:
             (size,) = struct.unpack("!Q", exactly(8))
-        if size < 0:
+        if size < 0 or size > REPLY_MAX:
             raise replies.Forged(f"a message of {size} bytes")
         return exactly(size)
 
