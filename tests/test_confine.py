@@ -349,3 +349,17 @@ def test_a_terminal_push_a_file_flag_and_a_lease_are_attempts(sandbox, tmp_path)
     assert _confined(ioctl(0x40086602), tmp_path) == (None, "the candidate tried to change a file's flags (FS_IOC_SETFLAGS)")
     lease = lambda: fcntl.fcntl(os.open(null, os.O_RDONLY), 1024, fcntl.F_RDLCK) and 0  # noqa: E731
     assert _confined(lease, tmp_path) == (None, "the candidate tried to take a lease on a file (fcntl F_SETLEASE)")
+
+
+def test_a_process_group_s_priority_and_a_terminal_s_settings_are_attempts(sandbox, tmp_path):
+    """setpriority(PRIO_PGRP, 0) reached the gate's whole group (who 0 is no other process, which 0 is), and a
+    terminal opened read-only took TCSETS and TIOCSWINSZ (a reviewer's third round): each named, nothing changed."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    nice = os.getpriority(os.PRIO_PGRP, 0)
+    assert _confined(lambda: os.setpriority(os.PRIO_PGRP, 0, 7) or 0, tmp_path) == \
+        (None, "the candidate tried to change another process's priority (setpriority)")
+    assert os.getpriority(os.PRIO_PGRP, 0) == nice
+    term = lambda: libc.ioctl(os.open(os.devnull, os.O_RDONLY), ctypes.c_ulong(0x5402), ctypes.create_string_buffer(64))  # noqa: E731
+    assert _confined(lambda: term() and 0, tmp_path) == (None, "the candidate tried to change a terminal (TCSETS)")

@@ -146,8 +146,9 @@ def views(cxx: str, source: KernelSource, harness: str = "") -> tuple[View, ...]
         return tuple(pool.map(lambda item: _preprocess(cxx, source, *item, harness=harness), wanted.items()))
 
 
-def _expanded(cxx: str, source: KernelSource, harness: str, folder: str, epoch: int) -> list[str] | None:
-    """``line:token`` for the candidate's own tokens fully expanded, built in ``folder`` as a file modified at
+def _expanded(cxx: str, source: KernelSource, harness: str, folder: str,
+              epoch: int) -> tuple[tuple[int, str], ...] | None:
+    """``(line, token)`` for the candidate's own tokens fully expanded, built in ``folder`` as a file modified at
     ``epoch`` with the build's clock at ``epoch`` (SOURCE_DATE_EPOCH); None where the preprocessor stops (the views
     say why)."""
     folder = os.path.join(folder, str(epoch))
@@ -161,14 +162,20 @@ def _expanded(cxx: str, source: KernelSource, harness: str, folder: str, epoch: 
                           env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
     if done.returncode != 0:
         return None
-    return [f"{line}:{tok}" for line, tok in own_tokens(done.stdout)]
+    return own_tokens(done.stdout)
 
 
-def varying_lines(cxx: str, source: KernelSource, harness: str = "") -> tuple[int, ...]:
-    """The candidate's lines whose expanded tokens differ between two builds of it on other days
-    (:data:`_BUILD_DAYS`): ``__DATE__``, ``__TIME__``, ``__TIMESTAMP__`` however spelled (pasted, spliced)."""
+def expanded(cxx: str, source: KernelSource, harness: str = "") -> tuple[tuple[tuple[int, str], ...] | None, ...]:
+    """The host build's text fully expanded on each of :data:`_BUILD_DAYS` (``(line, token)``; None where the
+    preprocessor stops)."""
     with tempfile.TemporaryDirectory(prefix="rlq-view-") as folder:
-        a, b = (_expanded(cxx, source, harness, folder, epoch) for epoch in _BUILD_DAYS)
+        return tuple(_expanded(cxx, source, harness, folder, epoch) for epoch in _BUILD_DAYS)
+
+
+def varying_lines(builds) -> tuple[int, ...]:
+    """The candidate's lines whose expanded tokens differ between its builds on other days (:func:`expanded`):
+    ``__DATE__``, ``__TIME__``, ``__TIMESTAMP__`` however spelled (pasted, spliced)."""
+    a, b = ([f"{line}:{tok}" for line, tok in build] if build is not None else None for build in builds)
     if a is None or b is None or a == b:
         return ()
     blocks = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
@@ -290,6 +297,40 @@ def unmodelled(text: str, known: frozenset[str], compiler: frozenset[str] = froz
     return tuple(found)
 
 
+#: ``#pragma`` spellings that change how g++ compiles what follows (its floating point, its target; ``None``: any),
+#: which NVRTC ignores: a reviewer's ``#pragma GCC optimize("finite-math-only")`` dropped a NaN branch from the host
+#: build only, and the gate said PASS to a kernel whose GPU build set λ to 1 on a NaN KL.
+_HOST_PRAGMAS = {"GCC": {"optimize", "target", "push_options", "pop_options", "reset_options"}, "STDC": None,
+                 "clang": None, "float_control": None, "fp_contract": None, "fenv_access": None}
+#: Attributes that do the same for one function (``__attribute__((optimize(…)))``, ``[[gnu::optimize(…)]]``).
+_HOST_ATTRIBUTES = frozenset({"optimize", "__optimize__", "target", "__target__", "target_clones",
+                              "__target_clones__"})
+
+
+def host_options(tokens) -> tuple[tuple[int, str], ...]:
+    """``(line, spelling)`` of each pragma or attribute in the expanded text (:func:`expanded`; a ``_Pragma`` in a
+    macro comes out as a ``#pragma`` line) that changes how only the host compiler builds the code."""
+    toks, found = list(tokens or ()), []
+    for i, (line, tok) in enumerate(toks):
+        after = [t for _, t in toks[i + 1 : i + 4]]
+        if tok == "#" and after[:1] == ["pragma"] and len(after) > 1 and after[1] in _HOST_PRAGMAS:
+            wanted = _HOST_PRAGMAS[after[1]]
+            if wanted is None or (len(after) > 2 and after[2] in wanted):
+                found.append((line, " ".join(["#pragma", *after[1 : 2 if wanted is None else 3]])))
+        elif tok in ("__attribute__", "__attribute"):
+            depth = 0
+            for _, t in toks[i + 1 :]:
+                depth += (t == "(") - (t == ")")
+                if t in _HOST_ATTRIBUTES:
+                    found.append((line, f"__attribute__(({t}))"))
+                    break
+                if depth <= 0 and t == ")":
+                    break
+        elif tok == "::" and i and toks[i - 1][1] in ("gnu", "__gnu__") and after[:1] and after[0] in _HOST_ATTRIBUTES:
+            found.append((line, f"[[gnu::{after[0]}]]"))
+    return tuple(dict.fromkeys(found))
+
+
 #: How :func:`measure` names a line whose expansion depends on the build's date or path (:func:`varying_lines`).
 BUILD_DEPENDENT = "the build's date or time (expanded)"
 
@@ -299,6 +340,8 @@ def measure(cxx: str, source: KernelSource, harness: str = "") -> DeviceViews:
     """:func:`views`, :func:`conditionals` and :func:`unmodelled` of ``source``, the latter with each line
     :func:`varying_lines` finds that no name already explains. ``harness``: the gate's builds' own macros."""
     found = list(unmodelled(source.text, modelled(cxx), compiler_macros(cxx)))
+    builds = expanded(cxx, source, harness)
     named = {line for line, _ in found}
-    found += [(line, BUILD_DEPENDENT) for line in varying_lines(cxx, source, harness) if line not in named]
+    found += [(line, BUILD_DEPENDENT) for line in varying_lines(builds) if line not in named]
+    found += [item for item in host_options(builds[0]) if item not in found]
     return DeviceViews(views(cxx, source, harness), conditionals(source.text), tuple(sorted(found)))

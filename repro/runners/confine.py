@@ -77,6 +77,17 @@ _ANYWHERE = frozenset({"mknod", "mknodat", "chmod", "fchmodat", "fchmodat2", "ch
                        "setxattrat", "removexattrat", "file_setattr"})
 #: ioctl requests that act beyond the worker (the low 32 bits: the kernel reads no more) → what they do, in words.
 _IOCTLS = {0x5412: "push input into a terminal (TIOCSTI)", 0x541C: "drive the console (TIOCLINUX)",
+           # a terminal's settings, size, foreground and line: the user's terminal, which a worker shares (a
+           # reviewer's candidate turned echo off and took the foreground, and the terminal stayed so)
+           **{request: f"change a terminal ({name})" for request, name in (
+               (0x5402, "TCSETS"), (0x5403, "TCSETSW"), (0x5404, "TCSETSF"), (0x5406, "TCSETA"), (0x5407, "TCSETAW"),
+               (0x5408, "TCSETAF"), (0x402C542B, "TCSETS2"), (0x402C542C, "TCSETSW2"), (0x402C542D, "TCSETSF2"),
+               (0x5409, "TCSBRK"), (0x5425, "TCSBRKP"), (0x5427, "TIOCSBRK"), (0x5428, "TIOCCBRK"), (0x540A, "TCXONC"),
+               (0x540B, "TCFLSH"), (0x540C, "TIOCEXCL"), (0x540D, "TIOCNXCL"), (0x540E, "TIOCSCTTY"),
+               (0x5410, "TIOCSPGRP"), (0x5414, "TIOCSWINSZ"), (0x5416, "TIOCMBIS"), (0x5417, "TIOCMBIC"),
+               (0x5418, "TIOCMSET"), (0x541D, "TIOCCONS"), (0x541F, "TIOCSSERIAL"), (0x5420, "TIOCPKT"),
+               (0x5422, "TIOCNOTTY"), (0x5423, "TIOCSETD"), (0x5437, "TIOCVHANGUP"), (0x40045436, "TIOCSIG"),
+               (0x5457, "TIOCSLCKTRMIOS"))},
            0x40086602: "change a file's flags (FS_IOC_SETFLAGS)", 0x40046602: "change a file's flags (FS_IOC_SETFLAGS)",
            0x401C5820: "change a file's attributes (FS_IOC_FSSETXATTR)", 0xC0045877: "freeze a file system (FIFREEZE)",
            0xC0045878: "thaw a file system (FITHAW)"}
@@ -97,7 +108,7 @@ _SAID = {
     **dict.fromkeys(("kill", "tkill", "tgkill", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo"),
                     "signal another process ({call})"),
     "prlimit64": "change another process's resource limits ({call})",
-    "setpriority": "change another process's priority ({call})",
+    "setpriority": "change another process's priority ({call})",  # or a group's, a user's
     **dict.fromkeys(("shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl"),
                     "make a kernel object that outlives the run ({call})"),
     **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
@@ -226,6 +237,8 @@ def _filter(alone: bool = False):
         rule(sc.NOTIFY, call, sc.Arg(0, sc.NE, me))
     rule(sc.NOTIFY, "prlimit64", sc.Arg(0, sc.NE, 0), sc.Arg(2, sc.NE, 0))  # setting another's (glibc's own: pid 0)
     rule(sc.NOTIFY, "setpriority", sc.Arg(1, sc.NE, 0))
+    rule(sc.NOTIFY, "setpriority", sc.Arg(0, sc.NE, 0))  # a process group or a user (who 0: the gate's, its own)
+    rule(sc.ERRNO(errno.EPERM), "ioprio_set", sc.Arg(0, sc.NE, 1))  # not IOPRIO_WHO_PROCESS: a group or a user
     for request in _IOCTLS:
         rule(sc.NOTIFY, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     rule(sc.NOTIFY, "fcntl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, _F_SETLEASE))  # a lease blocks others' opens 45 s
