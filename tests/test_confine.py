@@ -363,3 +363,25 @@ def test_a_process_group_s_priority_and_a_terminal_s_settings_are_attempts(sandb
     assert os.getpriority(os.PRIO_PGRP, 0) == nice
     term = lambda: libc.ioctl(os.open(os.devnull, os.O_RDONLY), ctypes.c_ulong(0x5402), ctypes.create_string_buffer(64))  # noqa: E731
     assert _confined(lambda: term() and 0, tmp_path) == (None, "the candidate tried to change a terminal (TCSETS)")
+
+
+def test_a_tree_deeper_than_python_recurses_is_removed(tmp_path):
+    """A candidate's 1,100 nested folders ended the gate with shutil.rmtree's RecursionError and stayed in /tmp."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(os.open("payload", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+    os.close(fd)
+    confine.remove(root)
+    assert not root.exists()
+
+
+def test_the_child_is_the_out_of_memory_killer_s_first_choice(sandbox, tmp_path):
+    """Memory held in a memfd counts in no RSS: the killer would pick the gate or a job beside it."""
+    assert _confined(lambda: 0 if Path("/proc/self/oom_score_adj").read_text().strip() == "1000" else 3,
+                     tmp_path) == (0, None)

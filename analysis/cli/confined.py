@@ -77,7 +77,7 @@ def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], in
                     _move(inside[flag], path, flag in folders)
         return code
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        confine.remove(scratch)
 
 
 def _move(src: Path, dest: Path, folder: bool) -> None:

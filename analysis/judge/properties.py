@@ -644,8 +644,8 @@ def device_view(ev: Evidence) -> Finding:
         names = ", ".join(dict.fromkeys(name for _, name in unknown))
         where = Where(scenario=f"line(s) {', '.join(str(ln) for ln, _ in unknown)}: the text names {names}: a macro no "
                       "view here defines, one whose value differs between this build and the GPU's (the file's path, "
-                      "the build's date), or an option only the host compiler applies; a compiler may build code the CPU "
-                      "gate never measured",
+                      "the build's date), or what only the host build applies (a compile option, code run at load); a "
+                      "compiler may build code the CPU gate never measured",
                       event="device_view")
     return Finding(key="device_view", title="the device compilers see the kernel the host build runs",
                    ok=not differing and not unknown,

@@ -27,7 +27,6 @@ import multiprocessing.reduction as reduction
 import multiprocessing.resource_tracker as mp_resource_tracker
 import os
 import resource
-import shutil
 import signal
 import struct
 import tempfile
@@ -460,7 +459,7 @@ class Worker:
         self.watches.pop(pid, None)
         folder = self.folders.pop(pid, None)
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+            confine.remove(folder)
 
     def discard(self) -> None:
         """End the worker and its spare at once (SIGKILL): neither is wanted any more."""
