@@ -385,3 +385,33 @@ def test_the_child_is_the_out_of_memory_killer_s_first_choice(sandbox, tmp_path)
     """Memory held in a memfd counts in no RSS: the killer would pick the gate or a job beside it."""
     assert _confined(lambda: 0 if Path("/proc/self/oom_score_adj").read_text().strip() == "1000" else 3,
                      tmp_path) == (0, None)
+
+
+def test_another_process_s_shared_objects_and_a_new_session_are_attempts(sandbox, tmp_path):
+    """A reviewer's fifth round wrote into another process's SysV segment, set its semaphore, deleted its POSIX queue,
+    and took a console as its own terminal after setsid: each call is named before the kernel looks at it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for call, body in (("shmat", lambda: libc.shmat(0, None, 0) and 0), ("semctl", lambda: libc.semctl(0, 0, 0) and 0),
+                       ("mq_unlink", lambda: libc.mq_unlink(b"/rlq-none") and 0), ("setsid", lambda: os.setsid() or 0)):
+        _, attempt = _confined(body, tmp_path)
+        assert attempt is not None and attempt.endswith(f"({call})"), (call, attempt)
+
+
+def test_an_ioctl_on_a_device_opened_in_the_sandbox_is_refused(sandbox, tmp_path):
+    """Landlock (ABI 5+) refuses ioctls on a device opened after the sandbox: a loop device bound to a file outside,
+    /dev/loop-control, a console (a reviewer's fifth round). /dev/null stands in: TCGETS there is ENOTTY unconfined."""
+    import ctypes
+    import errno
+
+    if confine.landlock_abi() < 5:
+        pytest.skip(f"Landlock ABI {confine.landlock_abi()} here: device ioctls are ABI 5's")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def body() -> int:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        failed = libc.ioctl(fd, ctypes.c_ulong(0x5401), ctypes.create_string_buffer(64))  # TCGETS
+        return 0 if failed and ctypes.get_errno() == errno.EACCES else 3
+
+    assert _confined(body, tmp_path) == (0, None)

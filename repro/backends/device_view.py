@@ -334,6 +334,13 @@ def host_options(tokens) -> tuple[tuple[int, str], ...]:
                     break
         elif tok == "::" and i and toks[i - 1][1] in ("gnu", "__gnu__") and after[:1] and after[0] in _HOST_ATTRIBUTES:
             found.append((line, f"[[gnu::{after[0]}]]"))
+        elif tok == "[" and after[:2] == ["[", "using"]:  # [[using gnu: constructor, …]] (C++17)
+            for _, t in toks[i + 3 :]:
+                if t == "]":
+                    break
+                if t in _HOST_ATTRIBUTES:
+                    found.append((line, f"[[using …: {t}]]"))
+                    break
     return tuple(dict.fromkeys(found))
 
 

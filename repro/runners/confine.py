@@ -44,6 +44,9 @@ _LL_EXECUTE = 1 << 0
 _LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write file, remove, make *
 _LL_MAKE_SPECIAL = sum(1 << b for b in (6, 9, 10, 11, 12))  # char and block devices, sockets, FIFOs, symlinks
 _LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+# ABI 5: an ioctl on a device opened after the sandbox (a loop device bound to a file outside, /dev/loop-control, a
+# console or terminal made its own after setsid: a reviewer's fifth round). CUDA's descriptors, opened before, keep it.
+_LL_IOCTL_DEV = 1 << 15
 _LL_NET_TCP = 1 | 2  # bind, connect (ABI 4)
 _LL_SCOPE = 1 | 2  # abstract unix sockets, signals (ABI 6)
 _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (one number on every architecture)
@@ -93,7 +96,15 @@ _IOCTLS = {0x5412: "push input into a terminal (TIOCSTI)", 0x541C: "drive the co
                (0x5457, "TIOCSLCKTRMIOS"))},
            0x40086602: "change a file's flags (FS_IOC_SETFLAGS)", 0x40046602: "change a file's flags (FS_IOC_SETFLAGS)",
            0x401C5820: "change a file's attributes (FS_IOC_FSSETXATTR)", 0xC0045877: "freeze a file system (FIFREEZE)",
-           0xC0045878: "thaw a file system (FITHAW)"}
+           0xC0045878: "thaw a file system (FITHAW)", 0x40087602: "change a file's version (FS_IOC_SETVERSION)",
+           0x40047602: "change a file's version (FS_IOC_SETVERSION)", 0x541A: "change a terminal (TIOCSSOFTCAR)",
+           0x800C6613: "set a folder's encryption (FS_IOC_SET_ENCRYPTION_POLICY)",
+           0xC0506617: "add an encryption key (FS_IOC_ADD_ENCRYPTION_KEY)", 0x6609: "migrate a file (EXT4_IOC_MIGRATE)",
+           0x41009432: "relabel a file system (FS_IOC_SETFSLABEL)",
+           **{request: f"drive a console ({name})" for request, name in (
+               (0x4B3A, "KDSETMODE"), (0x4B45, "KDSKBMODE"), (0x4B47, "KDSKBENT"), (0x4B49, "KDSKBSENT"),
+               (0x4B32, "KDSETLED"), (0x4B33, "KDSKBLED"), (0x5606, "VT_ACTIVATE"), (0x5607, "VT_WAITACTIVE"),
+               (0x5602, "VT_SETMODE"), (0x560C, "VT_LOCKSWITCH"))}}
 _F_SETLEASE = 1024
 #: Calls newer than the libseccomp a machine may have, by number (from 424 on, one number on every architecture):
 #: a name libseccomp does not know would otherwise leave its call unfiltered.
@@ -114,6 +125,9 @@ _SAID = {
     "setpriority": "change another process's priority ({call})",  # or a group's, a user's
     **dict.fromkeys(("shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl"),
                     "make a kernel object that outlives the run ({call})"),
+    **dict.fromkeys(("shmat", "shmctl", "semop", "semtimedop", "semctl", "msgsnd", "msgrcv", "msgctl", "mq_unlink"),
+                    "use another process's shared object ({call})"),
+    "setsid": "start a session of its own, which may take a terminal ({call})",
     **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
     **dict.fromkeys(("mknod", "mknodat"), "make a device node {path} ({call})"),
     "fcntl": "take a lease on a file (fcntl F_SETLEASE)",
@@ -222,7 +236,8 @@ def _filter(alone: bool = False):
 
     for call in ("execve", "execveat", "fork", "vfork", "socket", "socketpair", "link", "linkat", "symlink",
                  "symlinkat", "fchmod", "fchown", "fsetxattr", "fremovexattr", "shmget", "semget", "msgget",
-                 "mq_open", "add_key", "request_key", "keyctl", *_BY_PATH):
+                 "mq_open", "add_key", "request_key", "keyctl", "shmat", "shmctl", "semop", "semtimedop", "semctl",
+                 "msgsnd", "msgrcv", "msgctl", "mq_unlink", "setsid", *_BY_PATH):
         if call not in ("open", "creat", "openat"):
             rule(sc.NOTIFY, call)
     rule(sc.NOTIFY, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))  # a thread is fine, a process is not
@@ -260,7 +275,8 @@ def _landlock(scratch: Path) -> int:
     if abi == 0:
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
-    fs = _LL_EXECUTE | _LL_WRITES | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    fs = (_LL_EXECUTE | _LL_WRITES | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+          | (_LL_IOCTL_DEV if abi >= 5 else 0))
     net = _LL_NET_TCP if abi >= 4 else 0
     scoped = _LL_SCOPE if abi >= 6 else 0
     attr = struct.pack("=QQQ", fs, net, scoped)[: 24 if abi >= 6 else 16 if abi >= 4 else 8]
