@@ -313,12 +313,23 @@ _HOST_ATTRIBUTES = frozenset({
         "alias", "weak", "weakref")})
 
 
+#: A floating literal of type ``long double`` (``1e4000L``, ``0x1p-16400L``).
+_LONG_DOUBLE_LITERAL = re.compile(
+    r"^(?:\d[\d']*\.[\d']*(?:[eE][+-]?\d+)?|\d[\d']*[eE][+-]?\d+|\.\d[\d']*(?:[eE][+-]?\d+)?"
+    r"|0[xX][\w.']*[pP][+-]?\d+)[lL]$")
+
+
 def host_options(tokens) -> tuple[tuple[int, str], ...]:
     """``(line, spelling)`` of each pragma or attribute in the expanded text (:func:`expanded`; a ``_Pragma`` in a
-    macro comes out as a ``#pragma`` line) that changes how only the host compiler builds the code."""
+    macro comes out as a ``#pragma`` line) that changes how only the host compiler builds the code, and each
+    ``long double``: x87's 80 bits on the host, a double under NVRTC (its warning 20208-D; a reviewer's sixth round
+    chose the decay by whether 1e600 overflows: exit 0, and λ × 0.9 a step on the H200)."""
     toks, found = list(tokens or ()), []
     for i, (line, tok) in enumerate(toks):
         after = [t for _, t in toks[i + 1 : i + 4]]
+        if (tok == "long" and after[:1] == ["double"]) or _LONG_DOUBLE_LITERAL.match(tok):
+            found.append((line, "long double"))
+            continue
         if tok == "#" and after[:1] == ["pragma"] and len(after) > 1 and after[1] in _HOST_PRAGMAS:
             wanted = _HOST_PRAGMAS[after[1]]
             if wanted is None or (len(after) > 2 and after[2] in wanted):
