@@ -83,12 +83,18 @@ def device_macros() -> dict[str, tuple[str, ...]]:
             for compiler, names in DEVICE_COMPILERS.items() for arch in DEVICE_ARCHS}
 
 
+@functools.lru_cache(maxsize=8)
+def _defined(cxx: str, flags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(name, value)`` of every macro the preprocessor defines with ``flags`` before a line of input (``-dM``)."""
+    done = subprocess.run([cxx, "-E", "-dM", *flags, "-x", "c++", "-"], input="", capture_output=True, text=True)
+    return tuple((m.group(1), m.group(2)) for m in map(re.compile(r"#define (\w+) ?(.*)").match, done.stdout.splitlines())
+                 if m)
+
+
 def predefined(cxx: str, compiler: str) -> dict[str, str]:
     """The macros the view of ``compiler`` (a key of :data:`DEVICE_COMPILERS`) predefines, before its
     ``__CUDA*`` ones: name → value."""
-    cmd = [cxx, "-E", "-dM", *_VIEW_FLAGS[compiler], "-x", "c++", "-"]
-    done = subprocess.run(cmd, input="", capture_output=True, text=True, check=True)
-    return {m.group(1): m.group(2) for m in map(re.compile(r"#define (\w+) ?(.*)").match, done.stdout.splitlines()) if m}
+    return dict(_defined(cxx, _VIEW_FLAGS[compiler]))
 
 
 def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
@@ -247,13 +253,10 @@ _OPERATORS = frozenset({"defined", "__has_include", "__has_include_next", "__has
                         "__has_builtin", "__has_feature", "__has_extension"})
 
 
-@functools.lru_cache(maxsize=4)
 def compiler_macros(cxx: str) -> frozenset[str]:
     """The reserved names the host compiler itself predefines with the build's flags (``__cpp_*``, ``__GNUC__``,
     ``__SIZEOF_LONG__`` …): NVRTC defines some of them otherwise, or not at all."""
-    cmd = [cxx, "-E", "-dM", *_HOST_FLAGS, "-x", "c++", "-"]
-    done = subprocess.run(cmd, input="", capture_output=True, text=True)
-    return frozenset(m.group(1) for m in map(_DEFINE.match, done.stdout.splitlines()) if m and _reserved(m.group(1)))
+    return frozenset(name for name, _ in _defined(cxx, _HOST_FLAGS) if _reserved(name))
 
 
 def _reserved(name: str) -> bool:
@@ -264,9 +267,7 @@ def _reserved(name: str) -> bool:
 def modelled(cxx: str) -> frozenset[str]:
     """Every macro some view defines: the host build's (its compiler's predefined ones, the shim's, the stand-in
     headers') and each device view's (:func:`device_macros`)."""
-    cmd = [cxx, "-E", "-dM", *_HOST_FLAGS, "-include", str(HOST_SHIM), "-x", "c++", "-I", str(HOST_INCLUDE), "-"]
-    done = subprocess.run(cmd, input="", capture_output=True, text=True)
-    host = {m.group(1) for m in map(_DEFINE.match, done.stdout.splitlines()) if m}
+    host = {name for name, _ in _defined(cxx, (*_HOST_FLAGS, "-include", str(HOST_SHIM), "-I", str(HOST_INCLUDE)))}
     return frozenset(host | {m.split("=")[0] for ms in device_macros().values() for m in ms})
 
 
