@@ -1,22 +1,21 @@
-"""A worker that runs candidate code may write only inside its own scratch folder, start no process, open no socket.
+"""A worker that runs candidate code makes only the system calls it was measured to need, and writes only inside
+its own scratch folder.
 
-Two kernel mechanisms, both installed by the worker on itself before any candidate code runs (before the
-kernel's library is loaded: its load-time code is the candidate's too), and kept for the rest of its life:
+Two kernel mechanisms, both installed by the worker on itself before any candidate code runs (before the kernel's
+library is loaded: its load-time code is the candidate's too), and kept for the rest of its life:
 
-- **seccomp** through libseccomp (the ``pyseccomp`` binding of the system's ``libseccomp.so.2``): the system
-  calls that start a process (execve, execveat, fork, vfork, a clone that is not a thread), open a socket,
-  open a file for writing or change a file by path (unlink, rename, mkdir, …; a link: always), change a
-  file's metadata through an open descriptor, or signal another process are handed to the parent as
-  *user notifications* (seccomp_unotify(2)). The parent's :class:`Watch` reads the call's path from the
-  worker's memory, lets a write inside the scratch folder through and ends the worker on anything else,
-  naming what it tried. io_uring (which seccomp cannot see into), bpf, ptrace and the like fail with EPERM.
-- **Landlock** (kernel 5.13+, where enabled): the same folder is the only place the worker may create,
-  write, remove or rename files (enforced by path, so that no race between the parent's check and the
-  kernel's open lets a write out), it may execute no file, and where the kernel has them (Landlock ABI 4 and
-  6), connect or bind no TCP port and signal no process outside itself.
+- **seccomp** through libseccomp (the ``pyseccomp`` binding of the system's ``libseccomp.so.2``), deny by default:
+  the calls of :mod:`repro.runners.syscall_policy` are allowed (some with conditions on their arguments); any other
+  is handed to the parent as a *user notification* (seccomp_unotify(2)), whose :class:`Watch` refuses it, names it
+  and ends the worker. The parent reads one thing from a notification: the path of an open for writing or a new
+  folder, to name one outside the scratch folder; inside it the call goes on to Landlock, which decides.
+- **Landlock** (kernel 5.13+, required): the scratch folder is the only place the worker may create, write,
+  remove or rename files (by path, in the kernel: no race with the parent's reading); it may execute no file, and
+  where the kernel has them (ABI 4-6) connect or bind no TCP port, use no device opened after the sandbox, and
+  signal no process outside itself.
 
-Where seccomp cannot be installed, :func:`unavailable` says why in one line and the worker runs as before
-(``--require-sandbox`` makes that exit 2). Landlock is a second wall: its absence is said, not fatal.
+Where either cannot be installed, :func:`unavailable` says why in one line and the worker runs unconfined
+(``--require-sandbox`` makes that exit 2).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import re
 import select
@@ -38,6 +38,8 @@ import threading
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+
+from repro.runners import syscall_policy as policy
 
 #: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
 _LL_EXECUTE = 1 << 0
@@ -54,7 +56,6 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 _CAP_VERSION_3 = 0x20080522
-_CLONE_THREAD = 0x00010000
 _AT_FDCWD = -100
 
 #: seccomp_unotify(2): struct seccomp_notif, struct seccomp_notif_resp and the ioctls that carry them.
@@ -62,90 +63,26 @@ _NOTIF = struct.Struct("=QIIiIQ6Q")
 _RESP = struct.Struct("=QqiI")
 _NOTIF_RECV, _NOTIF_SEND, _NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
 _FLAG_CONTINUE = 1
-
-#: Calls that change the file system by path: syscall → the indices of (dirfd, path) argument pairs
-#: (dirfd None: relative to the working folder). A path inside the scratch folder goes through.
-_BY_PATH = {
-    "open": [(None, 0)], "creat": [(None, 0)], "openat": [(0, 1)],
-    "unlink": [(None, 0)], "unlinkat": [(0, 1)], "rmdir": [(None, 0)], "mkdir": [(None, 0)], "mkdirat": [(0, 1)],
-    "mknod": [(None, 0)], "mknodat": [(0, 1)], "truncate": [(None, 0)],
-    "rename": [(None, 0), (None, 1)], "renameat": [(0, 1), (2, 3)], "renameat2": [(0, 1), (2, 3)],
-    "chmod": [(None, 0)], "fchmodat": [(0, 1)], "chown": [(None, 0)], "lchown": [(None, 0)], "fchownat": [(0, 1)],
-    "utime": [(None, 0)], "utimes": [(None, 0)], "futimesat": [(0, 1)], "utimensat": [(0, 1)],
-    "setxattr": [(None, 0)], "lsetxattr": [(None, 0)], "removexattr": [(None, 0)], "lremovexattr": [(None, 0)],
-    "fchmodat2": [(0, 1)], "setxattrat": [(0, 1)], "removexattrat": [(0, 1)], "file_setattr": [(0, 1)],
-}
-#: Of those, the ones that are an attempt inside the scratch folder too: Landlock does not check a file's metadata
-#: nor a device node's making, so the parent's reading of the path would be all that stood in the way, and a thread
-#: that rewrote the path after that reading won the race (a reviewer's chmod 0777 of a file outside, 5 runs of 5).
-_ANYWHERE = frozenset({"mknod", "mknodat", "chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime",
-                       "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "removexattr", "lremovexattr",
-                       "setxattrat", "removexattrat", "file_setattr"})
-#: ioctl requests that act beyond the worker (the low 32 bits: the kernel reads no more) → what they do, in words.
-_IOCTLS = {0x5412: "push input into a terminal (TIOCSTI)", 0x541C: "drive the console (TIOCLINUX)",
-           # a terminal's settings, size, foreground and line: the user's terminal, which a worker shares (a
-           # reviewer's candidate turned echo off and took the foreground, and the terminal stayed so)
-           **{request: f"change a terminal ({name})" for request, name in (
-               (0x5402, "TCSETS"), (0x5403, "TCSETSW"), (0x5404, "TCSETSF"), (0x5406, "TCSETA"), (0x5407, "TCSETAW"),
-               (0x5408, "TCSETAF"), (0x402C542B, "TCSETS2"), (0x402C542C, "TCSETSW2"), (0x402C542D, "TCSETSF2"),
-               (0x5409, "TCSBRK"), (0x5425, "TCSBRKP"), (0x5427, "TIOCSBRK"), (0x5428, "TIOCCBRK"), (0x540A, "TCXONC"),
-               (0x540B, "TCFLSH"), (0x540C, "TIOCEXCL"), (0x540D, "TIOCNXCL"), (0x540E, "TIOCSCTTY"),
-               (0x5410, "TIOCSPGRP"), (0x5414, "TIOCSWINSZ"), (0x5416, "TIOCMBIS"), (0x5417, "TIOCMBIC"),
-               (0x5418, "TIOCMSET"), (0x541D, "TIOCCONS"), (0x541F, "TIOCSSERIAL"), (0x5420, "TIOCPKT"),
-               (0x5422, "TIOCNOTTY"), (0x5423, "TIOCSETD"), (0x5437, "TIOCVHANGUP"), (0x40045436, "TIOCSIG"),
-               (0x5457, "TIOCSLCKTRMIOS"))},
-           0x40086602: "change a file's flags (FS_IOC_SETFLAGS)", 0x40046602: "change a file's flags (FS_IOC_SETFLAGS)",
-           0x401C5820: "change a file's attributes (FS_IOC_FSSETXATTR)", 0xC0045877: "freeze a file system (FIFREEZE)",
-           0xC0045878: "thaw a file system (FITHAW)", 0x40087602: "change a file's version (FS_IOC_SETVERSION)",
-           0x40047602: "change a file's version (FS_IOC_SETVERSION)", 0x541A: "change a terminal (TIOCSSOFTCAR)",
-           0x800C6613: "set a folder's encryption (FS_IOC_SET_ENCRYPTION_POLICY)",
-           0xC0506617: "add an encryption key (FS_IOC_ADD_ENCRYPTION_KEY)", 0x6609: "migrate a file (EXT4_IOC_MIGRATE)",
-           0x41009432: "relabel a file system (FS_IOC_SETFSLABEL)",
-           **{request: f"drive a console ({name})" for request, name in (
-               (0x4B3A, "KDSETMODE"), (0x4B45, "KDSKBMODE"), (0x4B47, "KDSKBENT"), (0x4B49, "KDSKBSENT"),
-               (0x4B32, "KDSETLED"), (0x4B33, "KDSKBLED"), (0x5606, "VT_ACTIVATE"), (0x5607, "VT_WAITACTIVE"),
-               (0x5602, "VT_SETMODE"), (0x560C, "VT_LOCKSWITCH"))}}
-_F_SETLEASE = 1024
-#: Calls newer than the libseccomp a machine may have, by number (from 424 on, one number on every architecture):
-#: a name libseccomp does not know would otherwise leave its call unfiltered.
-_NUMBERED = {"fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
-#: From here on (Linux 6.18's last call is 470), a call fails with ENOSYS, as on an older kernel: what a newer
-#: kernel adds has not been judged.
-_UNJUDGED = range(471, 600)
-#: What an attempt is called in the row (the call's name when not here).
-_SAID = {
+#: The least Landlock ABI the sandbox needs: 1 confines writes to the scratch folder.
+LANDLOCK_MIN_ABI = 1
+#: Set to a file's path, the filter logs each call outside :mod:`repro.runners.syscall_policy` there (a JSON line)
+#: and lets it go on instead of refusing it: how the allow-list is measured on a new machine, never a verdict.
+AUDIT_VAR = "RLQ_SANDBOX_AUDIT"
+#: What an attempt is called in the row, by the call's name (any other: "make the system call NAME").
+_WORDS = {
     **dict.fromkeys(("execve", "execveat"), "start a program ({call})"),
     **dict.fromkeys(("fork", "vfork", "clone"), "start a process ({call})"),
     **dict.fromkeys(("socket", "socketpair"), "open a socket ({call})"),
-    **dict.fromkeys(("link", "linkat", "symlink", "symlinkat"), "create a link ({call})"),
-    **dict.fromkeys(("fchmod", "fchown", "fsetxattr", "fremovexattr"), "change a file's metadata ({call})"),
     **dict.fromkeys(("kill", "tkill", "tgkill", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo"),
                     "signal another process ({call})"),
     "prlimit64": "change another process's resource limits ({call})",
-    "setpriority": "change another process's priority ({call})",  # or a group's, a user's
+    "setpriority": "change a process's priority ({call})",
     **dict.fromkeys(("shmget", "semget", "msgget", "mq_open", "add_key", "request_key", "keyctl"),
                     "make a kernel object that outlives the run ({call})"),
-    **dict.fromkeys(("shmat", "shmctl", "semop", "semtimedop", "semctl", "msgsnd", "msgrcv", "msgctl", "mq_unlink"),
-                    "use another process's shared object ({call})"),
     "setsid": "start a session of its own, which may take a terminal ({call})",
     **dict.fromkeys(("open", "creat", "openat"), "open {path} for writing"),
-    **dict.fromkeys(("mknod", "mknodat"), "make a device node {path} ({call})"),
-    "fcntl": "take a lease on a file (fcntl F_SETLEASE)",
+    **dict.fromkeys(("mkdir", "mkdirat"), "make the folder {path}"),
 }
-#: Calls refused outright (EPERM), not reported: no candidate has a use for them, and seccomp cannot see what
-#: an io_uring submission does.
-_REFUSED = ("io_uring_setup", "bpf", "ptrace", "process_vm_writev", "process_vm_readv", "userfaultfd",
-            "perf_event_open", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "openat2",
-            "name_to_handle_at", "open_by_handle_at", "kexec_load", "kexec_file_load", "reboot", "init_module",
-            "finit_module", "delete_module", "swapon", "swapoff", "fsopen", "fsconfig", "fsmount", "fspick",
-            "move_mount", "open_tree", "open_tree_attr", "mount_setattr", "pidfd_getfd", "process_madvise",
-            "process_mrelease", "kcmp", "migrate_pages", "settimeofday", "clock_settime", "clock_adjtime",
-            "adjtimex", "sethostname", "setdomainname", "iopl", "ioperm", "acct", "quotactl", "quotactl_fd", "syslog",
-            "fanotify_init", "vhangup", "memfd_secret")
-#: Calls refused (EPERM) when they name another process (argument 0 or, for ``ioprio_set``, 1, not 0: oneself);
-#: one's own threads by id too, which costs a thread pool its pinning, not its results.
-_REFUSED_ELSEWHERE = {"sched_setaffinity": 0, "sched_setscheduler": 0, "sched_setparam": 0, "sched_setattr": 0,
-                      "move_pages": 0, "ioprio_set": 1}
 
 
 @cache
@@ -168,6 +105,8 @@ def unavailable() -> str | None:
         return f"sandbox: libseccomp.so.2 cannot be loaded ({err})"
     if not hasattr(sc._libseccomp, "seccomp_notify_fd"):
         return "sandbox: libseccomp is older than 2.5 (no user notifications)"
+    if landlock_abi() < LANDLOCK_MIN_ABI:
+        return "sandbox: this kernel offers no Landlock (5.13+ with Landlock enabled), which keeps writes in the scratch folder"
     return _probe()
 
 
@@ -201,9 +140,8 @@ def mechanism() -> str:
     why = unavailable()
     if why:
         return why
-    abi = landlock_abi()
-    walls = f"Landlock ABI {abi}" if abi else "no Landlock (writes checked by path only)"
-    return f"sandbox: seccomp (libseccomp {'.'.join(map(str, _seccomp_version()))}) + {walls}"
+    version = ".".join(map(str, _seccomp_version()))
+    return f"sandbox: seccomp allow-list (libseccomp {version}) + Landlock ABI {landlock_abi()}"
 
 
 def _seccomp_version() -> tuple[int, int, int]:
@@ -219,53 +157,29 @@ def _seccomp_version() -> tuple[int, int, int]:
 
 
 def _filter(alone: bool = False):
-    """The seccomp filter (not yet loaded): everything allowed but what is reported or refused. ``alone``: no
-    parent answers (:func:`confine_alone`): what would be reported is refused (EPERM), and writes by path are
-    left to Landlock."""
+    """The seccomp filter (not yet loaded): the calls of :mod:`repro.runners.syscall_policy` allowed, any other
+    handed to the parent, which names it and ends the worker (:class:`Watch`). ``alone``: no parent answers
+    (:func:`confine_alone`): any other call fails with EPERM, and writes are Landlock's alone."""
     sc = _seccomp()
-    f = sc.SyscallFilter(sc.ALLOW)
+    f = sc.SyscallFilter(sc.ERRNO(errno.EPERM) if alone else sc.NOTIFY)
     f.set_attr(sc.Attr.CTL_TSYNC, 1)  # every thread of the worker, CUDA's included
-
-    def rule(action, call, *args):
-        if alone and action == sc.NOTIFY:
-            if call in _BY_PATH and call not in _ANYWHERE:
-                return
-            action = sc.ERRNO(errno.EPERM)
-        with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
-            f.add_rule(action, _NUMBERED.get(call, call), *args)
-
-    for call in ("execve", "execveat", "fork", "vfork", "socket", "socketpair", "link", "linkat", "symlink",
-                 "symlinkat", "fchmod", "fchown", "fsetxattr", "fremovexattr", "shmget", "semget", "msgget",
-                 "mq_open", "add_key", "request_key", "keyctl", "shmat", "shmctl", "semop", "semtimedop", "semctl",
-                 "msgsnd", "msgrcv", "msgctl", "mq_unlink", "setsid", *_BY_PATH):
-        if call not in ("open", "creat", "openat"):
-            rule(sc.NOTIFY, call)
-    rule(sc.NOTIFY, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))  # a thread is fine, a process is not
-    rule(sc.ERRNO(errno.ENOSYS), "clone3")  # its flags are out of seccomp's sight; glibc then uses clone
-    rule(sc.NOTIFY, "creat")
-    for bit in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND):
-        rule(sc.NOTIFY, "open", sc.Arg(1, sc.MASKED_EQ, bit, bit))
-        rule(sc.NOTIFY, "openat", sc.Arg(2, sc.MASKED_EQ, bit, bit))
     me = os.getpid()
-    rule(sc.NOTIFY, "kill", sc.Arg(0, sc.NE, me))
-    rule(sc.NOTIFY, "tgkill", sc.Arg(0, sc.NE, me))
-    rule(sc.NOTIFY, "tkill")
-    rule(sc.NOTIFY, "pidfd_send_signal")
-    for call in ("rt_sigqueueinfo", "rt_tgsigqueueinfo"):
-        rule(sc.NOTIFY, call, sc.Arg(0, sc.NE, me))
-    rule(sc.NOTIFY, "prlimit64", sc.Arg(0, sc.NE, 0), sc.Arg(2, sc.NE, 0))  # setting another's (glibc's own: pid 0)
-    rule(sc.NOTIFY, "setpriority", sc.Arg(1, sc.NE, 0))
-    rule(sc.NOTIFY, "setpriority", sc.Arg(0, sc.NE, 0))  # a process group or a user (who 0: the gate's, its own)
-    rule(sc.ERRNO(errno.EPERM), "ioprio_set", sc.Arg(0, sc.NE, 1))  # not IOPRIO_WHO_PROCESS: a group or a user
-    for request in _IOCTLS:
-        rule(sc.NOTIFY, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
-    rule(sc.NOTIFY, "fcntl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, _F_SETLEASE))  # a lease blocks others' opens 45 s
-    for call in _REFUSED:
-        rule(sc.ERRNO(errno.EPERM), call)
-    for call, arg in _REFUSED_ELSEWHERE.items():
-        rule(sc.ERRNO(errno.EPERM), call, sc.Arg(arg, sc.NE, 0))
-    for nr in _UNJUDGED:
-        rule(sc.ERRNO(errno.ENOSYS), nr)
+
+    def rule(action, call, *args) -> None:
+        with contextlib.suppress(ValueError, OSError, RuntimeError):  # a call this architecture lacks
+            f.add_rule(action, call, *args)
+
+    for call in policy.allowed():
+        rule(sc.ALLOW, call)
+    for call, alternatives in policy.ALLOWED_IF.items():
+        for conditions in alternatives:
+            rule(sc.ALLOW, call, *(sc.Arg(i, sc.MASKED_EQ, mask, me if value is None else value)
+                                   for i, mask, value in conditions))
+    if alone:  # no parent reads the path: Landlock alone decides where a write may go
+        for call in policy.BY_PATH:
+            rule(sc.ALLOW, call)
+    for call, name in policy.QUIET.items():
+        rule(sc.ERRNO(getattr(errno, name)), call)
     return f
 
 
@@ -434,6 +348,7 @@ class Watch:
     def __init__(self, fd: int, pid: int, scratch: Path):
         self.fd, self.pid, self.scratch = fd, pid, os.path.realpath(scratch)
         self.attempt: str | None = None
+        self.audit = os.environ.get(AUDIT_VAR) or None
         self.thread = threading.Thread(target=self._serve, daemon=True, name=f"sandbox-{pid}")
         self.thread.start()
 
@@ -455,7 +370,7 @@ class Watch:
                         continue
                     return
                 nid, tid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
-                call = _NAMED.get(nr) or _name(sc, arch, nr)
+                call = _name(sc, arch, nr)
                 attempt = self._judge(call, tid, nid, args)
                 if attempt is None:
                     self._respond(nid, 0, _FLAG_CONTINUE)
@@ -475,29 +390,34 @@ class Watch:
             fcntl.ioctl(self.fd, _NOTIF_SEND, bytearray(_RESP.pack(nid, 0, error, flags)))
 
     def _judge(self, call: str, tid: int, nid: int, args: list[int]) -> str | int | None:
-        """None when the call may go through, an errno for one that would change nothing (a folder made
-        that exists: the host backend's cache lookup makes its folder), else the attempt in words."""
-        said = _SAID.get(call, "{call} {path}")
-        if call == "ioctl":
-            return "the candidate tried to " + _IOCTLS.get(args[1] & 0xFFFFFFFF, f"use ioctl {args[1]:#x}")
-        if call not in _BY_PATH:
-            return "the candidate tried to " + said.format(call=call, path="")
-        paths = [self._path(tid, None if d is None else _signed(args[d]), args[p]) for d, p in _BY_PATH[call]]
+        """None when the call may go on (a write by path inside the scratch folder, which Landlock then decides;
+        any call while auditing), an errno for one refused quietly, else the attempt in words."""
+        if call not in policy.BY_PATH:
+            return None if self._audited(call, args) else "the candidate tried to " + _said(call, args)
+        paths = [self._path(tid, None if d is None else _signed(args[d]), args[p]) for d, p in policy.BY_PATH[call]]
         valid = struct.pack("=Q", nid)
         try:  # the paths were read from a call still waiting (seccomp_unotify(2): check after reading)
             fcntl.ioctl(self.fd, _NOTIF_ID_VALID, bytearray(valid))
         except OSError:
             return None  # it is gone: nothing to decide
         outside = [p for p in paths if p is None or not (p == self.scratch or p.startswith(self.scratch + os.sep))]
-        if call in _ANYWHERE:
-            outside = outside or paths
         if not outside:
             return None
-        if call in ("open", "openat") and self._own_thread_name(outside[0]):
+        if call == "openat" and self._own_thread_name(outside[0]):
             return errno.EACCES  # naming one's own thread (PyTorch's pools do): harmless, refused as Landlock would
         if call in ("mkdir", "mkdirat") and outside[0] is not None and os.path.lexists(outside[0]):
-            return errno.EEXIST
-        return "the candidate tried to " + said.format(call=call, path=outside[0] or "a path it hid")
+            return errno.EEXIST  # the host backend's cache lookup makes its folder
+        if self._audited(call, args):
+            return None
+        return "the candidate tried to " + _said(call, args, outside[0] or "a path it hid")
+
+    def _audited(self, call: str, args: list[int]) -> bool:
+        """With :data:`AUDIT_VAR` set: the call appended to that file as a JSON line, and True (it goes on)."""
+        if not self.audit:
+            return False
+        with contextlib.suppress(OSError), open(self.audit, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"call": call, "args": [a & 0xFFFFFFFF for a in args[:3]]}) + "\n")
+        return True
 
     def _own_thread_name(self, path: str | None) -> bool:
         """Whether ``path`` is the name file of one of the worker's own threads (``pthread_setname_np`` writes it
@@ -520,7 +440,13 @@ class Watch:
             return None
 
 
-_NAMED = {nr: call for call, nr in _NUMBERED.items()}
+def _said(call: str, args: list[int], path: str = "") -> str:
+    """A refused call in words: what it would have done, with the argument that decided."""
+    if call == "ioctl":
+        return f"make an ioctl the sandbox does not allow (request {args[1] & 0xFFFFFFFF:#x})"
+    if call == "fcntl":
+        return f"use fcntl command {args[1] & 0xFFFFFFFF} (not among {', '.join(policy.FCNTL_COMMANDS.values())})"
+    return _WORDS.get(call, "make the system call {call}").format(call=call.removeprefix("system call "), path=path)
 
 
 def _name(sc, arch, nr: int) -> str:

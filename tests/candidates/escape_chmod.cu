@@ -4,7 +4,7 @@
 // needs: sandbox
 // expect-exit: 1
 // expect-row: execution
-// expect-text: the candidate tried to fchmodat2
+// expect-text: the candidate tried to make the system call
 #define RL_Q_DISTILL_LAMBDA_INDEX 486
 #define RL_Q_DISTILL_KL_EMA_INDEX 488
 #define RL_Q_DISTILL_KL_TARGET_INDEX 491

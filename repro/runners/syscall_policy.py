@@ -1,0 +1,78 @@
+"""The system calls a confined worker may make: an allow-list, everything else refused and named.
+
+Measured, not guessed: ``strace -f`` of the gate on the fixed kernel, a crashing candidate and a coverage build, of
+``replay``/``toy``/``report --kernel`` and ``study --deep --reduced --kernel`` on the host (from the moment each
+process loaded its seccomp filter to its end), and of the GPU workers and ``study --deep --kernel`` on a GPU with
+``RLQ_SANDBOX_AUDIT`` (:mod:`repro.runners.confine`), which logs each call outside this list instead of refusing it.
+A call is here because one of those runs made it, or because the kernel needs it for a process to exist at all
+(:data:`PROCESS`); the record says which.
+
+Where a call's arguments decide whether it stays inside the worker, it is allowed only with those arguments
+(:data:`ALLOWED_IF`): a thread but no process, a signal to itself only, an ioctl of the kinds measured, the fcntl
+commands measured. Opening for writing and making a folder are allowed by the filter only where the parent's
+reading of the path finds the scratch folder (:data:`BY_PATH`); Landlock, required with the filter, is what keeps
+every write inside it, so that reading names an attempt but never decides one.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Calls made in the measured runs, allowed outright: each acts on the calling process alone (its memory, its own
+#: descriptors, its threads' futexes) or reads (Landlock bounds what may be opened; ``openat`` for reading is in
+#: :data:`ALLOWED_IF`).
+MEASURED = (
+    "read", "write", "pread64", "lseek", "close", "fstat", "newfstatat", "getdents64", "getcwd",
+    "brk", "mmap", "mprotect", "munmap", "madvise", "mbind",
+    "futex", "set_robust_list", "rseq", "rt_sigprocmask",
+    "getpid", "getppid", "gettid", "getrandom", "sched_getaffinity",
+    "sendmsg", "getsockname",  # on the pipe to the parent (a socket pair) only: no socket can be made
+    "exit", "exit_group",
+)
+#: Calls a process needs to exist and wait that no measured run happened to make, allowed with the reason: a
+#: signal's return and a restarted call (the kernel's own), time and sleep (a candidate that sleeps must meet its
+#: time limit, not be named), yielding, reading its own resource use.
+PROCESS = (
+    "rt_sigreturn", "restart_syscall", "rt_sigaction", "sigaltstack",
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep", "sched_yield",
+    "getrusage", "times", "poll", "ppoll", "select", "pselect6",
+    "getuid", "geteuid", "getgid", "getegid",
+)
+#: Calls allowed with conditions on their arguments: ``(argument index, mask, value)`` tuples, every one of which
+#: must hold (``args[i] & mask == value``); several lists for one call are alternatives. ``None`` in place of a
+#: value: the worker's own process id, filled in when the filter is built.
+_CLONE_THREAD = 0x00010000
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_LOW32 = 0xFFFFFFFF
+#: fcntl commands measured (F_DUPFD_CLOEXEC, F_GETFL, F_SETLKW) and their plain siblings: duplicate, read and set
+#: the close-on-exec flag and the status flags, take record locks. Not F_SETOWN/F_SETSIG (a signal to another
+#: process when its descriptor is ready), not leases, not directory notifications.
+FCNTL_COMMANDS = {0: "F_DUPFD", 1: "F_GETFD", 2: "F_SETFD", 3: "F_GETFL", 4: "F_SETFL", 5: "F_GETLK", 6: "F_SETLK",
+                  7: "F_SETLKW", 1030: "F_DUPFD_CLOEXEC", 36: "F_OFD_GETLK", 37: "F_OFD_SETLK", 38: "F_OFD_SETLKW"}
+#: ioctl requests measured by number (the low 32 bits: the kernel reads no more): TCGETS (Python asks whether a
+#: descriptor is a terminal).
+IOCTL_REQUESTS = {0x5401: "TCGETS"}
+#: ioctl types (the request's bits 8-15) allowed whole, measured on the GPU workers (the NVIDIA driver's, on the
+#: descriptors CUDA opened before the sandbox; Landlock refuses ioctls on a device opened after it, ABI 5+).
+IOCTL_TYPES: dict[int, str] = {}
+
+ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
+    "clone": [[(0, _CLONE_THREAD, _CLONE_THREAD)]],  # a thread (CUDA's, PyTorch's), never a process
+    "openat": [[(2, _WRITE_FLAGS, 0)]],  # for reading; for writing: BY_PATH
+    "kill": [[(0, _LOW32, None)]], "tgkill": [[(0, _LOW32, None)]],  # itself (abort() raises SIGABRT with tgkill)
+    "prlimit64": [[(0, _LOW32, 0)], [(0, _LOW32, None)]],  # its own limits (glibc's getrlimit: pid 0)
+    "fcntl": [[(1, _LOW32, cmd)] for cmd in FCNTL_COMMANDS],
+    "ioctl": [[(1, _LOW32, request)] for request in IOCTL_REQUESTS]
+             + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES],
+}
+#: Calls refused with an error, not named: glibc tries ``clone3`` for a new thread and, on ENOSYS, uses ``clone``
+#: (whose flags seccomp can read; clone3's are behind a pointer).
+QUIET = {"clone3": "ENOSYS"}
+#: Calls that write by path, handed to the parent (seccomp user notification) with the (dirfd, path) argument
+#: pairs to read: inside the scratch folder they go on to Landlock, which decides; outside they are named.
+BY_PATH = {"openat": [(0, 1)], "mkdir": [(None, 0)], "mkdirat": [(0, 1)]}
+
+
+def allowed() -> tuple[str, ...]:
+    """Every call allowed outright."""
+    return MEASURED + PROCESS
