@@ -161,7 +161,9 @@ def _filter(alone: bool = False):
     handed to the parent, which names it and ends the worker (:class:`Watch`). ``alone``: no parent answers
     (:func:`confine_alone`): any other call fails with EPERM, and writes are Landlock's alone."""
     sc = _seccomp()
-    f = sc.SyscallFilter(sc.ERRNO(errno.EPERM) if alone else sc.NOTIFY)
+    # alone and auditing: the kernel logs a call outside the list (its audit log, dmesg) and lets it go on
+    refuse = (sc.LOG if os.environ.get(AUDIT_VAR) else sc.ERRNO(errno.EPERM)) if alone else sc.NOTIFY
+    f = sc.SyscallFilter(refuse)
     f.set_attr(sc.Attr.CTL_TSYNC, 1)  # every thread of the worker, CUDA's included
     me = os.getpid()
 
