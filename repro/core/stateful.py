@@ -185,7 +185,7 @@ def _load(path: Path, digest: str, text: bytes) -> Kind:
     sys.modules[name] = module  # a dataclass or a pickled function of the model finds its module
     try:
         exec(compile(text, str(path), "exec"), module.__dict__)  # the text digested, not a later copy
-    except Exception as err:  # noqa: BLE001 — the author's code: any exception is the file's error, in one line
+    except Exception as err:  # the author's code: any exception is the file's error, in one line
         sys.modules.pop(name, None)
         raise _raised(path, err, "while loading") from None
     where = shown(path)
@@ -262,7 +262,7 @@ def run(rule: StatefulRule, lambda0, kl: np.ndarray, target: np.ndarray,
             else:  # the author's code: given copies (it may write in place), its answer checked
                 try:
                     got = step(dict(p), lam.copy(), {k: v.copy() for k, v in st.items()}, kl[t].copy(), target[t].copy())
-                except Exception as err:  # noqa: BLE001 — any exception is the model file's error, in one line
+                except Exception as err:  # any exception is the model file's error, in one line
                     raise _raised(rule.model.path, err, f"at step {t}") from None
                 lam, st = _checked(rule, got, n, names)
             out[t] = lam
