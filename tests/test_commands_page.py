@@ -88,3 +88,45 @@ def test_a_new_command_entry_alone_is_dispatched_under_the_policy(tmp_path, monk
         assert policy.dispatch(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(says), err
+
+
+def _console(after: str) -> list[str]:
+    """The lines of the page's console block that runs ``$ after``, up to its closing fence."""
+    lines = PAGE.splitlines()
+    start = lines.index(f"$ {after}") + 1
+    return lines[start:lines.index("```", start)]
+
+
+def _rows(lines: list[str]) -> dict[str, str]:
+    """A gate table's verdict by property (rows the page elides with … left out)."""
+    return {line.split()[0]: line.split()[-1] for line in lines if line.endswith(("PASS", "FAIL"))
+            and not line.startswith(("PASS:", "FAIL:"))}
+
+
+def test_the_pi_controller_end_to_end_is_what_the_gate_says(tmp_path, capsys):
+    """The page's stateful rule of one's own (docs/examples/log_pi.*, its model named by its contract): the pasted
+    runs are the gate's, row by row, for the example and for its gain one float32 ulp off (the page's sed)."""
+    import re
+    import shlex
+
+    from analysis.cli import gate
+
+    example = "python -m analysis gate docs/examples/log_pi.cu --contracts docs/examples/log_pi.toml"
+    pasted = _console(example)
+    assert gate.main([*shlex.split(example)[4:], "--backend", "host"]) == 0
+    ran = capsys.readouterr().out.splitlines()
+    assert _rows(pasted) == _rows(ran) and pasted[1] == ran[1], (pasted, ran)  # every row, and the contract line
+    sed = next(line for line in PAGE.splitlines() if line.startswith("$ sed ") and "docs/examples/log_pi.cu" in line)
+    old, new = re.fullmatch(r"\$ sed 's/(.*)/(.*)/' docs/examples/log_pi.cu > \S+", sed).groups()
+    kernel_text = (ROOT / "docs" / "examples" / "log_pi.cu").read_text(encoding="utf-8")
+    assert kernel_text.count(old) == 1
+    bug = tmp_path / "pi_bug.cu"
+    bug.write_text(kernel_text.replace(old, new), encoding="utf-8")
+    pasted = _console("python -m analysis gate /tmp/pi_bug.cu --contracts docs/examples/log_pi.toml")
+    assert gate.main([str(bug), "--contracts", "docs/examples/log_pi.toml", "--backend", "host"]) == 1
+    ran = capsys.readouterr().out.splitlines()
+    shown_rows = _rows(pasted)
+    assert shown_rows == {k: v for k, v in _rows(ran).items() if k in shown_rows} and "FAIL" in shown_rows.values()
+    assert {k for k, v in _rows(ran).items() if v == "FAIL"} == {k for k, v in shown_rows.items() if v == "FAIL"}
+    first = next(line for line in pasted if "first shows" in line)
+    assert first in ran and re.sub(r" in [\d.]+ s$", "", pasted[-1]) == re.sub(r" in [\d.]+ s$", "", ran[-1])

@@ -122,3 +122,69 @@ def test_replay_reads_the_chosen_file(tmp_path, capsys):
     trace.write_text("kl,target\n0.02,0.01\n", encoding="utf-8")
     assert replay.main([str(trace), "--contracts", str(mine)]) == 2
     assert "fixed" in capsys.readouterr().err
+
+
+# --- a stateful rule of one's own: the spec model a contract file names (docs/examples/log_pi_model.py) --------------
+
+EXAMPLE = ROOT / "docs" / "examples" / "log_pi.toml"
+MODEL = ROOT / "docs" / "examples" / "log_pi_model.py"
+
+
+def _own(tmp_path, model_text: str | None, rule: str = "pi", model_line: str | None = None):
+    """The example's contract in ``tmp_path`` with its rule renamed ``rule`` and its model ``model_text`` (None:
+    the model file left unwritten); ``model_line`` replaces the entry's ``model = …`` line."""
+    model = tmp_path / "pi_model.py"
+    if model_text is not None:
+        model.write_text(model_text, encoding="utf-8")
+    text = EXAMPLE.read_text(encoding="utf-8").replace('rule = "log_pi"', f'rule = "{rule}"')
+    text = text.replace('model = "docs/examples/log_pi_model.py"',
+                        f'model = "{model}"' if model_line is None else model_line)
+    mine = tmp_path / "mine.toml"
+    mine.write_text(text, encoding="utf-8")
+    return mine, model, text
+
+
+def _gate_error(mine, capsys) -> str:
+    assert gate.main([str(ROOT / "docs" / "examples" / "log_pi.cu"), "--contracts", str(mine), "--backend", "host"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+GOOD = MODEL.read_text(encoding="utf-8")
+#: (a fault of the model or of the entry that names it, the model's text, the entry's model line, what the error says
+#: after "gate: error: ": {mine} the contract file, {model} the model file, {line} the contract's model line)
+MODEL_FAULTS = [
+    ("rule_of_no_kind", GOOD, "", r"{mine}:{rule_line}: \[log_pi\] rule 'pi' is not one of .*model = \"PATH.py\".*"),
+    ("missing", None, None, r"{mine}:{line}: \[log_pi\] spec model file not found: {model}"),
+    ("not_python", GOOD, 'model = "docs/examples/log_pi.cu"', r"{mine}:{line}: \[log_pi\] model names .*PATH.py.*"),
+    ("lacks_step", GOOD.replace("def step(", "def stepp("), None, r"{mine}:{line}: \[log_pi\] {model}: .* lacks step"),
+    ("signature", GOOD.replace("def step(p, lam, state, kl, target)", "def step(p, lam, state)"), None,
+     r"{mine}:{line}: \[log_pi\] {model}: step takes \(p, lam, state, kl, target\), not step\(p, lam, state\)"),
+    ("raises_on_load", GOOD.replace("F32 = np.float32", "F32 = np.float32\n1 / 0"), None,
+     r"{mine}:{line}: \[log_pi\] {model}:{load_line}: the spec model raised ZeroDivisionError: .* while loading"),
+    ("syntax", GOOD.replace("def step(p,", "def step(p,,"), None,
+     r"{mine}:{line}: \[log_pi\] {model}:{step_line}: the spec model raised SyntaxError: .*"),
+    ("state_undeclared", GOOD.replace('STATE = ("integral",)', 'STATE = ("integral", "derivative")'), None,
+     r"{mine}:{rule_line}: \[log_pi\] rule 'pi' keeps integral, derivative: declare \[log_pi.state.derivative\]"),
+    ("raises_on_step", GOOD.replace("    ok = (kl > 0)", "    assert lam.size < 2, 'one run only'\n    ok = (kl > 0)"),
+     None, r"{model}:{step_body}: the spec model raised AssertionError: one run only at step 0"),
+    ("returns_double", GOOD.replace("return np.where(ok, new, lam).astype(F32),", "return np.where(ok, new, lam).astype(float),"),
+     None, r"{model}: step returned λ as float64 \[\d+\]: float32 \[\d+\] \(one value per run\) expected"),
+]
+
+
+@pytest.mark.parametrize(("model_text", "model_line", "says"), [f[1:] for f in MODEL_FAULTS], ids=[f[0] for f in MODEL_FAULTS])
+def test_a_fault_of_a_spec_model_of_ones_own_is_one_line_exit_2_naming_its_file(tmp_path, capsys, model_text,
+                                                                                 model_line, says):
+    mine, model, text = _own(tmp_path, model_text, model_line=model_line)  # model_line "": the rule named, no model
+    lines = text.splitlines()
+    source = (model_text or "").splitlines()
+    at = {"mine": re.escape(str(mine)), "model": re.escape(str(model)),
+          "line": next((i for i, x in enumerate(lines, 1) if x.startswith("model = ")), 0),
+          "rule_line": next(i for i, x in enumerate(lines, 1) if x.startswith("rule = ")),
+          "load_line": next((i for i, x in enumerate(source, 1) if x == "1 / 0"), 0),
+          "step_line": next((i for i, x in enumerate(source, 1) if x.startswith("def step(")), 0),
+          "step_body": next((i for i, x in enumerate(source, 1) if "assert lam.size" in x), 0)}
+    err = _gate_error(mine, capsys)
+    assert re.fullmatch("gate: error: " + says.format(**at), err), err

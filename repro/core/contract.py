@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from repro.core import stateful
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource, load_kernel
 from repro.core.paths import ROOT, shown
@@ -125,23 +126,20 @@ class Documented:
         return measured == self.value
 
 
-#: Rule kinds a contract entry may declare (``rule = "…"``; default band).
+#: Rule kinds without state beyond λ a contract entry may declare (``rule = "…"``; default band).
 #: band: hold inside [lower edge, upper edge], else λ·ramp or λ·decay (each applied by
 #: its ``op``), clamped to the floor and ceiling where those exist.
 #: proportional: λ·(1 + clip(KL/target − 1, ±clip)·n_steps/horizon) (Ziegler et al. 2019).
-#: pid_lagrangian: the PID Lagrangian of Stooke, Achiam, Abbeel 2020 as rlpyt ships it (CppoPID.optimize_agent):
-#: Δ = KL − target; I ← max(0, I + K_I·Δ); P ← α_p·P + (1 − α_p)·Δ; D̄ ← α_d·D̄ + (1 − α_d)·KL;
-#: λ = max(0, K_P·P + I + K_D·max(0, D̄ − D̄[t − d_delay])) (a ring of d_delay slots holds the past D̄).
-#: geco: GECO (Rezende & Viola 2018) as applied-ai-lab/genesis ships it (utils/geco.py GECO.loss), on the KL:
-#: e ← KL on the first step, else (1 − α)·KL + α·e; c = e − target; λ ← clamp(λ·exp(s·η·c), floor, ceiling)
-#: with s = speedup where c < 0 (the constraint met; the source's goal − err > 0), else 1.
-#: log_pi: a PI controller on log λ: e = ln(KL/target) (double, rounded once); I ← clamp(I + k_i·e, i_min, i_max)
-#: (the anti-windup); λ = clamp(seed_lambda·exp(k_p·e + I), floor, ceiling); KL or target not > 0 or not finite,
-#: or λ not > 0, leaves λ and I alone (the suite's guard).
-RULE_KINDS = ("band", "proportional", "pid_lagrangian", "geco", "log_pi")
-#: Rule kinds with state of their own in ISV slots, and the state each must declare ([NAME.state.KEY] tables).
-STATEFUL_RULES = {"pid_lagrangian": ("integral", "delta_p", "cost_d", "ring_pos", "ring"),
-                  "geco": ("err_ema", "started"), "log_pi": ("integral",)}
+#: The stateful kinds are repro.core.stateful.KINDS (each with its equations, its state and its step), and a
+#: contract's own: ``rule = "NAME"`` with ``model = "PATH.py"``, its spec model (repro.core.stateful.load_model).
+STATELESS_RULES = ("band", "proportional")
+
+
+def rule_kinds() -> tuple[str, ...]:
+    """Every rule kind of the suite's own: the stateless ones, then repro.core.stateful.KINDS."""
+    return (*STATELESS_RULES, *stateful.KINDS)
+
+
 #: How a band edge is computed from the float32 target and the edge's value a (float32):
 #: mul target·a, div target/a, mul_one_plus target·(1+a), mul_one_minus target·(1−a).
 EDGE_FORMS = ("mul", "div", "mul_one_plus", "mul_one_minus")
@@ -161,23 +159,19 @@ OVERLAPS = ("ramp", "decay", "ramp_then_decay", "decay_then_ramp", "unchanged")
 #: [floor, ceiling], NaN passing through: tf.clip_by_value since TensorFlow 2.4).
 BOUNDS = ("clamp", "clip_by_value")
 _REQUIRED = {"band": ("seed_lambda", "floor", "ceiling", "ramp", "decay"),
-             "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon"),
-             "pid_lagrangian": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha",
-                                "d_ema_alpha"),
-             "geco": ("seed_lambda", "floor", "ceiling", "step_size", "alpha", "speedup"),
-             "log_pi": ("seed_lambda", "floor", "ceiling", "k_p", "k_i", "i_min", "i_max")}
+             "proportional": ("seed_lambda", "floor", "ceiling", "clip", "n_steps", "horizon")}  # stateful: Kind.required
 
 # What a contract file may hold: anything else is an error naming its file and line (a typo is never ignored).
 _TOP = ("base", "slots", "guards", "nonfinite")  # beside them, every table is a controller's entry
 _SLOT_KEYS = ("lambda", "kl_ema", "kl_target", "isv_len", "sentinel")
-_ENTRY_KEYS = ("kernel", "symbol", "rule", "source", "release", "guarded", "guards_doc", "overlap", "bounds",
+_ENTRY_KEYS = ("kernel", "symbol", "rule", "model", "source", "release", "guarded", "guards_doc", "overlap", "bounds",
                "nonfinite", "state")
 #: Documented properties an entry may state (each an inline table of _PROPERTY_FIELDS), the cold-start ones
 #: (``warm_up_*``) included: every name listed, so a misspelt one is an error, never a silent extra.
 PROPERTY_KEYS = ("seed_lambda", "floor", "ceiling", "ramp", "decay", "tolerance", "upper_edge", "lower_edge",
                  "steps_to_double", "steps_to_halve", "steps_to_floor", "decay_slowness", "clip", "n_steps", "horizon",
                  "k_p", "k_i", "k_d", "d_delay", "p_ema_alpha", "d_ema_alpha", "step_size", "alpha", "speedup",
-                 "i_min", "i_max", "warm_up_loss", "warm_up_rate")
+                 "warm_up_loss", "warm_up_rate")  # and a model of one's own's PARAMS, for its entry
 _PROPERTY_FIELDS = ("value", "doc", "rtol", "tolerance", "none", "form", "op", "dtype", "informational")
 _STATE_FIELDS = ("slot", "start", "holds", "units", "count")
 _RELEASE_FIELDS = ("project", "version", "commit", "path", "function")
@@ -202,6 +196,7 @@ class Controller:
     bounds: str = "clamp"  # BOUNDS
     state: tuple[StateSlot, ...] = ()  # the slots it owns beyond λ (a stateful rule's integral, EMAs, delay line)
     file: Path | None = None  # the contract file that declares this entry (its lines are that file's)
+    model: Path | None = None  # a stateful rule of one's own's spec model (``model = "PATH.py"``); None: the suite's
 
     def __getitem__(self, key: str) -> Documented:
         return self.props[key]
@@ -227,8 +222,9 @@ class Controller:
 
     @property
     def stateful(self) -> bool:
-        """A rule with state of its own in ISV slots (STATEFUL_RULES): judged by its own rows, not the band rule's."""
-        return self.rule in STATEFUL_RULES
+        """A rule with state of its own in ISV slots (repro.core.stateful.KINDS, or a spec model of one's own):
+        judged by its own rows, not the band rule's."""
+        return self.model is not None or self.rule in stateful.KINDS
 
     def release_text(self) -> str:
         """The release a peer follows, in one line: project version (commit) path function; empty for ours."""
@@ -341,7 +337,7 @@ def _documented(f: _File, section: str, key: str, spec: dict) -> Documented:
                       tolerance=float(spec.get("tolerance", 0.0)), none=none, form=form, op=op, dtype=dtype)
 
 
-def _state(f: _File, name: str, table: dict, rule: str) -> tuple[StateSlot, ...]:
+def _state(f: _File, name: str, table: dict, rule: str, wanted: tuple[str, ...]) -> tuple[StateSlot, ...]:
     """The state slots an entry declares (``[NAME.state.KEY]``: slot, start, holds, units, count)."""
     if not isinstance(table, dict):
         raise f.error(name, "state", f"[{name}] state is a table of [{name}.state.KEY] tables")
@@ -359,15 +355,37 @@ def _state(f: _File, name: str, table: dict, rule: str) -> tuple[StateSlot, ...]
             owned.append(StateSlot(name=key if count == 1 else f"{key}[{i}]", slot=int(spec["slot"]) + i,
                                    start=float(spec["start"]), holds=str(spec["holds"]), units=str(spec["units"]),
                                    line=f.line(section)))
-    wanted = STATEFUL_RULES.get(rule, ())
     missing = [k for k in wanted if k not in table]
     if missing:
         raise f.error(name, "rule", f"[{name}] rule {rule!r} keeps {', '.join(wanted)}: declare "
                       + ", ".join(f"[{name}.state.{k}]" for k in missing))
     if table and not wanted:
         raise f.error(name, "state", f"[{name}] rule {rule!r} keeps no state of its own (stateful rules: "
-                      f"{', '.join(STATEFUL_RULES)})")
+                      f"{', '.join(stateful.KINDS)}, or a rule of one's own with model = \"PATH.py\")")
     return tuple(owned)
+
+
+def _kind(f: _File, name: str, entry: dict) -> tuple[str, Path | None, stateful.Kind | None]:
+    """An entry's rule, its spec model's file (a rule of one's own) and its stateful kind (None: stateless)."""
+    rule, model = entry.get("rule", "band"), entry.get("model")
+    if model is None:
+        if rule not in rule_kinds():
+            raise f.error(name, "rule", f"[{name}] rule {rule!r} is not one of {', '.join(rule_kinds())} (a stateful "
+                          f"rule of one's own: model = \"PATH.py\", its spec model; docs/commands.md)")
+        return rule, None, stateful.KINDS.get(rule)
+    if not isinstance(model, str) or not model.endswith(".py"):
+        raise f.error(name, "model", f"[{name}] model names the spec model's Python file: model = \"PATH.py\"")
+    if "rule" not in entry or rule in rule_kinds():
+        raise f.error(name, "model", f"[{name}] a spec model of one's own is a rule of one's own: name it, "
+                      f"rule = \"NAME\", not one of {', '.join(rule_kinds())}")
+    try:
+        kind = stateful.load_model(resolve(model))
+    except SuiteError as err:
+        raise f.error(name, "model", f"[{name}] {err}") from None
+    clash = [k for k in kind.params if k in _ENTRY_KEYS or k in _TOP]
+    if clash:
+        raise f.error(name, "model", f"[{name}] {kind.origin}: PARAMS {', '.join(clash)} is an entry's own key")
+    return rule, resolve(model), kind
 
 
 def load(path: Path | str | None = None) -> Contract:
@@ -448,18 +466,17 @@ def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
             if "kernel" not in entry or "symbol" not in entry:  # not an entry: a typo of a known table, or a stray one
                 raise f.error(name, "", f"unknown table [{name}] (a controller's entry names its kernel and symbol; "
                               f"other tables: {', '.join('[' + t + ']' for t in _TOP[1:])})")
+            rule, model, kind = _kind(f, name, entry)
             props = {}
             for key, spec in entry.items():
                 if key in _ENTRY_KEYS:
                     continue
-                if key not in PROPERTY_KEYS:
+                if key not in PROPERTY_KEYS and key not in (kind.params if kind else ()):
                     f.unknown(name, {key: spec}, (), known=f"{', '.join(_ENTRY_KEYS)}, and the documented "
-                              "properties the header of kernels/contracts.toml lists")
+                              "properties the header of kernels/contracts.toml lists"
+                              + (f" (and the model's PARAMS: {', '.join(kind.params)})" if model else ""))
                 props[key] = _documented(f, name, key, spec)
-            rule = entry.get("rule", "band")
-            if rule not in RULE_KINDS:
-                raise SuiteError(f"{f.path}: [{name}] rule {rule!r} is not one of {', '.join(RULE_KINDS)}")
-            required = _REQUIRED[rule]
+            required = kind.required if kind else _REQUIRED[rule]
             if rule == "band" and not {"upper_edge", "lower_edge"} <= set(props):
                 required += ("tolerance",)
             for key in required:
@@ -472,7 +489,7 @@ def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
             f.unknown(name, release, _RELEASE_FIELDS, what="field of release", inside="release")
             if "source" in entry and not {"project", "version", "path", "function"} <= set(release):
                 raise SuiteError(f"{f.path}: [{name}] a peer names its release: project, version, path, function")
-            state = _state(f, name, entry.get("state", {}), rule)
+            state = _state(f, name, entry.get("state", {}), rule, kind.state if kind else ())
             owned = {slots.lambda_, slots.kl, slots.target}
             for s_ in state:
                 if s_.slot in owned or not 0 <= s_.slot < slots.isv_len:
@@ -485,7 +502,7 @@ def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
                 symbol=entry["symbol"],
                 props=props,
                 # a stateful rule's non-finite behaviour is its own (the shared cases describe the band rules)
-                nonfinite={**({} if rule in STATEFUL_RULES else shared_nonfinite),
+                nonfinite={**({} if kind else shared_nonfinite),
                            **{k: v for k, v in entry.get("nonfinite", {}).items() if k != "doc"}},
                 guards_doc=entry.get("guards_doc", guards_doc),
                 rule=rule,
@@ -494,6 +511,7 @@ def _parse(path: Path, raw_text: str, base_text: str | None = None) -> Contract:
                 guarded=bool(entry.get("guarded", True)),
                 state=state,
                 file=f.path,
+                model=model,
                 **{k: entry[k] for k in ("source", "overlap", "bounds") if k in entry},  # else the field's default
             )
     except KeyError as err:
