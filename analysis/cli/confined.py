@@ -15,13 +15,13 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from analysis.cli import policy
 from repro.backends import Backend, entry
 from repro.core.errors import SuiteError
+from repro.core.scratch import make as make_scratch
 from repro.runners import confine
 
 #: What a folder output (``report --out``) may receive from the child: the suffixes the commands write.
@@ -56,7 +56,7 @@ def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], in
         from matplotlib import font_manager  # noqa: F401
 
         from analysis.present import plots  # noqa: F401
-    scratch = Path(tempfile.mkdtemp(prefix=f"rlq-{name}-"))
+    scratch = make_scratch(f"rlq-{name}-")
     try:
         inside = {flag: None if path is None else scratch / "out" / str(i) / path.name
                   for i, (flag, path) in enumerate(outputs.items())}

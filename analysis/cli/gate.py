@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                            timeout=args.timeout, require_coverage=args.require_coverage, sanitize=args.sanitize,
                            # one line per experiment group, on a terminal only: a log or a pipe gets the verdict alone
                            progress=policy.progress("gate") if sys.stderr.isatty() else None)
+        policy.stop_if_asked()  # a stop whose exception was dropped on the way ends here, before any verdict
     except BaseException as err:  # the gate's own part of the policy: the exit-2 outcome in every asked-for form
         _outputs_for_error(args, policy.describe(err), kernel_file, contract_file, time.perf_counter() - start)
         raise

@@ -2,8 +2,8 @@
 
 Exit 0: the command did its work (the gate: every property holds). Exit 1: only the command's own verdict
 (the gate: a property is violated; the benchmark: a mode regressed). Exit 2: anything that stopped it, as
-``NAME: error: …`` in one line — bad input (:class:`SuiteError`), Ctrl-C (at any moment, the command's
-imports included), a closed or full stdout/stderr, a path too long, a folder or forbidden where a file was
+``NAME: error: …`` in one line — bad input (:class:`SuiteError`), Ctrl-C or SIGTERM (at any moment while the
+process runs, the command's imports included: never a verdict after it, and no temporary folder left behind), a closed or full stdout/stderr, a path too long, a folder or forbidden where a file was
 meant, and any unexpected exception ("internal error"); a reader that closes stdout early (``| head``) ends
 it with exit 2 and no line. ``--debug`` (accepted by every command) adds the
 traceback. A command's ``main`` holds only what is its own (what it writes for an error, its verdict).
@@ -69,10 +69,10 @@ def path(text: str) -> Path:
 
 def describe(err: BaseException) -> str:
     """The one line that says why ``err`` stopped a command (without the ``NAME: error:`` prefix)."""
+    if _stopped or _by_ctrl_c(err):  # after a stop, whatever failed failed because of it (a compiler it ended)
+        return "interrupted"
     if isinstance(err, SuiteError):
         return str(err)
-    if _by_ctrl_c(err):
-        return "interrupted"
     if isinstance(err, OSError):
         what = err.strerror or str(err)
         if err.filename is not None:
@@ -102,6 +102,8 @@ def _by_ctrl_c(err: BaseException) -> bool:
 
 def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """``body(argv)`` as an exit code under the policy above; never raises (SystemExit from argparse included)."""
+    global _last_name
+    _last_name = name
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     chosen = _contracts_chosen()
     try:
@@ -115,6 +117,11 @@ def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | No
             code = body(argv)
         except SystemExit as done:  # argparse: --help (0) or a usage error (2, its line already printed)
             code = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
+        if _listening:  # the command's output is complete: a stop from here on is too late to stop anything
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPS))
+        if code != 2:  # a stop whose KeyboardInterrupt something dropped still ends the command as a stop
+            stop_if_asked()
         sys.stdout.flush()  # a closed pipe or a full disk shows here, not at interpreter exit (which exits 120)
         sys.stderr.flush()
         return code if code in (0, 1, 2) else 2
@@ -133,6 +140,63 @@ def _contracts_chosen() -> int:
 
 #: Set once a command ended by Ctrl-C: :func:`leave` then ends the process at once.
 _interrupted = False
+#: The signals that stop a command (Ctrl-C, and SIGTERM as `timeout`, a CI runner or systemd send it).
+STOPS = (signal.SIGINT, signal.SIGTERM)
+#: Set by :func:`_on_stop` when a stop arrived: what decides the exit code, whatever became of its exception.
+_stopped = False
+#: The last command :func:`run` ran (its name starts the line of a stop that arrives after it returned).
+_last_name = "analysis"
+#: Whether :func:`listen_for_stops` installed the handler (this process is ``python -m analysis``), and in which process.
+_listening, _listener = False, 0
+
+
+def _on_stop(signum, frame) -> None:
+    """The handler of :data:`STOPS`: remember the stop, then raise KeyboardInterrupt where the main thread is. The
+    exception alone is not enough: one raised inside an at-fork callback or a ``__del__`` is printed as "Exception
+    ignored" and dropped, and the command would run on to a verdict."""
+    global _stopped
+    if os.getpid() != _listener:  # a forked child before it set its own handling: the command answers, not it
+        os._exit(2)
+    _stopped = True
+    raise KeyboardInterrupt
+
+
+def stop_if_asked() -> None:
+    """Raise KeyboardInterrupt when a stop has arrived (call it before printing a verdict: a stop whose exception
+    was dropped must not end in one)."""
+    if _stopped:
+        raise KeyboardInterrupt
+
+
+def listen_for_stops() -> None:
+    """Install :func:`_on_stop` for :data:`STOPS` (``python -m analysis``; the main thread only): a stop is then
+    remembered, and one that comes after the command returned is held pending for :func:`leave`."""
+    global _listening, _listener
+    with contextlib.suppress(ValueError):
+        for sig in STOPS:
+            signal.signal(sig, _on_stop)
+        _listening, _listener = True, os.getpid()
+        sys.unraisablehook = _unraisable
+    # one temporary folder for everything this command and the programs it starts (compilers included) make, so
+    # that what a stop cuts short is removed with it (leave)
+    import tempfile
+
+    from repro.core import scratch
+
+    os.environ["TMPDIR"] = str(scratch.make("rlq-run-"))
+    tempfile.tempdir = None
+
+
+def _unraisable(unraisable) -> None:
+    """A stop's KeyboardInterrupt raised where Python cannot raise it (an at-fork callback: logging's _releaseLock,
+    a ``__del__``) is printed and dropped by the default hook: here it is raised again at the next point where it
+    can be (the stop itself is already remembered), and nothing is printed."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped:
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def leave(code: int):
@@ -141,8 +205,14 @@ def leave(code: int):
     and a second SIGINT meanwhile (a second Ctrl-C; ``timeout -s INT`` sends two) would end it as 130.
     SIGINT is ignored from here: the interpreter's own teardown would otherwise restore its default (death, 130)."""
     with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if _interrupted:
+        for sig in STOPS:
+            signal.signal(sig, signal.SIG_IGN)
+    if "repro.core.scratch" in sys.modules:  # folders an interrupted command's clean-up did not reach
+        sys.modules["repro.core.scratch"].remove_leftovers()
+    if _stopped and code != 2:  # a stop that came after the command's last check
+        _say(f"{_last_name}: error: interrupted")
+        code = 2
+    if _interrupted or _stopped:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
@@ -157,7 +227,11 @@ def _fail(name: str, err: BaseException, debug: bool) -> int:
     previous = None
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
+        if by_ctrl_c and _listening:  # a verdict still in stdout's buffer stays unsaid: a stop ends in one line
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         for stream in ("stdout", "stderr"):
             _silence_if_broken(stream)
         if debug and not isinstance(err, SuiteError) and not by_ctrl_c:
@@ -214,11 +288,11 @@ def command(name: str):
 
 
 def hold_interrupt() -> None:
-    """Block SIGINT (a Ctrl-C waits, pending) until :func:`dispatch` has imported the command's module: Ctrl-C
+    """Block the stops (a Ctrl-C waits, pending) until :func:`dispatch` has imported the command's module: Ctrl-C
     halfway through an import breaks it (numpy's C extension turns it into an ImportError, importlib's lock
     clean-up can swallow it and the command run on). What ``python -m analysis`` does first."""
     with contextlib.suppress(AttributeError, ValueError, OSError):  # no pthread_sigmask, or not the main thread
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPS))
 
 
 def dispatch(argv: list[str]) -> int:
@@ -246,9 +320,9 @@ def dispatch(argv: list[str]) -> int:
         except ModuleNotFoundError as err:
             raise SuiteError(f"missing dependency {err.name!r} (install the dependency groups: pip install --group "
                              "run, and --group study for the study; pip ≥ 25.1, see the README)") from None
-        finally:  # a pending Ctrl-C arrives here as KeyboardInterrupt, at a clean point (under run: one line, exit 2)
+        finally:  # a pending stop arrives here as KeyboardInterrupt, at a clean point (under run: one line, exit 2)
             with contextlib.suppress(AttributeError, ValueError, OSError):
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPS))
         return module.main(rest)
 
     return run(argv[0] if known else "analysis", body, argv[1:])

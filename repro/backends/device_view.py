@@ -21,12 +21,12 @@ import itertools
 import os
 import re
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from repro.backends.host import CXX_HEADERS, FLAGS, includes_cxx_headers
 from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM
+from repro.core import scratch
 from repro.core.kernel_source import KernelSource, code_only
 
 #: The GPU architectures the team builds for (``__CUDA_ARCH__``): A100 (sm_80) and H100/H200 (sm_90).
@@ -174,7 +174,7 @@ def _expanded(cxx: str, source: KernelSource, harness: str, folder: str,
 def expanded(cxx: str, source: KernelSource, harness: str = "") -> tuple[tuple[tuple[int, str], ...] | None, ...]:
     """The host build's text fully expanded on each of :data:`_BUILD_DAYS` (``(line, token)``; None where the
     preprocessor stops)."""
-    with tempfile.TemporaryDirectory(prefix="rlq-view-") as folder:
+    with scratch.folder("rlq-view-") as folder:
         return tuple(_expanded(cxx, source, harness, folder, epoch) for epoch in _BUILD_DAYS)
 
 

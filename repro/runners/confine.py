@@ -28,17 +28,15 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 
+from repro.core import scratch
 from repro.runners import syscall_policy as policy
 
 #: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
@@ -215,27 +213,8 @@ def _landlock(scratch: Path) -> int:
         os.close(ruleset)
 
 
-def remove(folder: str | Path) -> None:
-    """Remove a folder confined code wrote in, however deep: ``shutil.rmtree`` recurses once per level, and a
-    candidate's tree of 1,100 folders ended the gate with a RecursionError and stayed in /tmp with its 8 MiB (a
-    reviewer's fourth round). ``rm -rf`` walks it without a limit; the gate's process runs it, not the candidate's."""
-    rm = shutil.which("rm")
-    if rm:
-        subprocess.run([rm, "-rf", "--one-file-system", "--", str(folder)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-    if os.path.lexists(folder):
-        with contextlib.suppress(OSError, RecursionError):
-            shutil.rmtree(folder)
-
-
-@contextlib.contextmanager
-def scratch_folder(prefix: str) -> Iterator[Path]:
-    """A fresh temporary folder for confined code to write in, removed with :func:`remove` afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield folder
-    finally:
-        remove(folder)
+remove = scratch.remove
+scratch_folder = scratch.folder
 
 
 def keep_caches_in(scratch: Path) -> None:

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from repro.backends import backend_unavailable, get_backend
 from repro.backends.host import FLAGS, HostBackend, HostKernel, build, cache_dir
 from repro.backends.translation_unit import HOST_SHIM, harness_unit, line_origin
+from repro.core import scratch
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
@@ -72,7 +72,7 @@ def _cached_build(backend: HostBackend, source: KernelSource, slots: Slots) -> P
                                     backend.compiler_version]).encode()).hexdigest()[:24]
     lib = cache_dir() / f"{key}.coverage.so"
     if not lib.exists():
-        with tempfile.TemporaryDirectory(prefix="rlq-coverage-ref-", ignore_cleanup_errors=True) as folder:
+        with scratch.folder("rlq-coverage-ref-") as folder:
             cache_dir().mkdir(parents=True, exist_ok=True)
             tmp = cache_dir() / f"{key}.{os.getpid()}.coverage.tmp"
             shutil.copyfile(_build(backend, source, slots, Path(folder)), tmp)

@@ -29,7 +29,6 @@ import os
 import resource
 import signal
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
+from repro.core import scratch
 from repro.core.kernel_source import KernelSource
 from repro.runners import confine, replies
 from repro.runners.campaign import assemble, run_group, scenario_groups
@@ -276,7 +276,7 @@ class Worker:
         parent, child = ctx.Pipe()
         folder = None
         if confine.unavailable() is None:
-            folder = str(self.scratch) if self.scratch is not None else tempfile.mkdtemp(prefix="rlq-worker-")
+            folder = str(self.scratch) if self.scratch is not None else str(scratch.make("rlq-worker-"))
         args = (child, parent if forkable else None, os.getpid(), self.load if forkable else None, self.backend.name,
                 self.source, self.slots, self.controller, self.seed, folder)
         proc = ctx.Process(target=_serve, args=args, daemon=True)

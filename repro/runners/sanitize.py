@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.backends import backend_unavailable, get_backend
+from repro.core import scratch
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
 from repro.core.isv import new_isv
@@ -114,7 +115,7 @@ def sanitize_all(source: KernelSource, slots: Slots, tools: tuple[str, ...] = TO
     why = sanitizer_unavailable()
     if why:
         raise BackendUnavailable(why)
-    with tempfile.TemporaryDirectory(prefix="rlq-sanitize-") as tmp:
+    with scratch.folder("rlq-sanitize-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"text": source.text, "symbol": source.symbol, "origin": source.origin,
                                     "slots": asdict(slots)}))
@@ -163,7 +164,7 @@ def child(spec_path: str, path: str) -> None:
     cp.cuda.set_pinned_memory_allocator(None)
     kernel = be.compile(source, slots, options=(*NVRTC_OPTIONS, LINE_INFO))
     # CUDA has started and NVRTC has run: from here on no new process, socket or write outside a scratch folder
-    confine.confine_alone(Path(tempfile.mkdtemp(prefix="rlq-sanitize-child-")))
+    confine.confine_alone(Path(tempfile.mkdtemp(prefix="rlq-sanitize-child-", dir=Path(spec_path).parent)))
     # KL above, below and inside the band for target 0.02, so every branch runs
     kl = np.array([0.5, 0.5, 0.001, 0.001, 0.02, 0.05, 0.007, 0.5], dtype=np.float32)
     n_runs = 4

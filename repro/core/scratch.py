@@ -1,0 +1,60 @@
+"""Temporary folders the suite makes, each removed when its work ends, and any left by an interrupted command
+removed when the command's process ends (:func:`remove_leftovers`, which ``python -m analysis`` calls last).
+
+A Ctrl-C or SIGTERM can arrive inside a ``finally`` that was removing a folder, or before one was entered: every
+folder made through :func:`make` is recorded in this process until :func:`remove` has removed it, so the last
+step of a command finds what the interruption left."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Folders made by this process and not yet removed (a forked child holds a copy, which it never acts on).
+_MADE: set[str] = set()
+_OWNER = os.getpid()
+
+
+def make(prefix: str, parent: str | Path | None = None) -> Path:
+    """A fresh temporary folder (in ``parent``, else the system's), recorded until :func:`remove` removes it."""
+    folder = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    if os.getpid() == _OWNER:
+        _MADE.add(folder)
+    return Path(folder)
+
+
+def remove(folder: str | Path) -> None:
+    """Remove ``folder`` however deep (``shutil.rmtree`` recurses once per level: a tree of 1,100 folders ends it
+    with a RecursionError; ``rm -rf`` walks it without a limit) and forget it."""
+    rm = shutil.which("rm")
+    if rm:
+        subprocess.run([rm, "-rf", "--one-file-system", "--", str(folder)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+    if os.path.lexists(folder):
+        with contextlib.suppress(OSError, RecursionError):
+            shutil.rmtree(folder)
+    if not os.path.lexists(folder):
+        _MADE.discard(str(folder))
+
+
+@contextlib.contextmanager
+def folder(prefix: str, parent: str | Path | None = None) -> Iterator[Path]:
+    """:func:`make`, removed with :func:`remove` when the block ends."""
+    made = make(prefix, parent)
+    try:
+        yield made
+    finally:
+        remove(made)
+
+
+def remove_leftovers() -> None:
+    """Remove every folder this process made and has not removed (an interrupted command's)."""
+    if os.getpid() != _OWNER:
+        return
+    for made in sorted(_MADE):
+        remove(made)
