@@ -22,10 +22,17 @@ from functools import partial
 import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
-from repro.backends.translation_unit import LEARNING_LOOP, NVRTC_OPTIONS, compile_error, device_grid_unit, harness_unit
+from repro.backends.translation_unit import (
+    LEARNING_LOOP,
+    NVRTC_OPTIONS,
+    compile_error,
+    device_grid_unit,
+    entry,
+    harness_unit,
+)
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable
-from repro.core.kernel_source import KernelSource, check_symbol
+from repro.core.kernel_source import KernelSource
 
 #: Adds source lines to the CUBIN (no change to the code), so compute-sanitizer names the kernel line.
 LINE_INFO = "--generate-line-info"
@@ -240,14 +247,14 @@ class CupyBackend(Backend):
     def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = NVRTC_OPTIONS,
                 cupy_defaults: bool = False) -> CupyKernel:
         """Compile with NVRTC; ``cupy_defaults`` builds through ``cupy.RawModule`` (which adds FTZ)."""
-        check_symbol(source)
+        entry(source)  # production launches it by name, or one line says why not
         key = (source.text, source.symbol, slots, options, cupy_defaults)
         if key not in self._loaded:
             self._loaded[key] = CupyKernel(self.cp, source, slots, options, cupy_defaults)
         return self._loaded[key]
 
     def compile_learner(self, source: KernelSource, slots: Slots) -> CupyLearner:
-        check_symbol(source)
+        entry(source)
         key = ("learner", source.text, source.symbol, slots)
         if key not in self._loaded:
             unit = harness_unit(source, slots, for_device=True, harness=LEARNING_LOOP)

@@ -14,10 +14,8 @@ no GPU; nothing of the candidate runs.
 
 from __future__ import annotations
 
-import bisect
 import difflib
 import functools
-import itertools
 import os
 import re
 import subprocess
@@ -25,45 +23,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from repro.backends.host import CXX_HEADERS, FLAGS, includes_cxx_headers
+from repro.backends.preprocessed import (  # noqa: F401 - NOT_NVRTC: read as this module's by the tests
+    DEVICE_COMPILERS,
+    NOT_NVRTC,
+    NVRTC_VIEW_FLAGS,
+    STDIN,
+    device_macros,
+    own_tokens,
+)
 from repro.backends.translation_unit import HOST_INCLUDE, HOST_SHIM
 from repro.core import scratch
 from repro.core.kernel_source import KernelSource, code_only
 
-#: The GPU architectures the team builds for (``__CUDA_ARCH__``): A100 (sm_80) and H100/H200 (sm_90).
-DEVICE_ARCHS = (800, 900)
-
-#: Each device compiler's predefined macros that decide what a candidate's text preprocesses to.
-DEVICE_COMPILERS = {
-    "NVRTC": ("__CUDACC__", "__CUDACC_RTC__"),
-    "nvcc": ("__CUDACC__", "__NVCC__"),
-}
 #: The preprocessor's own predefined macros per view: the host build's flags (``-O2`` defines ``__OPTIMIZE__``);
-#: nvcc's device pass sees its host compiler's macros and headers too; NVRTC neither (``-undef``: only the
-#: language's standard macros stay; ``-nostdinc``: the stand-in headers only, as NVRTC has no C library's).
+#: nvcc's device pass sees its host compiler's macros and headers too; NVRTC neither (``NVRTC_VIEW_FLAGS``).
 _HOST_FLAGS = tuple(f for f in FLAGS if f != "-shared")
-#: What the host preprocessor still defines under ``-undef`` that NVRTC does not (probed: a candidate keyed on
-#: ``__STDC_UTF_16__`` passed the gate with a decay only NVRTC built; tests/test_gate_trust.py asks NVRTC again).
-NOT_NVRTC = ("_GNU_SOURCE", "__STDC_UTF_16__", "__STDC_UTF_32__")
-_VIEW_FLAGS = {"NVRTC": ("-std=c++17", "-undef", "-nostdinc", *(f"-U{m}" for m in NOT_NVRTC)), "nvcc": _HOST_FLAGS}
+_VIEW_FLAGS = {"NVRTC": NVRTC_VIEW_FLAGS, "nvcc": _HOST_FLAGS}
 #: Two builds of the same text on other days (the build's clock and the file's time; 1970 and 2033), as the gate's
 #: and production's are: where the fully expanded text differs between them, the kernel depends on its build's date.
 #: (The file's name stays: an ``assert`` names it, and behaves the same.)
 _BUILD_DAYS = (0, 2_000_000_000)
-
-# The candidate's text goes in on stdin: its lines in the output carry this name in the line markers.
-_STDIN = "<stdin>"
-_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
-# C/C++ preprocessing tokens, enough to compare two outputs of one preprocessor: literals whole, then
-# identifiers, numbers, and punctuators (the longest first).
-_TOKEN = re.compile(r"""
-    //[^\n]*|/\*.*?\*/                                                # comments (dropped)
-  | (?:u8|[uUL])?R"(?P<delim>[^()\\\s]{0,16})\(.*?\)(?P=delim)"   # raw string
-  | (?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"                               # string
-  | (?:u8|[uUL])?'(?:[^'\\\n]|\\.)*'                               # character
-  | \.?\d(?:[eEpP][+-]|[\w.'])*                                      # pp-number
-  | [A-Za-z_]\w*
-  | %:%:|\.\.\.|<<=|>>=|->\*|<=>|::|\#\#|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^!=<>]=|\.\*
-  | \S""", re.X | re.S)
 
 
 @dataclass(frozen=True)
@@ -75,12 +54,6 @@ class View:
     macros: tuple[str, ...]  # -D arguments (NAME or NAME=VALUE)
     tokens: tuple[tuple[int, str], ...] = ()
     error: str = ""
-
-
-def device_macros() -> dict[str, tuple[str, ...]]:
-    """Each device view's name and its predefined macros (every compiler × every arch in :data:`DEVICE_ARCHS`)."""
-    return {f"{compiler} sm_{arch // 10}": (*names, f"__CUDA_ARCH__={arch}")
-            for compiler, names in DEVICE_COMPILERS.items() for arch in DEVICE_ARCHS}
 
 
 @functools.lru_cache(maxsize=8)
@@ -97,26 +70,6 @@ def predefined(cxx: str, compiler: str) -> dict[str, str]:
     return dict(_defined(cxx, _VIEW_FLAGS[compiler]))
 
 
-def own_tokens(output: str) -> tuple[tuple[int, str], ...]:
-    """``(line, token)`` for every token the preprocessor's output attributes to the candidate's own file
-    (``-dD`` keeps its ``#define``/``#undef`` lines: a macro defined differently shows where), comments left out."""
-    kept, current, line = [], None, 0
-    for text in output.splitlines():
-        marker = _MARKER.match(text)
-        if marker:
-            line, current = int(marker.group(1)), marker.group(2)
-            continue
-        if current == _STDIN:
-            kept.append((line, text))
-        line += 1
-    if not kept:
-        return ()
-    starts = list(itertools.accumulate((len(text) + 1 for _, text in kept[:-1]), initial=0))
-    joined = "\n".join(text for _, text in kept)
-    return tuple((kept[bisect.bisect_right(starts, m.start()) - 1][0], m.group(0)) for m in _TOKEN.finditer(joined)
-                 if not m.group(0).startswith(("//", "/*")))
-
-
 def _host_flags(source: KernelSource) -> tuple[str, ...]:
     """The host build's preprocessing flags for ``source`` (host.build's: the shim first, and CXX_HEADERS where the
     text includes a C++ standard header)."""
@@ -127,7 +80,7 @@ def _host_flags(source: KernelSource) -> tuple[str, ...]:
 def _as_built(source: KernelSource, harness: str) -> str:
     """The text the host build compiles up to the candidate's end: the harness's own macros first (under a file name
     of their own, so that their lines are not the candidate's), then the candidate's lines."""
-    return f'#line 1 "<harness>"\n{harness}#line 1 "{_STDIN}"\n{source.text}' if harness else source.text
+    return f'#line 1 "<harness>"\n{harness}#line 1 "{STDIN}"\n{source.text}' if harness else source.text
 
 
 def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ...], harness: str = "") -> View:
@@ -139,7 +92,7 @@ def _preprocess(cxx: str, source: KernelSource, name: str, macros: tuple[str, ..
     done = subprocess.run(cmd, input=text, capture_output=True, text=True)
     if done.returncode != 0:
         first = next((ln.strip() for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
-        return View(name, macros, error=first.replace(_STDIN, source.origin))
+        return View(name, macros, error=first.replace(STDIN, source.origin))
     return View(name, macros, own_tokens(done.stdout))
 
 
@@ -159,11 +112,11 @@ def _expanded(cxx: str, source: KernelSource, harness: str, folder: str,
     say why)."""
     folder = os.path.join(folder, str(epoch))
     os.mkdir(folder)
-    name = os.path.join(folder, _STDIN)
+    name = os.path.join(folder, STDIN)
     with open(name, "w") as f:
         f.write(_as_built(source, harness))
     os.utime(name, (epoch, epoch))
-    cmd = [cxx, "-E", *_host_flags(source), "-x", "c++", "-I", str(HOST_INCLUDE), _STDIN]
+    cmd = [cxx, "-E", *_host_flags(source), "-x", "c++", "-I", str(HOST_INCLUDE), STDIN]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=folder,
                           env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
     if done.returncode != 0:

@@ -35,12 +35,15 @@ from repro.backends.translation_unit import (
     HOST_SHIM,
     LEARNING_LOOP,
     compile_error,
+    entry,
     harness_unit,
     host_learning_unit,
 )
+from repro.backends.kernel_entry import Entry
+from repro.backends.preprocessed import find_cxx
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
-from repro.core.kernel_source import KernelSource, check_symbol
+from repro.core.kernel_source import KernelSource
 from repro.core.paths import ROOT
 
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
@@ -324,6 +327,19 @@ def _built_by_parent(unit: str, source: KernelSource) -> Path | None:
     return Path(reply["lib"])
 
 
+def _entry_by_parent(source: KernelSource) -> Entry:
+    """In a confined command's child: ``source``'s entry (:func:`repro.backends.translation_unit.entry`) found by
+    the parent, whose preprocessor reads the text (no program starts in the child), or its one-line error raised."""
+    import json
+
+    PARENT.send_bytes(json.dumps({"entry": {"text": source.text, "symbol": source.symbol,
+                                            "origin": source.origin}}).encode())
+    reply = json.loads(PARENT.recv_bytes())
+    if "error" in reply:
+        raise SuiteError(reply["error"])
+    return Entry(source.symbol, str(reply["call"]))
+
+
 def build_remotely(request: bytes) -> bytes:
     """The parent's side of :func:`_built_by_parent`: build the unit the child sent (JSON; a compiler runs none of
     its code) into the cache, as :meth:`HostBackend._library` would, and answer with the library's path or the
@@ -332,6 +348,10 @@ def build_remotely(request: bytes) -> bytes:
 
     try:
         ask = json.loads(request)
+        if "entry" in ask:  # the kernel's entry (:func:`_entry_by_parent`): a preprocessor runs none of its code
+            wanted = ask["entry"]
+            source = KernelSource(str(wanted["text"]), str(wanted["symbol"]), str(wanted["origin"]))
+            return json.dumps({"call": entry(source).call}).encode()
         source = KernelSource(str(ask["unit"]), str(ask["symbol"]), str(ask["origin"]))
         backend = HostBackend()
         return json.dumps({"lib": str(backend._build(ask["unit"], backend._key(ask["unit"]), source))}).encode()
@@ -373,10 +393,10 @@ class GlibcMath:
 
 class HostBackend(Backend):
     def __init__(self):
-        cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-        if not cxx or not shutil.which(cxx):
+        cxx = find_cxx()
+        if not cxx:
             raise BackendUnavailable("host backend: no C++ compiler found (install g++ or set CXX)")
-        self.cxx = shutil.which(cxx)
+        self.cxx = cxx
         version = subprocess.run([self.cxx, "--version"], capture_output=True, text=True)
         self.compiler_version = version.stdout.splitlines()[0] if version.stdout else self.cxx
         self._loaded: dict[str, HostKernel | HostLearner | GlibcMath] = {}
@@ -412,8 +432,9 @@ class HostBackend(Backend):
 
     def _library(self, source: KernelSource, slots: Slots, unit: str | None = None) -> tuple[str, Path]:
         """The library of ``unit`` (by default ``source`` with the looped harness) built or found cached, and its key."""
-        check_symbol(source)
-        unit = unit or harness_unit(source, slots, for_device=False)
+        if unit is None:  # the controller's own library: production launches it by name, or one line says why not
+            entry(source, _entry_by_parent if PARENT is not None else None)
+            unit = harness_unit(source, slots, for_device=False)
         key = self._key(unit)
         return key, self._build(unit, key, source)
 

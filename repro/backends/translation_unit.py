@@ -7,11 +7,15 @@ one-thread-per-run kernel run identical code around the controller.
 from __future__ import annotations
 
 import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+from repro.backends.kernel_entry import Entry, declarations, launchable
+from repro.backends.preprocessed import DEVICE_ARCHS, NVRTC_VIEW_FLAGS, TOKEN, device_macros, find_cxx, own_tokens
 from repro.core.contract import Slots
 from repro.core.errors import SuiteError
-from repro.core.kernel_source import KernelSource
+from repro.core.kernel_source import KernelSource, code_only
 from repro.core.paths import ROOT
 
 KERNELS = ROOT / "kernels"
@@ -86,11 +90,44 @@ def compile_error(origin: str, compiler: str, log: str, most: int = 3) -> SuiteE
     return SuiteError(f"{origin} does not compile ({compiler}): {message}")
 
 
+#: The NVRTC view whose tokens say which kernel production launches (the newest architecture the team builds for;
+#: a kernel defined for one architecture only differs between the device views, which the device_view row reads).
+_ENTRY_VIEW = device_macros()[f"NVRTC sm_{max(DEVICE_ARCHS) // 10}"]
+_ENTRIES: dict[KernelSource, Entry] = {}
+_DIRECTIVE_LINE = re.compile(r"^[ \t]*#.*$", re.M)
+_PRAGMA_LINE = re.compile(r"^[ \t]*#[ \t]*pragma\b.*$", re.M)
+
+
+def _entry_tokens(source: KernelSource) -> list[str]:
+    """The candidate's own tokens as NVRTC's preprocessor gives them (macros expanded, comments and directives gone);
+    where the host has no C++ compiler or the view stops (a header NVRTC lacks: NVRTC rejects it later, with its own
+    message), the text's tokens with its directive lines left out."""
+    cxx = find_cxx()
+    if cxx:
+        cmd = [cxx, "-E", *NVRTC_VIEW_FLAGS, "-x", "c++", "-I", str(HOST_INCLUDE), *(f"-D{m}" for m in _ENTRY_VIEW), "-"]
+        done = subprocess.run(cmd, input=source.text, capture_output=True, text=True)
+        if done.returncode == 0:  # a #pragma (from _Pragma too) is a line of its own in the output: not code
+            return [tok for _, tok in own_tokens(_PRAGMA_LINE.sub("", done.stdout))]
+    code = _DIRECTIVE_LINE.sub("", code_only(source.text).replace("\\\n", ""))
+    return [m.group(0) for m in TOKEN.finditer(code) if not m.group(0).startswith(("//", "/*"))]
+
+
+def entry(source: KernelSource, ask: Callable[[KernelSource], Entry] | None = None) -> Entry:
+    """The kernel production launches by ``source.symbol`` (:mod:`repro.backends.kernel_entry`), or a one-line
+    :class:`SuiteError` saying why none can be; remembered for the source (a forked worker inherits it).
+    ``ask``: who finds it instead where this process may start no preprocessor (a confined child's parent)."""
+    if source not in _ENTRIES:
+        _ENTRIES[source] = (ask(source) if ask is not None
+                            else launchable(declarations(_entry_tokens(source)), source.symbol, source.origin))
+    return _ENTRIES[source]
+
+
 def harness_defines(source: KernelSource | None, slots: Slots) -> str:
     """The macros every harness unit defines before the controller's text (a production build has none of them:
-    the device view's host side reads them, so that a controller keyed on them fails there)."""
+    the device view's host side reads them, so that a controller keyed on them fails there). The controller is
+    called by its qualified name (:func:`entry`)."""
     return (
-        f"#define RLQ_CONTROLLER {source.symbol if source else _HOST_CONTROLLER}\n"
+        f"#define RLQ_CONTROLLER {entry(source).call if source else _HOST_CONTROLLER}\n"
         f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n"
         f"#define RLQ_KL_SLOT {slots.kl}\n"
         f"#define RLQ_TARGET_SLOT {slots.target}\n"

@@ -15,12 +15,7 @@ from pathlib import Path
 from repro.core.errors import SuiteError
 from repro.core.paths import shown
 
-# ``__global__``, then any attributes (``__launch_bounds__(…)``, ``__attribute__((…))``, qualifiers) and
-# line breaks, ``void``, perhaps more attributes, the name and ``(``.
-_ATTR = r"(?:__launch_bounds__\s*\([^()]*\)|__attribute__\s*\(\([^()]*(?:\([^()]*\)[^()]*)*\)\)|__noinline__|static|inline)"
-_KERNEL_DEF = re.compile(rf"\b__global__(?:\s+{_ATTR})*\s+void(?:\s+{_ATTR})*\s+([A-Za-z_]\w*)\s*\(")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_EXTERN_C = re.compile(r'extern\s+"C"')
 #: CUDA intrinsics whose GPU result is approximate (not correctly rounded): the host computes them
 #: with the C library's correctly rounded (or nearly so) function, so CPU and GPU may differ in the last bits.
 APPROXIMATE_INTRINSICS = ("__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__powf", "__sinf", "__cosf",
@@ -41,28 +36,6 @@ class KernelSource:
     def sha256(self) -> str:
         """Hash of the source text (what the report prints to trace a result)."""
         return hashlib.sha256(self.text.encode()).hexdigest()
-
-    def kernels(self) -> list[str]:
-        """Names of the ``__global__`` functions the source defines (comments ignored)."""
-        return _KERNEL_DEF.findall(code_only(self.text))
-
-    def is_extern_c(self, name: str) -> bool:
-        """True when kernel ``name`` has C linkage: ``extern "C"`` in its declaration or an enclosing block."""
-        code = code_only(self.text)
-        match = next((m for m in _KERNEL_DEF.finditer(code) if m.group(1) == name), None)
-        if match is None:
-            return False
-        before = code[: match.start()]
-        cut = max(before.rfind(";"), before.rfind("}"), before.rfind("{"))
-        if _EXTERN_C.search(before[cut + 1 :]):
-            return True
-        opened = []  # an enclosing ``extern "C" {`` block: the innermost brace still open, right after extern "C"
-        for brace in re.finditer(r"[{}]", before):
-            if brace.group() == "{":
-                opened.append(brace.start())
-            elif opened:
-                opened.pop()
-        return bool(opened) and bool(re.search(r'extern\s+"C"\s*$', before[: opened[-1]]))
 
     def approximate_intrinsics(self) -> list[tuple[str, int]]:
         """``(intrinsic, line)`` for each approximate CUDA intrinsic the source calls (comments ignored)."""
@@ -99,7 +72,8 @@ class KernelSource:
 
 
 def load_kernel(path: Path | str, symbol: str) -> KernelSource:
-    """Read a ``.cu`` file and check that it defines the kernel ``symbol``."""
+    """Read a ``.cu`` file whose kernel is ``symbol`` (each backend checks that production can launch it by that name:
+    :func:`repro.backends.translation_unit.entry`, which reads what the preprocessor makes of the text)."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -116,22 +90,10 @@ def load_kernel(path: Path | str, symbol: str) -> KernelSource:
     if text.startswith("\ufeff"):  # nvcc, NVRTC and the C++ compiler all reject it, with a puzzling message
         raise SuiteError(f"kernel file {path} starts with a UTF-8 byte-order mark (BOM), which CUDA compilers "
                          "reject: save it as UTF-8 without a BOM")
-    source = KernelSource(text=text, symbol=symbol, origin=shown(path))
-    check_symbol(source)
-    return source
+    return KernelSource(text=text, symbol=symbol, origin=shown(path))
 
 
 def code_only(text: str) -> str:
     """``text`` with comments blanked (line breaks kept, so offsets map to the same lines)."""
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
-
-def check_symbol(source: KernelSource) -> None:
-    """Raise a one-line error unless the source defines ``extern "C" __global__ void SYMBOL(``."""
-    found = source.kernels()
-    if source.symbol not in found:
-        listed = ", ".join(found) if found else "no __global__ function"
-        raise SuiteError(f"{source.origin}: no kernel named {source.symbol!r} (found: {listed})")
-    if not source.is_extern_c(source.symbol):
-        raise SuiteError(f'{source.origin}: kernel {source.symbol!r} is not extern "C" (C++ mangles its name, so it '
-                         f'cannot be launched by name): declare it extern "C" __global__ void {source.symbol}(…)')
