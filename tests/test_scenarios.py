@@ -143,7 +143,7 @@ def test_trace_reading_says_how_far_it_is_past_a_few_seconds(tmp_path, monkeypat
     assert said[0].startswith("read 1,000 rows (") and "% of the file) in " in said[0] and len(said) == 3
 
 
-@pytest.mark.parametrize("controller", ["fixed", "original", "tf_agents", "ziegler", "geco"])
+@pytest.mark.parametrize("controller", ["fixed", "original", "tf_agents", "ziegler", "geco", "pid_lagrangian"])
 def test_range_probes_span_the_targets_and_kl_users_meet(contract, controller):
     """Targets every decade from 1e-8 to 1e3; KL from 0 and the smallest subnormal through FLT_MIN to FLT_MAX at each
     (the band's edges and their neighbours too, for a band rule); λ0 on each documented bound and one float away."""
@@ -165,6 +165,9 @@ def test_range_probes_span_the_targets_and_kl_users_meet(contract, controller):
     for key in ("floor", "ceiling"):
         b = entry.bound(key)
         if b is not None:
-            assert {int(bits(F32(b))) + d for d in (-1, 0, 1)} <= starts, key
+            b = F32(b)
+            assert {int(bits(x)) for x in (np.nextafter(b, F32(-np.inf)), b, np.nextafter(b, F32(np.inf)))} <= starts, key
     assert int(bits(tiny)) in starts
     assert all(s.steps >= 2 and np.array_equal(bits(s.kl), bits(s.kl[:1]).repeat(s.steps)) for s in probes)
+    boundary = [s for s in probes if s.params["start"] != "seed"]
+    assert len({(int(bits(s.lambda0)), int(bits(s.kl[0])), int(bits(s.target[0]))) for s in boundary}) == len(boundary)

@@ -19,7 +19,7 @@ import numpy as np
 from repro.core import libm
 from repro.core.contract import Controller
 from repro.core.errors import SuiteError
-from repro.core.f32 import F32
+from repro.core.f32 import F32, bits
 from repro.core.spec import Rule, band_edges, steps_to_double, steps_to_settle
 from repro.runners import trace_file
 
@@ -387,7 +387,8 @@ def range_boundary_lambdas(controller: Controller) -> dict[str, np.float32]:
         if b is not None:
             b = F32(b)
             out |= {f"below {key}": np.nextafter(b, F32(-np.inf)), key: b, f"above {key}": np.nextafter(b, F32(np.inf))}
-    out["smallest positive"] = _TINY
+    if not any(bits(lam) == bits(_TINY) for lam in out.values()):  # a floor of 0: already "above floor"
+        out["smallest positive"] = _TINY
     return out
 
 
