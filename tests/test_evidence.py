@@ -221,14 +221,15 @@ def test_band_edges_are_probed_where_fl32_rounds_up_and_down(contract, name):
 
 
 def test_band_in_double_precision_fails_the_ramp_onset_on_the_host(contract, host):
-    """The candidate of tests/candidates/band_in_double.cu, judged in process: the onset row it fails."""
+    """The candidate of tests/candidates/band_in_double.cu, judged in process: the onset row it fails, and the
+    range probe at a band's upper edge (spec_agreement) where fl32(target·3) rounds up."""
     path = Path(__file__).parent / "candidates" / "band_in_double.cu"
     verdict = evaluate(KernelSource(path.read_text(), "rl_q_distill_lambda_controller", str(path)), "fixed", host,
                        contract, static=False, coverage=False, isolate=False)
-    assert [f.key for f in verdict.failed] == ["ramp_onset"]
-    row = verdict.failed[0]
-    t = F32(row.where.target)
-    assert _direction(t, 3.0, "mul") == 1  # it shows where fl32(target·3) rounds up
+    assert [f.key for f in verdict.failed] == ["ramp_onset", "spec_agreement"]
+    for row in verdict.failed:
+        t = F32(row.where.target)
+        assert _direction(t, 3.0, "mul") == 1, row.key  # it shows where fl32(target·3) rounds up
 
 
 def test_a_new_record_alone_reaches_every_output_and_the_diagnosis(monkeypatch, contract, host):

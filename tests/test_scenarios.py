@@ -7,8 +7,8 @@ import pytest
 
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32, bits
-from repro.core.spec import band_edges
-from repro.runners.scenarios import REGIMES, case, catalogue, from_csv
+from repro.core.spec import Rule, band_edges
+from repro.runners.scenarios import REGIMES, case, catalogue, from_csv, range_probes
 
 
 @pytest.mark.parametrize("controller", ["fixed", "original"])
@@ -141,3 +141,33 @@ def test_trace_reading_says_how_far_it_is_past_a_few_seconds(tmp_path, monkeypat
     monkeypatch.setattr(trace_file, "PROGRESS_AFTER_S", 0.0)
     trace_file.read(path, target=0.02, progress=said.append)
     assert said[0].startswith("read 1,000 rows (") and "% of the file) in " in said[0] and len(said) == 3
+
+
+@pytest.mark.parametrize("controller", ["fixed", "original", "tf_agents", "ziegler", "geco", "pid_lagrangian"])
+def test_range_probes_span_the_targets_and_kl_users_meet(contract, controller):
+    """Targets every decade from 1e-8 to 1e3; KL from 0 and the smallest subnormal through FLT_MIN to FLT_MAX at each
+    (the band's edges and their neighbours too, for a band rule); λ0 on each documented bound and one float away."""
+    entry = contract.controller(controller)
+    probes = range_probes(entry)
+    assert len({s.name for s in probes}) == len(probes)
+    targets = sorted({float(s.target[0]) for s in probes if s.params["start"] == "seed"})
+    assert targets[0] == F32(1e-8) and targets[-1] == F32(1e3)
+    assert np.allclose(np.diff(np.log10(targets)), 1.0)  # one per decade, none missing
+    tiny, huge = np.finfo(F32).smallest_subnormal, np.finfo(F32).max
+    for t in targets:
+        kls = {int(b) for s in probes if s.target[0] == F32(t) for b in bits(s.kl[:1])}
+        wanted = [F32(0), tiny, np.nextafter(np.finfo(F32).tiny, F32(0)), np.finfo(F32).tiny, huge]
+        if entry.is_band:
+            wanted += list(band_edges(t, Rule.of(entry)).values())
+        assert {int(bits(x)) for x in wanted} <= kls, t
+        assert F32(1e-40) in {s.kl[0] for s in probes if s.target[0] == F32(t)}
+    starts = {int(bits(s.lambda0)) for s in probes}
+    for key in ("floor", "ceiling"):
+        b = entry.bound(key)
+        if b is not None:
+            b = F32(b)
+            assert {int(bits(x)) for x in (np.nextafter(b, F32(-np.inf)), b, np.nextafter(b, F32(np.inf)))} <= starts, key
+    assert int(bits(tiny)) in starts
+    assert all(s.steps >= 2 and np.array_equal(bits(s.kl), bits(s.kl[:1]).repeat(s.steps)) for s in probes)
+    boundary = [s for s in probes if s.params["start"] != "seed"]
+    assert len({(int(bits(s.lambda0)), int(bits(s.kl[0])), int(bits(s.target[0]))) for s in boundary}) == len(boundary)

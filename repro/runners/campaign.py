@@ -30,6 +30,7 @@ from repro.runners.scenarios import (
     dead_zone_probes,
     guard_cases,
     onset_targets,
+    range_probes,
     start_cases,
     vanishing,
 )
@@ -63,6 +64,7 @@ def _scenario_groups(controller: Controller, seed: int) -> dict[str, tuple[list[
         "dead_zone": (dead_zone_probes(controller) if controller.is_band else [], "looped"),
         "vanishing": ([vanishing(controller)] if controller.bound("floor") is None else [], "looped"),
         "starts": (start_cases(controller), "looped"),
+        "ranges": (range_probes(controller), "looped"),
     }
 
 

@@ -22,7 +22,7 @@ from repro.runners.runner import Run
 from repro.runners.sanitize import SanitizerReport
 
 #: The experiment groups that run scenarios (each a list of :class:`Run` in :class:`Evidence`, by that name).
-SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing", "starts")
+SCENARIO_GROUPS = ("catalogue", "per_step", "guards", "nonfinite", "dead_zone", "vanishing", "starts", "ranges")
 #: Every experiment group, in the order they run (``state`` last: it reads what the runs before it left behind).
 GROUPS = (*SCENARIO_GROUPS, "onsets", "threads", "state")
 #: Evidence that is not an experiment group: the rule inferred, the PTX rules, the coverage build, the sanitizer,
@@ -147,6 +147,7 @@ class Evidence:
     lambda_slot: int  # the one ISV slot the controller may write
     vanishing: list[Run] = field(default_factory=list)  # aligned until λ settles, then high KL (rules with no floor)
     starts: list[Run] = field(default_factory=list)  # the guard and non-finite cases from other starting λ
+    ranges: list[Run] = field(default_factory=list)  # targets 1e-8 to 1e3, extreme KL, λ on its boundaries
     state: HostState | None = None  # the build's own writable data after the runs (None: not measurable here)
     device_views: DeviceViews | None = None  # the candidate's tokens per preprocessor view, where a C++ compiler is
     threads: ThreadProbe | None = None  # None when the probe did not finish

@@ -19,7 +19,7 @@ import numpy as np
 from repro.core import libm
 from repro.core.contract import Controller
 from repro.core.errors import SuiteError
-from repro.core.f32 import F32
+from repro.core.f32 import F32, bits
 from repro.core.spec import Rule, band_edges, steps_to_double, steps_to_settle
 from repro.runners import trace_file
 
@@ -349,6 +349,74 @@ def dead_zone_probes(controller: Controller, steps: int = 1000) -> list[Scenario
         out += [Scenario(f"dead_zone t={target:g} kl={float(kl):.9g} λ0={lam:.4g}", "dead_zone", _const(kl, steps),
                          target, lam, "constant KL inside the band", {"target": target, "kl": float(kl)})
                 for kl in kls for lam in lambdas]
+    return out
+
+
+#: The KL targets (nats) the range probes run at: one per decade from 1e-8 to 1e3, both ends included. The rule is
+#: scale-free, so a kernel that acts otherwise only for small or large targets shows at one of these.
+RANGE_TARGETS = tuple(float(f"1e{e}") for e in range(-8, 4))
+_TINY, _HUGE = np.finfo(F32).smallest_subnormal, np.finfo(F32).max
+#: KL values (float32) at the ends of the type, run at every range target: 0 (the guard's edge), subnormals from
+#: the smallest up to the largest, the smallest normal (FLT_MIN), and huge finite values up to FLT_MAX.
+EXTREME_KL = {"0": F32(0), "smallest subnormal": _TINY, "1e-44": F32(1e-44), "1e-42": F32(1e-42),
+              "1e-40": F32(1e-40), "largest subnormal": np.nextafter(np.finfo(F32).tiny, F32(0)),
+              "FLT_MIN": np.finfo(F32).tiny, "1e-30": F32(1e-30), "1e30": F32(1e30), "FLT_MAX": _HUGE}
+#: The targets (nats) at which λ starts on each of its documented boundaries: both ends of the range and the reference.
+BOUNDARY_TARGETS = (RANGE_TARGETS[0], REF_TARGET, RANGE_TARGETS[-1])
+#: Steps of each range probe: constant inputs, so a step that acts and one that repeats it are both seen.
+RANGE_STEPS = 4
+
+
+def _range_kls(controller: Controller, rule: Rule, target: float) -> dict[str, np.float32]:
+    """The ordinary KL values probed at ``target``: far above (×FAR) and below (÷FAR) it, the target itself, and
+    for a band rule both documented edges exactly and the float on either side of each (:func:`band_edges`)."""
+    t = F32(target)
+    kls = {"high": F32(t * F32(FAR)), "target": t, "low": F32(t / F32(FAR))}
+    if controller.is_band:
+        e = band_edges(target, rule)
+        kls |= {name: e[name] for name in ("above", "upper", "inside_upper", "inside_lower", "lower", "below")}
+    return kls
+
+
+def range_boundary_lambdas(controller: Controller) -> dict[str, np.float32]:
+    """λ0 on each documented boundary of λ and one float either side: the floor and the ceiling (where the rule
+    has them), and the smallest positive float (the first λ past the guard's λ ≤ 0, or past 0 where unguarded)."""
+    out = {}
+    for key in ("floor", "ceiling"):
+        b = controller.bound(key)
+        if b is not None:
+            b = F32(b)
+            out |= {f"below {key}": np.nextafter(b, F32(-np.inf)), key: b, f"above {key}": np.nextafter(b, F32(np.inf))}
+    if not any(bits(lam) == bits(_TINY) for lam in out.values()):  # a floor of 0: already "above floor"
+        out["smallest positive"] = _TINY
+    return out
+
+
+def range_probes(controller: Controller) -> list[Scenario]:
+    """The ranges users meet, each value held for :data:`RANGE_STEPS` steps; spec_agreement compares them with
+    the spec model bit for bit.
+
+    From the seed λ, at each :data:`RANGE_TARGETS` target: the ordinary KL values (:func:`_range_kls`: the band's
+    edges and their neighbours included) and the :data:`EXTREME_KL` values. At each :data:`BOUNDARY_TARGETS`
+    target, from each :func:`range_boundary_lambdas` start: the ordinary KL values."""
+    rule = Rule.of(controller)
+    seed = controller.value("seed_lambda")
+    out = []
+
+    def probe(target: float, kl_name: str, kl: np.float32, lam_name: str, lam: np.float32) -> Scenario:
+        lam_text = np.format_float_positional(F32(lam), unique=True, trim="-")
+        name = f"KL {kl_name} ({float(kl):.9g}) at target {target:g} from λ0 {lam_text} ({lam_name})"
+        return Scenario(name, "ranges", _const(kl, RANGE_STEPS), target, lam,
+                        f"KL {kl_name} at target {target:g}, λ0 {lam_name}",
+                        {"target": target, "kl": kl_name, "start": lam_name})
+
+    for target in RANGE_TARGETS:
+        kls = _range_kls(controller, rule, target) | EXTREME_KL
+        out += [probe(target, name, kl, "seed", seed) for name, kl in kls.items()]
+    for target in BOUNDARY_TARGETS:
+        kls = _range_kls(controller, rule, target)
+        out += [probe(target, name, kl, start, lam) for start, lam in range_boundary_lambdas(controller).items()
+                for name, kl in kls.items()]
     return out
 
 
