@@ -19,6 +19,9 @@ Anything else (another tag, another class, a field set that differs, an array wh
 shape, text that is not JSON, more than :data:`REPLY_MAX` bytes) is :class:`Forged`: the gate ends the worker
 as a ``sandbox`` fault. A well-formed reply the candidate forged is still read as measured: code that shares the
 worker's process can change what it reports (DESIGN.md, what the gate does not defend).
+
+The same values carry what a confined command's child hands back in a file (:func:`read`;
+``analysis.cli.confined.measure``), each command checking the tree it reads against its own schema.
 """
 
 from __future__ import annotations
