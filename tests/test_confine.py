@@ -17,7 +17,7 @@ from analysis.cli.evaluate import evaluate
 from analysis.cli.policy import dispatch
 from repro.core.contract import ROOT
 from repro.core.kernel_source import load_kernel
-from repro.runners import confine
+from repro.runners import confine, plain
 from tests import commands
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -159,7 +159,7 @@ def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
     child.close()
     try:
         assert parent.poll(120), "the worker did not confine itself"
-        assert parent.recv()[0] == "confined"
+        assert plain.loads(parent.recv_bytes())[0] == "confined"
         watch = confine.Watch(reduction.recv_handle(parent), proc.pid, tmp_path)
         assert parent.poll(120)
         kind, n = parent.recv()
@@ -168,31 +168,6 @@ def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
         assert watch.attempt == "the candidate tried to open a socket (socket)", watch.attempt
     finally:
         proc.kill()
-
-
-def test_a_reply_naming_anything_but_the_suites_data_is_refused_unrun(tmp_path):
-    """The gate reads a worker's pipe with repro.runners.replies: a pickle that would call a function is refused
-    before the call (the marker it would write stays absent); the suite's own replies read back whole."""
-    import pickle
-
-    import numpy as np
-
-    from repro.backends.host_state import HostState
-    from repro.runners import replies
-
-    marker = tmp_path / "called"
-    hostile = f"cposix\nsystem\n(Vtouch {marker}\ntR.".encode()
-    with pytest.raises(replies.Forged, match="posix.system"):
-        replies.loads(hostile)
-    assert not marker.exists()
-    with pytest.raises(replies.Forged, match="unreadable"):
-        replies.loads(b"\x00\x01")
-    reply = ("ok", {"isv": np.arange(3, dtype=np.float32), "state": HostState(("g",), (("g", 4),)),
-                    "kinds": frozenset({1})})
-    for protocol in range(4, pickle.HIGHEST_PROTOCOL + 1):  # multiprocessing pickles with 4 or later
-        back = replies.loads(pickle.dumps(reply, protocol=protocol))
-        assert back[0] == "ok" and back[1]["state"] == reply[1]["state"] and back[1]["kinds"] == reply[1]["kinds"]
-        assert back[1]["isv"].tobytes() == reply[1]["isv"].tobytes()
 
 
 @pytest.mark.slow  # a gate process with an empty build cache: the reference is built again (2-4 s in all)

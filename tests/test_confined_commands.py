@@ -216,12 +216,54 @@ def test_the_fixed_kernel_as_a_candidate_gives_what_it_gives_unconfined(sandbox,
     assert unconfined == (tmp_path / "d.csv").read_text()
 
 
-def forging(tmp_path: Path, touched: Path) -> Path:
-    """escape_write.cu whose host code writes, to every socket it holds (a gate worker's pipe), a message framed
-    as multiprocessing frames it and pickled to run ``touch TOUCHED`` wherever it is unpickled."""
+def forger(tmp_path: Path, name: str, payload: str, status: int) -> Path:
+    """The fixed kernel whose host build, at load, writes ``payload`` where a confined command's child hands back
+    what it measured ($TMPDIR/out/NAME: :func:`analysis.cli.confined.measure`) and ends the child with exit status
+    ``status`` before anything runs."""
+    forge = ("#if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)\n#include <stdio.h>\n#include <stdlib.h>\n"
+             "#include <unistd.h>\n__attribute__((constructor)) static void rlq_forge() {\n"
+             '    const char* tmp = getenv("TMPDIR");\n    char path[4096];\n'
+             f'    if (tmp && snprintf(path, sizeof path, "%s/out/{name}", tmp) > 0) {{\n'
+             '        FILE* f = fopen(path, "w");\n'
+             f'        if (f) {{ fputs({json.dumps(payload)}, f); fclose(f); }}\n    }}\n    _exit({status});\n}}\n#endif\n')
+    path = tmp_path / "forger.cu"
+    path.write_text(FIXED.read_text().replace('extern "C"', forge + 'extern "C"', 1))
+    return path
+
+
+@pytest.mark.slow  # command-line processes (2 s each)
+@pytest.mark.parametrize("command, name, says", [
+    (("replay", str(TRACE), "--controller", "none"), "run.json", "the candidate's replay is not λ for"),
+    (("toy", "--controller", "fixed", "--steps", "2000"), "run.json", "the candidate's toy run holds other fields"),
+], ids=lambda c: c[0] if isinstance(c, tuple) else "")
+@pytest.mark.parametrize("status", [0, 1])
+def test_what_a_commands_child_hands_back_is_read_by_schema(sandbox, tmp_path, command, name, says, status):
+    """The candidate's load-time code writes a result of its own into the child's scratch folder and ends the child
+    with exit 0 (before, the command's exit 0, printing nothing) or 1 (before, the command's exit 1): the parent
+    reads what the child wrote by its schema, and either status without a readable result is one line, exit 2."""
+    done = _cli(tmp_path, *command, "--kernel", str(forger(tmp_path, name, '{"$":"dict","items":[]}', status)),
+                "--backend", "host")
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if f"{command[0]}: error:" in line]
+    expected = says if status == 0 else "the confined run ended with exit status 1: no measurements read"
+    assert len(errors) == 1 and expected in errors[0], done.stderr
+    assert done.stdout == ""
+
+
+#: Replies a candidate's host code forges on the gate's pipe: a pickle that runs ``touch TOUCHED`` wherever it is
+#: unpickled, and well-formed plain data (repro/runners/plain.py) naming a type outside the replies' registry; and
+#: what the gate says of each.
+FORGED = {"pickle": ("cposix\nsystem\n(S'touch {touched}'\ntR.", "not a JSON message"),
+          "outside_type": ('{{"$":"tuple","items":["ok",{{"$":"Popen","fields":{{"args":"touch {touched}"}}}}]}}',
+                           "a 'Popen', no type of the suite's replies")}
+
+
+def forging(tmp_path: Path, touched: Path, payload: str = FORGED["pickle"][0]) -> Path:
+    """escape_write.cu whose host code writes, to every socket it holds (a gate worker's pipe), ``payload``
+    (``{touched}`` filled in) framed as multiprocessing frames a message."""
     import struct
 
-    payload = f"cposix\nsystem\n(S'touch {touched}'\ntR.".encode()
+    payload = payload.format(touched=touched).encode()
     frame = "".join(f"\\x{b:02x}" for b in struct.pack("!i", len(payload)) + payload)
     text = (CANDIDATES / "escape_write.cu").read_text()
     start = text.index("    static bool done = false;")
@@ -239,16 +281,21 @@ def forging(tmp_path: Path, touched: Path) -> Path:
 
 
 @pytest.mark.slow  # a gate in process (3 s)
-def test_a_forged_answer_on_the_gates_pipe_is_an_execution_row_and_runs_nothing(sandbox, tmp_path, contract, host):
-    """The worker's pipe is the candidate's to write to: what the gate unpickles from it names only the classes
-    an answer holds; a pickle naming os.system ends the worker as a sandbox fault, and its command never runs."""
+@pytest.mark.parametrize("forged", sorted(FORGED))
+def test_a_forged_answer_on_the_gates_pipe_is_an_execution_row_and_runs_nothing(sandbox, tmp_path, contract, host,
+                                                                               forged):
+    """The worker's pipe is the candidate's to write to: the gate reads it as plain data, never unpickled; a
+    pickle naming os.system, or plain data naming a type the replies never hold, ends the worker as a sandbox
+    fault, and nothing it names runs."""
     from analysis.cli.evaluate import evaluate
     from repro.core.kernel_source import load_kernel
 
     touched = tmp_path / "touched_by_the_gate"
-    verdict = evaluate(load_kernel(forging(tmp_path, touched), "rl_q_distill_lambda_controller"), "fixed", host,
-                       contract)
+    payload, says = FORGED[forged]
+    verdict = evaluate(load_kernel(forging(tmp_path, touched, payload), "rl_q_distill_lambda_controller"), "fixed",
+                       host, contract)
     row = next(f for f in verdict.findings if f.key == "execution")
     assert not row.ok
-    assert any("the candidate tried to write its own reply to the gate" in f for f in row.detail["faults"]), row.detail
+    assert any(f"the candidate tried to write its own reply to the gate ({says}" in f for f in row.detail["faults"]), \
+        row.detail
     assert not touched.exists()

@@ -1,14 +1,22 @@
-"""A command that loads a candidate kernel in its own process (``replay``/``toy``/``report --kernel``) runs that part
-in a confined child (:func:`repro.runners.confine.run_confined`): it writes only inside a scratch folder of its own,
-starts no process, opens no socket. Its outputs are written there and moved to the paths the user gave only when it
-ends with exit 0; an attempt ends the command with exit 2 and one line naming it (no verdict: the command
-judges nothing), and nothing outside the scratch folder changes.
+"""A command that loads a candidate kernel in its own process runs that part in a confined child
+(:func:`repro.runners.confine.run_confined`): it writes only inside a scratch folder of its own, starts no
+process, opens no socket; an attempt ends the command with exit 2 and one line naming it, and nothing outside the
+scratch folder changes. Two ways back:
+
+- :func:`measure` (``replay``, ``toy``, ``study --deep --kernel``): the child measures and writes plain data
+  (:mod:`repro.runners.plain`) into its scratch folder; this process reads it by its schema (anything else: one
+  line, exit 2) and does the judging, the verdict and the rendering. The child's exit status says only whether
+  it finished, never what it found: candidate code in the child could set it (``_exit`` from a load-time
+  constructor).
+- :func:`run` (``report --kernel``): the child renders, and its outputs are moved to the paths the user gave
+  (regular files with :data:`FOLDER_SUFFIXES`) only when it ends with exit 0. The report judges nothing in the
+  child: its gate rows come from the gate's workers, run in this process before the fork; but the files it
+  writes are the child's.
 
 A device backend (CuPy) runs its candidate in the command's process, as before: NVRTC compiles the kernel's
 device side only (a host-only block is not compiled at all), device code makes no system calls, and CUDA does not
 survive the fork a confined child needs (the backend has started it by then).
 """
-
 from __future__ import annotations
 
 import os
@@ -17,12 +25,15 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from analysis.cli import policy
 from repro.backends import Backend, entry
 from repro.core.errors import SuiteError
 from repro.core.scratch import make as make_scratch
 from repro.runners import confine
+
+T = TypeVar("T")
 
 #: What a folder output (``report --out``) may receive from the child: the suffixes the commands write.
 FOLDER_SUFFIXES = (".png", ".csv", ".json", ".md")
@@ -78,6 +89,44 @@ def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], in
         return code
     finally:
         confine.remove(scratch)
+
+
+def measure(name: str, backend: Backend, body: Callable[[Path], object], read: Callable[[Path], T],
+            require: bool = False) -> T | None:
+    """The line between measuring and judging: ``body(folder)`` measures and writes plain data into ``folder``
+    (confined where it runs candidate code on the CPU, as :func:`run`; else in this process); ``read(folder)``
+    reads it here, by its schema (SuiteError for anything else). The judging and the verdict are the caller's,
+    in this process: the child's exit status says only whether it finished (0), never what it found. None: the
+    child ended with exit 2 and said why (one line, as any command does); another status is an error here."""
+    why = check(require)
+    folder = Path(tempfile.mkdtemp(prefix=f"rlq-{name}-"))
+    try:
+        out = folder / "out"
+        out.mkdir()
+        if why or entry(backend.name).device:
+            body(out)
+            return read(out)
+        from repro.backends import host
+
+        try:
+            code = confine.run_confined(lambda: policy.run(name, lambda _argv: _measured(body, out), []), folder,
+                                        serve=host.build_remotely)
+        except confine.Escaped as err:
+            raise SuiteError(f"{err}: the run was ended (nothing outside its scratch folder was changed; "
+                             "docs/DESIGN.md, sandbox)") from None
+        if code == 2:
+            return None
+        if code != 0:
+            raise SuiteError(f"the confined run ended with exit status {code}: no measurements read")
+        return read(out)
+    finally:
+        confine.remove(folder)
+
+
+def _measured(body: Callable[[Path], object], out: Path) -> int:
+    """The child's side of :func:`measure`: ``body(out)`` done is exit 0 (what it returns is no exit code)."""
+    body(out)
+    return 0
 
 
 def _move(src: Path, dest: Path, folder: bool) -> None:

@@ -9,8 +9,10 @@ declared family), then the headline read from the primary cell. Exit 0.
 
 With ``--kernel K.cu``: the candidate beside the fixed kernel on the same seeds (primary cell unless ``--cells``):
 its collapse fraction, the fixed kernel's, the paired test. Exit 1 when the candidate collapses in more runs than
-the fixed kernel with exact McNemar p < α (the pre-registered α) in the primary cell; else 0. The candidate runs
-in this process (host: the C++ build through ctypes; cupy: NVRTC on the GPU), seeded with the fixed kernel's λ.
+the fixed kernel with exact McNemar p < α (the pre-registered α) in the primary cell; else 0. The candidate is
+seeded with the fixed kernel's λ. On the host its C++ build runs in a confined child
+(:func:`analysis.cli.confined.measure`) that runs the loops and hands back their series as plain data; this
+process reads them against its own plan of the study and judges (cupy: NVRTC on the GPU, in this process).
 
 Bad input: one line, exit 2. Progress on stderr. Only the study as pre-registered (no ``--reduced``, ``--kernel``,
 ``--cells``, ``--seeds``, ``--steps``) may write the committed results (studies/results/preregistered_3_*).
@@ -113,10 +115,12 @@ def body(argv: list[str]) -> int:
         else (lambda arm, cell, i: cell.name == "primary" and i == 0)
     deadline = start + args.budget if args.budget else None
 
-    def work(out: dict) -> int:
-        result_raw = study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
-                                     cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
-                                     progress=say, deadline=deadline)
+    def measure() -> dict:
+        return study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
+                               cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
+                               progress=say, deadline=deadline)
+
+    def work(result_raw: dict, out: dict) -> int:
         pair = ("candidate", "fixed") if candidate is not None else ("original", "fixed")
         with warnings.catch_warnings():  # all-NaN medians before the probe batch exists are NaN, as meant
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -154,12 +158,18 @@ def body(argv: list[str]) -> int:
 
     outputs = {"--json": args.json, "--traces": args.traces, "--markdown": args.markdown}
     if candidate is None:
-        return work(outputs)
-    # the candidate's host build runs its own code: in a confined child, as replay/toy/report --kernel do. torch's
-    # optimisers import torch._dynamo on first use, whose cache folder asks NSS for the user's name (a socket to
-    # nscd): imported here, before the sandbox
+        return work(measure(), outputs)
+    # The candidate's host build runs its own code: the loops run in a confined child that hands back what they
+    # measured as plain data (repro.learning.deep.study.write_measured), read here against this process's own plan;
+    # the judgement, the verdict (exit 1) and the outputs are this process's, never the child's. torch's optimisers
+    # import torch._dynamo on first use, whose cache folder asks NSS for the user's name (a socket to nscd):
+    # imported here, before the sandbox.
     import torch._dynamo  # noqa: F401
-    return confined.run("study", backend, work, outputs, require=args.require_sandbox)
+    planned = study.plan(prereg, args.reduced, True, cells, args.seeds, args.steps)
+    raw = confined.measure("study", backend, lambda folder: study.write_measured(folder / study.MEASURED, measure()),
+                           lambda folder: study.read_measured(folder / study.MEASURED, planned, trace_of),
+                           require=args.require_sandbox)
+    return 2 if raw is None else work(raw, outputs)
 
 
 def write_traces(path: Path, raw: dict) -> None:

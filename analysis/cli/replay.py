@@ -13,9 +13,10 @@ candidate beside them, started from the seed λ of ``--contract`` (default fixed
 Prints per controller: λ at the start and the end, its range, and how many steps
 ramped, decayed or held λ. The file is read in chunks, at most ``--max-rows`` data rows (10 million unless
 raised; a million rows hold about 60 MB, 500 MB with ``--csv``); past a few seconds progress goes to stderr.
-Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU the replay runs in a
-confined child (:mod:`analysis.cli.confined`): a candidate that tries to write outside its scratch folder, start
-a process or open a socket ends it with exit 2 and one line naming the attempt.
+Exit 0, or 2 with one line for anything that stops it. With ``--kernel`` on the CPU the candidate's replay runs in
+a confined child (:func:`analysis.cli.confined.measure`) that hands back its λ as plain data; the lines, the CSV
+and the figure are drawn here. A candidate that tries to write outside its scratch folder, start a process or open
+a socket ends it with exit 2 and one line naming the attempt.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from repro.runners.scenarios import replayed
 
 def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",
            kernel: Path | None = None, contract_name: str = "fixed", allow_nonfinite: bool = False,
-           max_rows: int = trace_file.MAX_ROWS, progress=None) -> tuple[str, list[tuple[str, Run]]]:
-    """(the backend's name, (controller, its run) for each controller, the candidate last).
+           max_rows: int = trace_file.MAX_ROWS, progress=None, require: bool = False) -> tuple[str, list[tuple[str, Run]]] | None:
+    """(the backend's name, (controller, its run) for each controller, the candidate last); None: the candidate's
+    confined child ended with exit 2, having said why.
 
-    ``kernel``: a candidate replayed as ``candidate`` beside ``controllers``, from ``contract_name``'s seed λ.
-    Every input is checked (trace, kernel sources) before the first kernel runs; the trace is read once
-    (at most ``max_rows`` rows). ``progress`` hears how it goes once the reading has taken a few seconds.
+    ``kernel``: a candidate replayed as ``candidate`` beside ``controllers``, from ``contract_name``'s seed λ, in
+    a confined child (:func:`analysis.cli.confined.measure`) that hands back its λ and stray writes as plain data;
+    the contract's own kernels run here. Every input is checked (trace, kernel sources) before the first kernel
+    runs; the trace is read once, here (at most ``max_rows`` rows). ``progress`` hears how it goes once the reading
+    has taken a few seconds.
     """
     start = time.monotonic()
     contract = load()
@@ -53,11 +57,49 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     be = get_backend(backend)
     runs = []
     for name, entry, source in jobs:
-        runs.append((name, run_scenarios(be.compile(source, contract.slots.with_state(entry.state)),
-                                         [replayed(trace, entry.value("seed_lambda"))])[0]))
+        slots, scenario = contract.slots.with_state(entry.state), replayed(trace, entry.value("seed_lambda"))
+        if name != "candidate":
+            runs.append((name, run_scenarios(be.compile(source, slots), [scenario])[0]))
+        else:
+            run = confined.measure("replay", be, lambda out: write_run(out / RUN, be.compile(source, slots), scenario),
+                                   lambda out: read_run(out / RUN, scenario), require=require)
+            if run is None:
+                return None
+            runs.append((name, run))
         if progress is not None and time.monotonic() - start > trace_file.PROGRESS_AFTER_S:
             progress(f"{name}: {len(trace.kl):,} steps replayed in {time.monotonic() - start:.0f} s")
     return be.name, runs
+
+
+#: What the candidate's confined child hands back: its run as plain data (:func:`write_run`).
+RUN = "run.json"
+
+
+def write_run(path: Path, kernel, scenario) -> None:
+    """The candidate's run of ``scenario``, as plain data: λ after each step (float32) and the stray writes."""
+    from repro.runners import plain
+
+    run = run_scenarios(kernel, [scenario])[0]
+    path.write_bytes(plain.dumps({"lam": run.lam, "stray": run.stray}))
+
+
+def read_run(path: Path, scenario) -> Run:
+    """The run a confined child wrote at ``path`` (:func:`write_run`), read against this process's own ``scenario``:
+    λ float32 ``[steps]``, the stray writes a list of slots; SuiteError otherwise."""
+    import numpy as np
+
+    from repro.runners import plain
+
+    try:
+        got = plain.read(path, limit=16 * scenario.steps + (1 << 20))  # base64 of 4 bytes a step, and the strays
+    except plain.Forged as err:
+        raise SuiteError(f"the candidate's replay is no plain data ({err}): not read") from None
+    lam, stray = (got.get("lam"), got.get("stray")) if isinstance(got, dict) and set(got) == {"lam", "stray"} \
+        else (None, None)
+    if not (isinstance(lam, np.ndarray) and lam.dtype == np.float32 and lam.shape == (scenario.steps,)
+            and isinstance(stray, list) and all(type(s) is int for s in stray)):
+        raise SuiteError(f"the candidate's replay is not λ for {scenario.steps} steps and its stray writes: not read")
+    return Run(scenario, lam, stray)
 
 
 def frame(backend: str, runs: list[tuple[str, Run]]):
@@ -101,22 +143,20 @@ def main(argv: list[str] | None = None) -> int:
                   inputs=[("trace", args.trace), ("kernel", args.kernel), ("contract", contract.path),
                           *(("kernel", contract.controller(n).kernel) for n in names)])
 
-    def work(out: dict) -> int:
-        backend, runs = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite,
-                               args.max_rows, policy.progress("replay"))
-        print("\n".join(render.replay_line(moves_of(name, run.scenario.lambda0, run.lam)) for name, run in runs))
-        if out["--csv"] or out["--plot"]:  # the tidy frame only where it is written: 5 million steps take seconds
-            table = frame(backend, runs)
-            if out["--csv"]:
-                write_text(out["--csv"], table.to_csv(index=False))
-            if out["--plot"]:
-                from analysis.present import plots
+    if args.kernel is not None:
+        contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
+    got = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite, args.max_rows,
+                 policy.progress("replay"), require=args.require_sandbox)
+    if got is None:
+        return 2
+    backend, runs = got
+    print("\n".join(render.replay_line(moves_of(name, run.scenario.lambda0, run.lam)) for name, run in runs))
+    if args.csv or args.plot:  # the tidy frame only where it is written: 5 million steps take seconds
+        table = frame(backend, runs)
+        if args.csv:
+            write_text(args.csv, table.to_csv(index=False))
+        if args.plot:
+            from analysis.present import plots
 
-                plots.save(plots.replay(table), out["--plot"])
-        return 0
-
-    outputs = {"--csv": args.csv, "--plot": args.plot}
-    if args.kernel is None:
-        return work(outputs)
-    contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
-    return confined.run("replay", get_backend(args.backend), work, outputs, require=args.require_sandbox)
+            plots.save(plots.replay(table), args.plot)
+    return 0

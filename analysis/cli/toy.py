@@ -4,13 +4,14 @@
 with ``--controller``'s documented seed λ). ``--steps`` is at most 10⁶ (about
 50 s on 2 cores; from 10⁵ steps, progress on stderr every tenth), ``--seed`` below 2⁶³.
 Exit 0 on a run, 2 on bad input or anything else that stops it (one line). A ``--kernel`` candidate runs
-confined on the CPU (:mod:`analysis.cli.confined`): an attempt to write outside its scratch folder, start a
-process or open a socket ends the run with exit 2 and one line naming it.
+confined on the CPU (:func:`analysis.cli.confined.measure`) and hands its run back as plain data, printed and drawn
+here: an attempt to write outside its scratch folder, start a process or open a socket ends the run with exit 2
+and one line naming it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from analysis.cli import confined, policy
 from analysis.present import render
@@ -18,7 +19,8 @@ from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
-from repro.toy.designs import compile_subject, one_run
+from repro.runners import plain
+from repro.toy.designs import compile_subject, one_run, read_run
 from repro.toy.model import Toy
 
 #: Most steps one run takes (a million: about 50 s on 2 cores), and the seeds it takes (its noise uses seed + 1).
@@ -56,23 +58,33 @@ def main(argv: list[str] | None = None) -> int:
     backend = get_backend(args.backend)
     say = policy.progress("toy") if args.steps >= LONG_STEPS else lambda line: None
 
-    def work(out: dict) -> int:
+    toy = replace(Toy(), steps=args.steps)
+
+    def run() -> dict:
         say(f"{args.controller} ({source.origin}) on {backend.name}, {args.steps} steps, seed {args.seed}")
         subject = compile_subject(backend, source, contract.slots_of(args.controller), entry.value("seed_lambda"))
-        result = one_run(backend, args.controller, subject, replace(Toy(), steps=args.steps), args.seed,
-                         progress=lambda t: say(f"step {t} of {args.steps}"))
-        for key, value in result.items():
-            if key not in ("trace", "parameters"):
-                print(f"{key:28s} {value}")
-        if out["--json"]:
-            write_text(out["--json"], render.strict_json(result, indent=1))
-        if out["--plot"]:
-            from analysis.present import plots
+        return one_run(backend, args.controller, subject, toy, args.seed, progress=lambda t: say(f"step {t} of {args.steps}"))
 
-            plots.save(plots.closed_loop({args.controller: result}), out["--plot"])
-        return 0
-
-    outputs = {"--json": args.json, "--plot": args.plot}
     if args.kernel is None:  # the contract's own kernel: trusted, run here
-        return work(outputs)
-    return confined.run("toy", backend, work, outputs, require=args.require_sandbox)
+        result = run()
+    else:  # the candidate's run in a confined child, handed back as plain data; printed and drawn here
+        inputs = {"controller": args.controller, "kernel": source.origin, "backend": backend.name,
+                  "device": backend.describe(), "seed": args.seed, "parameters": asdict(toy)}
+        result = confined.measure("toy", backend, lambda out: (out / RUN).write_bytes(plain.dumps(run())),
+                                  lambda out: read_run(out / RUN, inputs), require=args.require_sandbox)
+        if result is None:
+            return 2
+    for key, value in result.items():
+        if key not in ("trace", "parameters"):
+            print(f"{key:28s} {value}")
+    if args.json:
+        write_text(args.json, render.strict_json(result, indent=1))
+    if args.plot:
+        from analysis.present import plots
+
+        plots.save(plots.closed_loop({args.controller: result}), args.plot)
+    return 0
+
+
+#: What the candidate's confined child hands back: its run (:func:`repro.toy.designs.one_run`) as plain data.
+RUN = "run.json"

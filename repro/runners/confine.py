@@ -256,6 +256,8 @@ def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tupl
     the descriptors in ``keep``."""
     from multiprocessing import reduction
 
+    from repro.runners import plain
+
     _seccomp()  # imported before Landlock: finding libseccomp.so.2 runs ldconfig, which is a program
     sys.dont_write_bytecode = True  # a module imported from now on leaves no .pyc beside its source
     keep_caches_in(scratch)
@@ -272,7 +274,7 @@ def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tupl
     f = _filter()
     f.load()
     fd = _seccomp()._libseccomp.seccomp_notify_fd(f._filter)
-    conn.send(("confined", abi))
+    conn.send_bytes(plain.dumps(("confined", abi)))  # plain data: the parent unpickles nothing of ours
     reduction.send_handle(conn, fd, os.getppid())
     os.close(fd)
 
@@ -476,6 +478,8 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
     """
     from multiprocessing import Pipe, reduction
 
+    from repro.runners import plain
+
     scratch = Path(scratch)
     parents, childs = Pipe()
     # What the child prints through sys.stdout and sys.stderr reaches the parent's (a caller's redirection, a
@@ -520,13 +524,13 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
         while True:
             try:
                 if watch is None:
-                    kind, _abi = parents.recv()  # sent before any candidate code ran: safe to unpickle
-                    if kind != "confined":
+                    said = plain.loads(parents.recv_bytes(plain.REPLY_MAX))  # plain data (read, never unpickled)
+                    if not (isinstance(said, tuple) and said[:1] == ("confined",)):
                         break
                     watch = Watch(reduction.recv_handle(parents), pid, scratch)
                     continue
                 request = parents.recv_bytes()  # from now on bytes only: the candidate may have written them
-            except (EOFError, OSError):
+            except (EOFError, OSError, plain.Forged):
                 break
             parents.send_bytes(serve(request) if serve is not None else b"")
     except BaseException:  # Ctrl-C, or an error here: the child ends with the command

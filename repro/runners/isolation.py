@@ -42,13 +42,13 @@ from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core import scratch
 from repro.core.kernel_source import KernelSource
-from repro.runners import confine, replies
+from repro.runners import confine, plain
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
 from repro.runners.inference import infer
 
 #: A request's limit: LIMIT_FACTOR × the reference kernel's wall time for it in the same run, at least
-#: LIMIT_FLOOR s. The floor covers a fork, a pickle and a scheduler's jitter on a loaded machine; the factor
+#: LIMIT_FLOOR s. The floor covers a fork, a reply's encoding and a scheduler's jitter on a loaded machine; the factor
 #: a candidate legitimately slower than the reference (more arithmetic, a debug build) and the load's swings.
 LIMIT_FACTOR = 10.0
 LIMIT_FLOOR = 0.5
@@ -78,9 +78,6 @@ STARTUP_LIMIT = 120.0
 REPLY_GRACE = 2.0
 #: The least time (s) the rest of a reply is given after its first byte, however late that came.
 REPLY_REST = 0.25
-#: The largest reply a worker sends (bytes): the fixed kernel's largest is 0.9 MB. A length past it is no reply of
-#: the worker's (a candidate that promised 2^40 bytes and streamed them took the gate to 1.2 GB in 2 s).
-REPLY_MAX = 64 << 20
 #: Clock ticks per second, the unit of /proc's CPU times.
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
@@ -95,7 +92,7 @@ class _Answer:
     at_load: bool = False  # it died before its first request (loading the kernel)
 
 
-class _CutShort(replies.Forged):
+class _CutShort(plain.Forged):
     """A message that did not arrive whole in the time :meth:`Worker._frame` gives it."""
 
 
@@ -197,14 +194,14 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
         kernel = load() if load is not None else get_backend(backend_name).compile(source, slots)
         if scratch is not None and load is None:
             confine.confine(conn, Path(scratch), forked=False)
-        conn.send(("ready", None))
+        _say(conn, "ready")
         while True:
-            request = conn.recv()
+            request = plain.loads(conn.recv_bytes())
             if request is None:
                 return
             if request == "dump":  # a coverage build: write the gcov counters now
                 kernel.dump_coverage()
-                conn.send(("ok", None))
+                _say(conn, "ok")
                 continue
             group, only = request
             try:
@@ -213,15 +210,20 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
                           else run_group(kernel, controller, group, only, seed))
             except Exception as err:
                 if _is_device_fault(err):  # e.g. an illegal address: this CUDA context is done; so is the worker
-                    conn.send(("fault", f"{type(err).__name__}: {err}"))
+                    _say(conn, "fault", f"{type(err).__name__}: {err}")
                     return
                 raise
-            conn.send(("ok", result))
+            _say(conn, "ok", result)
     except (EOFError, ConnectionResetError, BrokenPipeError, KeyboardInterrupt):  # the parent is gone
         return
     except Exception as err:  # an error in the suite itself, reported to the parent in one line
         with contextlib.suppress(OSError):  # unless the parent is gone meanwhile
-            conn.send(("error", f"{type(err).__name__}: {err}"))
+            _say(conn, "error", f"{type(err).__name__}: {err}")
+
+
+def _say(conn, kind: str, value: object = None) -> None:
+    """Send the parent one message, ``(kind, value)`` as plain data (:mod:`repro.runners.plain`, never a pickle)."""
+    conn.send_bytes(plain.dumps((kind, value)))
 
 
 def _is_device_fault(err: Exception) -> bool:
@@ -310,7 +312,7 @@ class Worker:
                     started.at_load = True
                 return started
         try:
-            self.conn.send(request)
+            self.conn.send_bytes(plain.dumps(request))
         except (BrokenPipeError, OSError):
             return self._died()
         self._asked = request[0] if isinstance(request, tuple) else str(request)
@@ -343,7 +345,7 @@ class Worker:
             except _CutShort as err:  # no whole answer in time: a hang (its search ends there), of the candidate's making
                 self.stop(kill=True)
                 return _Answer(False, None, ("timeout", f"{err}: the candidate wrote into the gate's pipe"))
-            except replies.Forged as err:  # the candidate wrote into the pipe: nothing it sent is read
+            except plain.Forged as err:  # the candidate wrote into the pipe: nothing it sent is read
                 self.stop(kill=True)
                 return _Answer(False, None, ("sandbox", f"the candidate tried to write its own reply to the gate ({err})"))
             except (EOFError, OSError):
@@ -372,14 +374,14 @@ class Worker:
                               "limit of CPU time")
 
     def _reply(self, deadline: float) -> tuple[str, object]:
-        """The worker's next message, read by :func:`repro.runners.replies.loads` (never a plain unpickling: the
-        candidate's code can write to this pipe); :class:`~repro.runners.replies.Forged` for one the worker never
+        """The worker's next message, read as plain data (:func:`repro.runners.plain.loads`: nothing is unpickled,
+        the candidate's code can write to this pipe); :class:`~repro.runners.plain.Forged` for one the worker never
         sends (a second ``confined``: its listener is handed over once, before the candidate's code runs)."""
-        reply = replies.loads(self._frame(deadline))
+        reply = plain.loads(self._frame(deadline))
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in _REPLIES):
-            raise replies.Forged(f"a {type(reply).__name__} instead of a reply")
+            raise plain.Forged(f"a {type(reply).__name__} instead of a reply")
         if reply[0] == "confined" and self.proc.pid in self.watches:
-            raise replies.Forged("a second 'confined'")
+            raise plain.Forged("a second 'confined'")
         return reply
 
     def _frame(self, deadline: float) -> bytes:
@@ -406,8 +408,8 @@ class Worker:
         (size,) = struct.unpack("!i", exactly(4))
         if size == -1:
             (size,) = struct.unpack("!Q", exactly(8))
-        if size < 0 or size > REPLY_MAX:
-            raise replies.Forged(f"a message of {size} bytes")
+        if size < 0 or size > plain.REPLY_MAX:
+            raise plain.Forged(f"a message of {size} bytes")
         return exactly(size)
 
     def _watch(self, fd: int) -> None:
@@ -486,7 +488,7 @@ class Worker:
             self.proc.kill()
         else:
             with contextlib.suppress(BrokenPipeError, OSError):
-                self.conn.send(None)
+                self.conn.send_bytes(plain.dumps(None))
         if not self._ended(5.0):
             self.proc.kill()
             self.proc.join()

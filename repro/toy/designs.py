@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,11 +18,12 @@ import pandas as pd
 from repro.backends.base import Backend
 from repro.core.ablation import FACTORS, variant
 from repro.core.contract import Controller, Slots
+from repro.core.errors import SuiteError
 from repro.core.grid import combinations
 from repro.core.kernel_source import KernelSource
 from repro.runners.probes import settled_floor
 from repro.runners.scenarios import FAR
-from repro.toy.model import Subject, Toy, run_toy
+from repro.toy.model import TRACED, Subject, Toy, run_toy
 
 #: The robustness grid: π's own signal strength, the KL EMA rate, the KL target (each × seeds).
 GRID = {"actor_lr": (0.25, 0.5, 1.0), "kl_ema_rate": (0.003, 0.01, 0.03), "kl_target": (0.5, 1.0, 2.0)}
@@ -62,6 +64,38 @@ def one_run(backend: Backend, name: str, subject: Subject, toy: Toy | None = Non
         "seconds": round(time.perf_counter() - start, 2),
         "trace": batch.trace,
     }
+
+
+#: :func:`one_run`'s fields in order, each with the types its value may take; None: an input of the run (its
+#: caller's own value). A confined toy's child hands the result back as plain data (:func:`read_run`).
+FIELDS = {"controller": None, "kernel": None, "backend": None, "device": None, "seed": None,
+          "lambda_min": (float,), "lambda_max": (float,), "lambda_final": (float,), "settled_floor": (float, type(None)),
+          "q_pi_agree_min": (float,), "log10_q_pi_agree_min": (float,), "q_pi_agree_min_after_warmup": (float,),
+          "q_pi_agree_final": (float,), "steps_to_lambda_floor": (int, type(None)), "collapsed": (bool,),
+          "parameters": None, "seconds": (float,), "trace": (dict,)}
+
+
+def read_run(path: Path, inputs: dict) -> dict:
+    """:func:`one_run`'s result as a confined child wrote it at ``path`` (plain data), read against ``inputs`` (the
+    run's inputs as this process knows them: every None field of :data:`FIELDS`): each field of its type, the
+    trace :data:`~repro.toy.model.TRACED` with a float per step. SuiteError naming what differs."""
+    from repro.runners import plain
+
+    steps = inputs["parameters"]["steps"]
+    try:
+        got = plain.read(path, limit=64 * len(TRACED) * steps + (1 << 20))  # a float's text: 25 characters at most
+    except plain.Forged as err:
+        raise SuiteError(f"the candidate's toy run is no plain data ({err}): not read") from None
+    if not isinstance(got, dict) or set(got) != set(FIELDS):
+        raise SuiteError("the candidate's toy run holds other fields than a run's: not read")
+    for name, kinds in FIELDS.items():
+        if got[name] != inputs[name] if kinds is None else type(got[name]) not in kinds:
+            raise SuiteError(f"the candidate's toy run holds another {name}: not read")
+    trace = got["trace"]
+    if set(trace) != set(TRACED) or not all(isinstance(v, list) and len(v) == steps and all(type(x) is float for x in v)
+                                            for v in trace.values()):
+        raise SuiteError(f"the candidate's toy run holds no trace of {steps} steps: not read")
+    return {name: got[name] for name in FIELDS}
 
 
 def robustness(backend: Backend, subjects: dict[str, Subject], toy: Toy | None = None, seeds: int = 20,

@@ -39,6 +39,8 @@ from repro.core.isv import new_isv
 from repro.core.softmax import softmax
 
 COLLAPSE = 1e-6  # q_pi_agree below this at any step counts as a collapse (the incident reached 1e-22)
+#: What a traced run keeps per step (run 0): λ, q_pi_agree, the KL EMA.
+TRACED = ("lambda", "q_pi_agree", "kl_ema")
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     agree_min, agree_min_late, log_agree_min = xp.full(n, np.inf), xp.full(n, np.inf), xp.full(n, np.inf)
     floor_step = xp.full(n, -1, dtype=xp.int64)
     noise_rng = np.random.default_rng(seed + 1)
-    rows = {"lambda": [], "q_pi_agree": [], "kl_ema": []} if trace else None
+    rows = {key: [] for key in TRACED} if trace else None
     every = max(1, toy.steps // 10)
     # λ of a rule without a ceiling (rllib's) may overflow to inf and its Q/π arithmetic give NaN: such a run
     # is counted as diverged (Batch.lambda_max, q_pi_agree_final), not warned about on every step.
@@ -173,7 +175,7 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
                 agree_min_late = xp.minimum(agree_min_late, agree)
             floor_step = xp.where((floor_step < 0) & (lam32 == floors), t + 1, floor_step)
             if trace:
-                for key, value in (("lambda", lam[0]), ("q_pi_agree", agree[0]), ("kl_ema", ema[0])):
+                for key, value in zip(TRACED, (lam[0], agree[0], ema[0]), strict=True):
                     rows[key].append(float(value))
     to_np = xp.asnumpy if xp is not np else (lambda a: a)
     out = []

@@ -1,6 +1,6 @@
 // The fixed kernel, plus host-only code that promises the gate a reply of 2^40 bytes through the worker's pipe and
 // streams them: the gate collected them for a frame's grace and reached 1.2 GB (a reviewer's second round). A
-// length past the largest reply a worker sends (isolation.REPLY_MAX) is no reply now.
+// length past the largest reply a worker sends (plain.REPLY_MAX) is no reply now.
 // needs: sandbox
 // expect-exit: 1
 // expect-row: execution

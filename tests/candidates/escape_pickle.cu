@@ -1,11 +1,12 @@
 // The fixed kernel, plus host-only code (invisible to NVRTC and nvcc's device pass) that writes a reply of its
 // own into the worker's pipe to the gate: a pickle naming a function (here the harmless posix.getpid; posix.system
-// ran a shell as the gate's user before replies were read by repro/runners/replies.py). A well-formed forged
-// reply would still be read as measured (DESIGN.md: what the gate does not defend against).
+// ran a shell as the gate's user when replies were unpickled). Replies are plain data now (repro/runners/plain.py):
+// a pickle is no JSON. A well-formed forged reply would still be read as measured (DESIGN.md: what the gate does
+// not defend against).
 // needs: sandbox
 // expect-exit: 1
 // expect-row: execution
-// expect-text: the candidate tried to write its own reply to the gate (posix.getpid)
+// expect-text: the candidate tried to write its own reply to the gate (not a JSON message
 
 #define RL_Q_DISTILL_LAMBDA_INDEX 486
 #define RL_Q_DISTILL_KL_EMA_INDEX 488

@@ -11,6 +11,7 @@ import pytest
 from repro.core.paths import ROOT
 from repro.runners import confine
 from tests import commands
+from tests.test_confined_commands import forger
 
 pytest.importorskip("torch", reason="the deep study needs PyTorch (pip install --group deep)")
 
@@ -74,3 +75,122 @@ def test_the_fixed_kernel_as_a_candidate_runs_confined_and_its_json_lands(tmp_pa
     arms = result["cells"]["primary"]["arms"]
     assert arms["candidate"]["per_seed"]["collapsed"] == arms["fixed"]["per_seed"]["collapsed"]
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+@pytest.mark.parametrize("payload, status, says", [
+    ('{"$":"dict","items":[["loops",{"$":"dict","items":[]}],["not_run",[]]]}', 0,
+     "the confined study's measurements name other loops than the study's: not read"),
+    ("cposix\ngetpid\n)R.", 0, "the confined study's measurements are no plain data (not a JSON message"),
+    ("", 1, "the confined run ended with exit status 1: no measurements read"),
+])
+def test_the_verdict_is_the_parents_not_the_childs_exit_status(tmp_path, payload, status, says):
+    """A candidate's load-time code ends the confined child at once, with exit 0 (it used to be the study's exit
+    0, no verdict line) or 1 (it used to be the study's exit 1), having written measurements of its own or none:
+    the parent reads what the child wrote against its own plan, and judges only what it can read; else exit 2,
+    one line, no verdict."""
+    if confine.unavailable():
+        pytest.skip(confine.unavailable())
+    done = _study(tmp_path, "--kernel", str(forger(tmp_path, "measured.json", payload, status)), "--reduced",
+                  "--seeds", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("study: error:")]
+    assert len(errors) == 1 and says in errors[0], done.stderr
+    assert "candidate vs fixed" not in done.stdout, done.stdout
+
+
+def _planned():
+    from repro.learning.deep import prereg as prereg3
+    from repro.learning.deep import study as deep
+
+    return deep, deep.plan(prereg3.load(prereg3.PREREGISTERED_3), reduced=True, candidate=True, cells=["primary"],
+                           seeds=3)
+
+
+def _measured(deep, planned, trace_of) -> dict:
+    """What a child's loops would measure under ``planned``: float32 series with NaN payloads and odd bits."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    loops = {}
+    for key, (_, cfg, _) in planned.loops.items():
+        rows, traced = len(planned.entries(key)), planned.trace_rows(key, trace_of)
+        bits = lambda *shape: rng.integers(0, 2**32, size=shape, dtype=np.uint32).view(np.float32)
+        loops[key] = {"series": {k: bits(cfg.steps // cfg.eval_every, rows) for k in deep.KEPT},
+                      "trace_kl": None if traced is None else bits(cfg.steps, traced.size),
+                      "trace_lambda": None if traced is None else bits(cfg.steps, traced.size), "seconds": 1.5}
+    return {"loops": loops, "not_run": []}
+
+
+def test_measurements_read_back_against_the_plan_bit_for_bit(tmp_path):
+    deep, planned = _planned()
+    trace_of = lambda arm, cell, i: i == 0
+    raw = _measured(deep, planned, trace_of)
+    path = tmp_path / deep.MEASURED
+    deep.write_measured(path, raw)
+    back = deep.read_measured(path, planned, trace_of)
+    assert list(back["loops"]) == list(planned.loops) and back["not_run"] == [] and back["seeds"] == 3
+    for key, loop in back["loops"].items():
+        assert loop["entries"] == planned.entries(key) and len(loop["entries"]) == 2 * 3
+        assert loop["cfg"] is planned.loops[key][1] and loop["seconds"] == 1.5
+        assert loop["eval_steps"].tolist() == list(range(loop["cfg"].eval_every, loop["cfg"].steps + 1,
+                                                          loop["cfg"].eval_every))
+        assert loop["trace_rows"].tolist() == [k for k, e in enumerate(loop["entries"]) if e[3] == 0]
+        for name, a in loop["series"].items():
+            assert a.tobytes() == raw["loops"][key]["series"][name].tobytes()
+        assert loop["trace_kl"].tobytes() == raw["loops"][key]["trace_kl"].tobytes()
+
+
+def _mutations(raw: dict, key: str):
+    """(name, a copy of ``raw`` changed one way its schema does not allow)."""
+    import copy
+
+    import numpy as np
+
+    def changed(name, edit):
+        out = copy.deepcopy(raw)
+        edit(out, out["loops"][key])
+        return name, out
+
+    yield changed("a loop missing", lambda r, _loop: r["loops"].pop(key))
+    yield changed("a loop not planned", lambda r, loop: r["loops"].__setitem__("Pong/64", loop))
+    yield changed("run and not run", lambda r, _loop: r["not_run"].append(key))
+    yield changed("a key more", lambda r, _loop: r.__setitem__("verdict", "pass"))
+    yield changed("a series missing", lambda _r, loop: loop["series"].pop("lambda"))
+    yield changed("a series more", lambda _r, loop: loop["series"].__setitem__("x", loop["series"]["kl"]))
+    yield changed("float64", lambda _r, loop: loop["series"].__setitem__("kl", loop["series"]["kl"].astype(np.float64)))
+    yield changed("a row less", lambda _r, loop: loop["series"].__setitem__("kl", loop["series"]["kl"][:, 1:]))
+    yield changed("a trace not planned", lambda _r, loop: loop.__setitem__("trace_kl", loop["series"]["kl"]))
+    yield changed("no time", lambda _r, loop: loop.__setitem__("seconds", float("nan")))
+    yield changed("a tuple for a dict", lambda _r, loop: loop.__setitem__("series", tuple(loop["series"].items())))
+
+
+def test_measurements_outside_the_schema_are_refused(tmp_path):
+    """Each way of differing from the plan is one SuiteError (exit 2), so is a pickle, a link, an oversized file."""
+    import pickle
+
+    from repro.core.errors import SuiteError
+    from repro.runners import plain
+
+    deep, planned = _planned()
+    raw = _measured(deep, planned, None)
+    path = tmp_path / deep.MEASURED
+    for name, bad in _mutations(raw, next(iter(planned.loops))):
+        path.write_bytes(plain.dumps(bad))  # as the child would write it, but for the change
+        with pytest.raises(SuiteError, match="the confined study's measurements"):
+            deep.read_measured(path, planned)
+            pytest.fail(name)
+    path.write_bytes(pickle.dumps(raw))
+    with pytest.raises(SuiteError, match="are no plain data .not a JSON message"):
+        deep.read_measured(path, planned)
+    deep.write_measured(tmp_path / "elsewhere.json", raw)
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(SuiteError, match="are no plain data"):
+        deep.read_measured(path, planned)
+    path.unlink()
+    path.write_bytes(b" " * (8 << 20) + (tmp_path / "elsewhere.json").read_bytes())
+    with pytest.raises(SuiteError, match="past the .* expected"):
+        deep.read_measured(path, planned)
+    path.unlink()
+    with pytest.raises(SuiteError, match="are no plain data"):
+        deep.read_measured(path, planned)
