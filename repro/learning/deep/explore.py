@@ -223,12 +223,13 @@ def layout(decl: Explore, groups: list[Group]) -> list[tuple]:
     return entries
 
 
-def build_rows(decl: Explore, groups: list[Group], backend, contract=None):
+def build_rows(decl: Explore, groups: list[Group], backend, contract=None, limit: int | None = None):
+    """The :class:`Rows` of one chunk and its entries (``limit``: the first rows only, for the benchmark)."""
     from repro.learning.deep.controller import ArmRows
     from repro.learning.deep.loop import SITES, Rows
 
     contract = contract or load_contract()
-    entries = layout(decl, groups)
+    entries = layout(decl, groups)[:limit]
     task = decl.tasks[groups[0].task]
     arm_rows, names = [], list(dict.fromkeys(e[0] for e in entries))
     for arm in names:
