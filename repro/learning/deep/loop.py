@@ -14,7 +14,7 @@ All runs step together (tensors ``[R, …]``); one step is
 Random numbers are drawn per *seed*: the runs of one seed under different controllers start from the same weights
 and states and see the same random numbers; only λ differs. Two sources: torch's generator (``[U, …]`` per seed
 index, gathered to rows: a run's numbers depend on the other seeds in the batch), or, where :class:`Rows` gives
-per-row ``key``\s, a counter-based hash (:func:`counter_uniform`) of (key, stream, step, element): a run's
+per-row keys (``key``), a counter-based hash (:func:`counter_uniform`) of (key, stream, step, element): a run's
 weights, states and draws then depend on its key alone, so that any split of the runs into batches (chunks,
 shards) gives each run the same numbers.
 Evaluations (every ``eval_every`` steps, eager) record λ, the KL and its EMA, agreement (``agreement.py``) on the
