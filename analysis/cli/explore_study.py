@@ -50,6 +50,8 @@ def parser() -> policy.Parser:
     p.add_argument("--plot", type=policy.path, help="draw the map, one PNG per task: <stem>_<task>.png")
     p.add_argument("--bench", help="comma-separated batch sizes: run-steps/s of the search's loop (no search runs)")
     p.add_argument("--bench-steps", type=int, default=200, help="timed steps per batch size (after 20 untimed)")
+    p.add_argument("--bench-matmul", choices=("highest", "high"), help="with --bench: float32 matmul precision to time "
+                   "(default: the declaration's; high = TF32, which the search runs only if its declaration says so)")
     return p
 
 
@@ -93,10 +95,17 @@ def body(argv: list[str]) -> int:
     say(f"exploration_4{' (reduced)' if decl.reduced else ''}: {len(decl.groups)} groups, {runs} runs × "
         f"{decl.loop['steps']} steps on {backend.name} ({device}), chunks of ≤ {args.chunk_rows} rows"
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""))
+    head = {**explore.header(decl, backend.name, backend.describe(), torch.__version__),
+            "shard": args.shard if shard else None}
+
+    def partial(groups, not_run):  # after each chunk: a call cut off keeps the chunks it finished
+        if args.json:
+            write_text(args.json, dump({**head, "groups": groups, "not_run": not_run}))
+
     raw = explore.run_search(decl, backend, device=device, graph=device == "cuda" and not args.eager,
-                             chunk_rows=args.chunk_rows, shard=shard, progress=say, deadline=deadline)
-    result = {**explore.header(decl, backend.name, backend.describe(), torch.__version__),
-              "shard": args.shard if shard else None, "groups": raw["groups"], "not_run": raw["not_run"]}
+                             chunk_rows=args.chunk_rows, shard=shard, progress=say, deadline=deadline,
+                             on_chunk=partial)
+    result = {**head, "groups": raw["groups"], "not_run": raw["not_run"]}
     if args.json:
         write_text(args.json, dump(result))
     if raw["seconds"]:
@@ -160,7 +169,7 @@ def merge(args) -> int:
 
     if not args.json:
         raise SuiteError("--merge writes the joined search: give --json")
-    given = [o for o in ("shard", "from_json", "bench", "reduced", "judged", "plot") if getattr(args, o)]
+    given = [o for o in ("shard", "from_json", "bench", "reduced", "judged", "plot", "bench_matmul") if getattr(args, o)]
     if given:
         raise SuiteError(f"--merge takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs([Output("--json", args.json, suffix=".json")], inputs=[("shard", p) for p in args.merge],
@@ -202,8 +211,9 @@ def bench(args, decl) -> int:
     if not sizes or min(sizes) < 1 or args.bench_steps < 1:
         raise SuiteError("--bench needs batch sizes ≥ 1 and --bench-steps ≥ 1")
     known = next(t for t in decl.tasks.values() if t.tau_unit is not None)  # speed does not depend on τ's unit
-    decl = replace(decl, tasks={k: t if t.tau_unit is not None else replace(t, tau_unit=known.tau_unit, beta=known.beta)
-                                for k, t in decl.tasks.items()})
+    tasks = {k: t if t.tau_unit is not None else replace(t, tau_unit=known.tau_unit, beta=known.beta)
+             for k, t in decl.tasks.items()}
+    decl = replace(decl, matmul=args.bench_matmul or decl.matmul, tasks=tasks)
     backend = get_backend(args.backend)
     device = "cuda" if backend.name == "cupy" else "cpu"
     if device == "cpu":
@@ -220,7 +230,8 @@ def bench(args, decl) -> int:
             rows, _ = explore.build_rows(decl, groups, backend, contract, limit=size)
             cfg = decl.loop_config(task)
             torch.set_float32_matmul_precision(decl.matmul)
-            loop = DeepLoop(cfg, rows, backend, contract.slots, device=device)
+            torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
+            loop = DeepLoop(cfg, rows, backend, contract.slots, device=device, minibatch_stats=False)
             if graph:
                 loop.capture()
             loop.advance(20)

@@ -244,3 +244,32 @@ def test_a_cell_qualifies_only_where_both_conditions_hold(pre, const001, qualifi
     judged = explore_study.judge({"selection": SEL, "groups": [g]})
     assert all(c["qualifies"] is qualifies for c in judged["cells"])
     assert judged["fewer_than_declared"] is (not qualifies)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_on_the_gpu_results_do_not_depend_on_chunking(tiny):
+    """The tiny search on the GPU (cupy controllers, the step in a CUDA graph) in one chunk per group and in one
+    chunk of both: the same per-run measures (the batch size must not change a run's bits on the device either)."""
+    decl = explore.load(tiny)
+    be = get_backend("cupy")
+    one = explore.run_search(decl, be, device="cuda", graph=True, chunk_rows=decl.rows_per_group)
+    both = explore.run_search(decl, be, device="cuda", graph=True, chunk_rows=10**6)
+    assert one["groups"] == both["groups"]
+
+
+def test_skipping_the_unused_forward_kl_changes_no_bit(small):
+    """Where no run uses the forward KL the loop does not compute it: every recorded series keeps its bits."""
+    from repro.learning.deep.study import small_loop
+
+    torch.set_num_threads(1)
+    outs = []
+    for any_forward in (False, True):
+        loop = small_loop(get_backend("host"), ["original", "fixed"], 2, small)
+        assert loop.any_forward is False
+        loop.any_forward = any_forward
+        outs.append(loop.run())
+    for k, v in outs[0].items():
+        if k != "seconds":
+            raw = lambda a: np.ascontiguousarray(a).view(np.uint8)
+            np.testing.assert_array_equal(raw(v), raw(outs[1][k]), k)

@@ -292,7 +292,7 @@ def run_chunk(decl: Explore, groups: list[Group], backend, device="cpu", graph=F
     cfg = decl.loop_config(groups[0].task)
     torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
     torch.set_float32_matmul_precision(decl.matmul)
-    loop = DeepLoop(cfg, rows, backend, contract.slots, device=device)
+    loop = DeepLoop(cfg, rows, backend, contract.slots, device=device, minibatch_stats=False)  # no mb_* measure
     out = loop.run(graph=graph, progress=progress)
     got = per_run(out, cfg)
     where: dict[tuple, list[int]] = {}
@@ -327,9 +327,10 @@ def header(decl: Explore, backend_name: str, device: str, torch_version: str) ->
 
 
 def run_search(decl: Explore, backend, device="cpu", graph=False, chunk_rows=16384, shard=None, progress=None,
-               deadline=None) -> dict:
+               deadline=None, on_chunk=None) -> dict:
     """The search (or shard ``(I, N)`` of it): ``{"groups": [...], "not_run": [group indices]}`` plus the loop
-    seconds and run-steps; a chunk that would start after ``deadline`` (time.perf_counter seconds) is not run."""
+    seconds and run-steps; a chunk that would start after ``deadline`` (time.perf_counter seconds) is not run.
+    ``on_chunk(groups, not_run)`` after each chunk: what is done so far (a run cut off keeps it)."""
     plan = chunks(decl, chunk_rows)
     mine = [k for k in range(len(plan)) if shard is None or k % shard[1] == shard[0] - 1]
     groups, not_run, seconds, run_steps = [], [], 0.0, 0
@@ -344,6 +345,10 @@ def run_search(decl: Explore, backend, device="cpu", graph=False, chunk_rows=163
                      f"{decl.loop['steps']} steps …")
         records, secs = run_chunk(decl, gs, backend, device=device, graph=graph, progress=progress)
         groups += records
+        if on_chunk:
+            done = {g["index"] for g in groups}
+            on_chunk(sorted(groups, key=lambda g: g["index"]),
+                     sorted(g.index for k2 in mine for g in plan[k2] if g.index not in done))
         seconds += secs
         run_steps += R * decl.loop["steps"]
         if progress:

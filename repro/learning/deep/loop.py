@@ -156,7 +156,7 @@ class RowAdam:
 
 class DeepLoop:
     def __init__(self, cfg: LoopConfig, rows: Rows, backend, slots: Slots, device="cpu", mode: str = "batched",
-                 seed: int = 0, trace_rows: np.ndarray | None = None):
+                 seed: int = 0, trace_rows: np.ndarray | None = None, minibatch_stats: bool = True):
         self.cfg, self.rows, self.slots, self.device = cfg, rows, slots, torch.device(device)
         dev = self.device
         self.env = envs.make(cfg.env)
@@ -204,6 +204,8 @@ class DeepLoop:
         self.aux = _tensor(rows.aux, dev)[:, None]
         self.beta = _tensor(rows.beta, dev)[:, None]
         self.forward = _tensor(rows.forward, dev, torch.bool)[:, None]
+        self.any_forward = bool(np.any(rows.forward))  # else the forward KL is not computed (the same bits)
+        self.minibatch_stats = minibatch_stats          # the minibatch's agreement each step (the mb_* fields)
         self.outside = _tensor(np.asarray(rows.site) == SITES.index("outside_R"), dev, torch.bool)
         self.ema_first = _tensor(rows.ema_first, dev, torch.bool)
         self.started = ~self.ema_first
@@ -283,7 +285,9 @@ class DeepLoop:
         qd = q.detach()
         log_pq = torch.log_softmax(qd / self.tau, -1)
         p = log_pi.exp()
-        kl = torch.where(self.forward, (log_pq.exp() * (log_pq - log_pi)).sum(-1), (p * (log_pi - log_pq)).sum(-1))
+        kl = (p * (log_pi - log_pq)).sum(-1)
+        if self.any_forward:
+            kl = torch.where(self.forward, (log_pq.exp() * (log_pq - log_pi)).sum(-1), kl)
         in_r = self.in_region(bo).float()
         entropy = -(p * log_pi).sum(-1)
         lam = self.isv[:, self.slots.lambda_].unsqueeze(1)
@@ -319,11 +323,12 @@ class DeepLoop:
             self.n_pre += at_floor * (self.ema < self.lower_edge).to(torch.int32) * judged
             if self.trace_rows is not None:
                 self.trace_lam.index_copy_(0, tt, self.isv[self.trace_rows, self.slots.lambda_].unsqueeze(0))
-            lp, match, tie = agreement.per_state(log_pi.detach(), qd)
-            self.mb_lp.copy_(lp)
-            self.mb_match.copy_(match)
-            self.mb_tie.copy_(tie)
-            self.mb_in_r.copy_(in_r)
+            if self.minibatch_stats:
+                lp, match, tie = agreement.per_state(log_pi.detach(), qd)
+                self.mb_lp.copy_(lp)
+                self.mb_match.copy_(match)
+                self.mb_tie.copy_(tie)
+                self.mb_in_r.copy_(in_r)
 
     # -- graph ------------------------------------------------------------------------------------------------
     def capture(self, warm_steps: int = 3) -> None:
@@ -362,9 +367,11 @@ class DeepLoop:
         """One evaluation's per-run values (``[R]`` each, on the device)."""
         s = self.slots
         out = {"lambda": self.isv[:, s.lambda_].clone(), "kl_ema": self.ema.clone(), "kl": self.kl_meas.clone(),
-               "ret": self.last_ret.clone(), "mb_in_r": self.mb_in_r.mean(1)}
-        for k, v in agreement.summarise(self.mb_lp, self.mb_match, self.mb_tie).items():
-            out["mb_" + k] = v
+               "ret": self.last_ret.clone()}
+        if self.minibatch_stats:
+            out["mb_in_r"] = self.mb_in_r.mean(1)
+            for k, v in agreement.summarise(self.mb_lp, self.mb_match, self.mb_tie).items():
+                out["mb_" + k] = v
         if self.probe_obs is not None:
             q = nets.forward(self.q, self.probe_obs)
             log_pi = torch.log_softmax(nets.forward(self.pi, self.probe_obs), -1)
