@@ -69,10 +69,15 @@ def calibrate(backend, cfg: LoopConfig, betas, seeds: int, seed: int, threshold:
 #: The pilot's defaults (``--backend``, ``--seeds`` and ``--steps`` override; the JSON records what ran).
 PILOT = {"steps": 20000, "warmup": 5000, "eval_every": 250, "replay": 20000, "region_threshold": 1.0,
          "betas": (0.01, 0.001), "seeds": 32, "seed": 33, "threshold": -6.0, "consecutive": 3}
+#: Per task (``--env``): R's observation, its provisional threshold (rad/s) and the pilot's seed. Acrobot-v1's is the
+#: third study's pilot; CartPole-v1's is declared by studies/exploration_4.toml ([tasks."CartPole-v1"]).
+TASKS = {"Acrobot-v1": {"region_obs": 4, "region_threshold": 1.0, "seed": 33},
+         "CartPole-v1": {"region_obs": 3, "region_threshold": 0.5, "seed": 34}}
 
 
 def main(argv=None) -> None:
-    """``python -m repro.learning.deep.calibration OUT.json [--backend host|cupy] [--seeds N] [--steps N]``."""
+    """``python -m repro.learning.deep.calibration OUT.json [--env TASK] [--backend host|cupy] [--seeds N]
+    [--steps N]``."""
     import argparse
     import json
     import sys
@@ -88,19 +93,24 @@ def main(argv=None) -> None:
     parser.add_argument("--backend", default="host", choices=("host", "cupy"))
     parser.add_argument("--seeds", type=int, default=PILOT["seeds"])
     parser.add_argument("--steps", type=int, default=PILOT["steps"])
+    parser.add_argument("--env", default="Acrobot-v1", choices=tuple(TASKS))
     args = parser.parse_args(argv)
-    p = {**PILOT, "seeds": args.seeds, "steps": args.steps}
+    task = TASKS[args.env]
+    p = {**PILOT, "seeds": args.seeds, "steps": args.steps, "seed": task["seed"],
+         "region_threshold": task["region_threshold"]}
     torch.set_num_threads(1)
-    cfg = LoopConfig(steps=p["steps"], warmup=p["warmup"], eval_every=p["eval_every"], replay=p["replay"],
-                     region_threshold=p["region_threshold"])
+    cfg = LoopConfig(env=args.env, steps=p["steps"], warmup=p["warmup"], eval_every=p["eval_every"],
+                     replay=p["replay"], region_obs=task["region_obs"], region_threshold=p["region_threshold"])
     device = "cuda" if args.backend == "cupy" else "cpu"
     result = calibrate(get_backend(args.backend), cfg, p["betas"], p["seeds"], p["seed"], p["threshold"],
                        p["consecutive"], device=device, graph=device == "cuda",
                        progress=lambda line: print(f"calibration: {line}", file=sys.stderr, flush=True))
     result["pilot"] = {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
     result["backend"] = args.backend
-    result["command"] = f"python -m repro.learning.deep.calibration OUT --backend {args.backend} --seeds " \
-                        f"{args.seeds} --steps {args.steps}"
+    result["env"] = args.env
+    result["region_obs"] = task["region_obs"]
+    result["command"] = f"python -m repro.learning.deep.calibration OUT --env {args.env} --backend {args.backend} " \
+                        f"--seeds {args.seeds} --steps {args.steps}"
     write_text(Path(args.out), json.dumps(result, indent=1) + "\n")
 
 
