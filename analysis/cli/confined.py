@@ -99,7 +99,7 @@ def measure(name: str, backend: Backend, body: Callable[[Path], object], read: C
     in this process: the child's exit status says only whether it finished (0), never what it found. None: the
     child ended with exit 2 and said why (one line, as any command does); another status is an error here."""
     why = check(require)
-    folder = Path(tempfile.mkdtemp(prefix=f"rlq-{name}-"))
+    folder = make_scratch(f"rlq-{name}-")
     try:
         out = folder / "out"
         out.mkdir()
