@@ -73,11 +73,10 @@ INFERENCE = "inference"
 INFERENCE_FLOOR = 5.0
 #: How long a spawned (cupy) worker may take to import and compile before its first request.
 STARTUP_LIMIT = 120.0
-#: The longest a reply may take to arrive whole once its first byte has (s): the worker writes a reply at once; a
-#: frame cut short is the candidate's writing (it can reach the pipe), a time-out, not waited for.
+#: How long a reply may take to arrive whole once its first byte has (s), whenever that came: the worker writes a
+#: reply at once, but the largest (1.2 MB) passes the pipe in pieces, each waiting for the worker to be scheduled,
+#: which a loaded machine delays; a frame cut short is the candidate's writing (it can reach the pipe), a time-out.
 REPLY_GRACE = 2.0
-#: The least time (s) the rest of a reply is given after its first byte, however late that came.
-REPLY_REST = 0.25
 #: Clock ticks per second, the unit of /proc's CPU times.
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: The kinds of message a worker sends (:func:`_serve`); the parent reads no other.
@@ -331,7 +330,7 @@ class Worker:
             left = deadline - time.monotonic()
             try:
                 if self.conn.poll(max(0.0, min(left, 0.05))):
-                    kind, value = self._reply(deadline)
+                    kind, value = self._reply()
                     if kind == "confined":  # the seccomp listener follows: watched from now on
                         self._watch(reduction.recv_handle(self.conn))
                         continue
@@ -373,23 +372,23 @@ class Worker:
             self.waits.append(f"{self._asked}: answered after {wall:.2g} s of wall-clock time against a {limit:.2g}-s "
                               "limit of CPU time")
 
-    def _reply(self, deadline: float) -> tuple[str, object]:
+    def _reply(self) -> tuple[str, object]:
         """The worker's next message, read as plain data (:func:`repro.runners.plain.loads`: nothing is unpickled,
         the candidate's code can write to this pipe); :class:`~repro.runners.plain.Forged` for one the worker never
         sends (a second ``confined``: its listener is handed over once, before the candidate's code runs)."""
-        reply = plain.loads(self._frame(deadline))
+        reply = plain.loads(self._frame())
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in _REPLIES):
             raise plain.Forged(f"a {type(reply).__name__} instead of a reply")
         if reply[0] == "confined" and self.proc.pid in self.watches:
             raise plain.Forged("a second 'confined'")
         return reply
 
-    def _frame(self, deadline: float) -> bytes:
+    def _frame(self) -> bytes:
         """One message as ``Connection.send_bytes`` frames it (a 4-byte big-endian length, or -1 and 8 bytes), read
-        by the request's ``deadline`` (monotonic s) but given at least :data:`REPLY_REST` and at most
-        :data:`REPLY_GRACE` s: ``Connection.recv_bytes`` waits without a limit for a frame cut short."""
-        now = time.monotonic()
-        fd, until = self.conn.fileno(), min(now + REPLY_GRACE, max(deadline, now + REPLY_REST))
+        within :data:`REPLY_GRACE` s of its first byte, whatever is left of the request's ``deadline`` (a reply that
+        began just before it is not cut short): ``Connection.recv_bytes`` waits without a limit for a frame cut
+        short."""
+        fd, until = self.conn.fileno(), time.monotonic() + REPLY_GRACE
 
         def exactly(n: int) -> bytes:
             parts, got = [], 0
