@@ -57,10 +57,6 @@ def _style(i: int) -> tuple[str, str]:
     return _STYLES[i % len(_STYLES)]
 
 
-def _g(x, digits: int = 3) -> str:
-    return "—" if x is None else f"{x:.{digits}g}"
-
-
 def _share(x) -> str:
     return "—" if x is None else f"{x:.1%}"
 

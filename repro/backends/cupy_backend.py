@@ -261,7 +261,3 @@ class CupyBackend(Backend):
             module = _nvrtc_module(self.cp, unit, source.origin, NVRTC_OPTIONS)
             self._loaded[key] = CupyLearner(self.cp, module)
         return self._loaded[key]
-
-    def helper_module(self, code: str, origin: str):
-        """Compile helper kernels (benchmark feeders, closed-loop models) with the same IEEE options."""
-        return _nvrtc_module(self.cp, code, origin, NVRTC_OPTIONS)

@@ -11,7 +11,6 @@ import contextlib
 import math
 import re
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -24,19 +23,6 @@ from repro.core.paths import ROOT, shown
 CONTRACTS = ROOT / "kernels" / "contracts.toml"
 #: The contract files chosen by ``--contracts FILE`` (innermost last); :func:`load` reads the last, else CONTRACTS.
 _chosen: list[Path] = []
-
-
-@contextlib.contextmanager
-def chosen_file(path: Path | str | None) -> Iterator[Path]:
-    """Within the block, :func:`load` without a path reads ``path`` (``None``: keep the current choice)."""
-    if path is None:
-        yield current()
-        return
-    _chosen.append(Path(path))
-    try:
-        yield _chosen[-1]
-    finally:
-        _chosen.pop()
 
 
 def choose(path: Path | str) -> None:
