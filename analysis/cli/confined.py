@@ -50,6 +50,13 @@ def check(require: bool) -> str | None:
     return why
 
 
+def require_first(require: bool) -> None:
+    """``--require-sandbox`` before any work: no sandbox here is the command's error (exit 2) at once, not after
+    its inputs are read; without it, nothing (:func:`run` and :func:`measure` say it where a candidate runs)."""
+    if require:
+        check(require=True)
+
+
 def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], int],
         outputs: dict[str, Path | None], require: bool = False, folders: tuple[str, ...] = ()) -> int:
     """``body(paths)`` → exit code, confined where it runs candidate code on the CPU, else in this process.

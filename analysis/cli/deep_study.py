@@ -52,15 +52,13 @@ def parser() -> policy.Parser:
     p.add_argument("--prereg", type=policy.path, help="pre-registration TOML (default studies/preregistered_3.toml)")
     p.add_argument("--markdown", type=policy.path, help="write the study's section here, its two figures beside it")
     p.add_argument("--from-json", type=policy.path, help="with --markdown: draw from this study JSON instead of running")
-    p.add_argument("--require-sandbox", action="store_true",
-                   help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
+    p.add_require_sandbox()
     return p
 
 
 def body(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    if args.require_sandbox:  # before any work
-        confined.check(require=True)
+    confined.require_first(args.require_sandbox)
     start = time.perf_counter()
     say = policy.progress("study")
     try:

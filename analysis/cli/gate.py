@@ -16,7 +16,7 @@ import contextlib
 import sys
 import time
 
-from analysis.cli import policy
+from analysis.cli import confined, policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
 from repro.backends import backend_names, get_backend
@@ -25,7 +25,6 @@ from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import shown
-from repro.runners import confine
 from repro.runners.isolation import LIMIT_FACTOR, LIMIT_FLOOR
 
 FORMATS = ("text", "json", "junit", "github")
@@ -63,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-coverage", action="store_true",
                         help="fail when a line or branch of the candidate was never executed (host gcov)")
     parser.add_contracts()
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="exit 2 where the candidate's code cannot be confined here (seccomp; see docs/DESIGN.md)")
+    parser.add_require_sandbox(help="exit 2 where the candidate's code cannot be confined here (seccomp; see docs/DESIGN.md)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     contract_file = shown(current())
@@ -74,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT:  # NaN and inf (1e400) fail here too
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
-        unconfined = confine.unavailable()
-        if unconfined and args.require_sandbox:
-            raise SuiteError(f"{unconfined} (--require-sandbox)")
-        if unconfined:  # one line, beside the verdict (stdout keeps the asked-for formats alone)
-            print(f"{unconfined}: the candidate's code runs unconfined", file=sys.stderr)
+        confined.check(args.require_sandbox)  # a line on stderr, beside the verdict (stdout keeps the asked-for formats alone)
         contract = load()
         args.contract = args.contract or contract.default_entry()
         controller = contract.controller(args.contract)

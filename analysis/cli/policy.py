@@ -43,6 +43,12 @@ class Parser(argparse.ArgumentParser):
                           help="contract file to judge against instead of kernels/contracts.toml (paths inside it "
                                "are relative to the repository; base = \"kernels/contracts.toml\" adds to that one)")
 
+    def add_require_sandbox(self, help: str = "with --kernel: exit 2 where the candidate cannot be confined here "
+                                              "(docs/DESIGN.md)") -> None:
+        """``--require-sandbox``: no sandbox here is an error (exit 2), not a line beside the run
+        (:func:`analysis.cli.confined.check`)."""
+        self.add_argument("--require-sandbox", action="store_true", help=help)
+
     def parse_args(self, args=None, namespace=None):
         parsed = super().parse_args(args, namespace)
         if getattr(parsed, "contracts", None) is not None:

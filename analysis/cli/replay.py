@@ -123,14 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=policy.path, help="write the tidy trajectories here")
     parser.add_argument("--plot", type=policy.path, help="draw KL and λ over steps into this PNG")
     parser.add_contracts()
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
+    parser.add_require_sandbox()
     parser.add_argument("--max-rows", type=int, default=trace_file.MAX_ROWS, metavar="N",
                         help=f"refuse a trace of more than N data rows (default {trace_file.MAX_ROWS:,}, at most "
                         f"{trace_file.MAX_ROWS_LIMIT:,}; a million rows hold about 60 MB, 500 MB with --csv)")
     args = parser.parse_args(argv)
-    if args.require_sandbox:  # before any work
-        confined.check(require=True)
+    confined.require_first(args.require_sandbox)
     names = {"both": ["fixed", "original"], "none": []}.get(args.controller, [args.controller])
     if not names and args.kernel is None:
         raise SuiteError("nothing to replay: --controller none needs --kernel")

@@ -241,11 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="read both learning-loop studies from these JSONs (the committed H200 results) "
                         "instead of running them")
     parser.add_contracts()
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
+    parser.add_require_sandbox()
     args = parser.parse_args(argv)
-    if args.require_sandbox:  # before any work
-        confined.check(require=True)
+    confined.require_first(args.require_sandbox)
     start = time.perf_counter()
     contract = load()
     studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None

@@ -41,11 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=policy.path, help="write the outcome (and the per-step trace) here")
     parser.add_argument("--plot", type=policy.path, help="draw λ and q_pi_agree over steps into this PNG")
     parser.add_contracts()
-    parser.add_argument("--require-sandbox", action="store_true",
-                        help="with --kernel: exit 2 where the candidate cannot be confined here (docs/DESIGN.md)")
+    parser.add_require_sandbox()
     args = parser.parse_args(argv)
-    if args.require_sandbox:  # before any work
-        confined.check(require=True)
+    confined.require_first(args.require_sandbox)
     if not 1 <= args.steps <= MAX_STEPS:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
     if not 0 <= args.seed <= MAX_SEED:
