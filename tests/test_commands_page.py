@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 
 import pytest
 
@@ -106,7 +107,6 @@ def _rows(lines: list[str]) -> dict[str, str]:
 def test_the_pi_controller_end_to_end_is_what_the_gate_says(tmp_path, capsys):
     """The page's stateful rule of one's own (docs/examples/log_pi.*, its model named by its contract): the pasted
     runs are the gate's, row by row, for the example and for its gain one float32 ulp off (the page's sed)."""
-    import re
     import shlex
 
     from analysis.cli import gate
@@ -130,3 +130,15 @@ def test_the_pi_controller_end_to_end_is_what_the_gate_says(tmp_path, capsys):
     assert {k for k, v in _rows(ran).items() if v == "FAIL"} == {k for k, v in shown_rows.items() if v == "FAIL"}
     first = next(line for line in pasted if "first shows" in line)
     assert first in ran and re.sub(r" in [\d.]+ s$", "", pasted[-1]) == re.sub(r" in [\d.]+ s$", "", ran[-1])
+
+
+def test_the_commands_page_shows_every_figure_the_report_writes():
+    """The page's "The report" section links each figure of the report's registry (``summary.FIGURES``: what
+    ``report`` draws and tests/test_report.py checks it writes), and no other figure of the report's folder;
+    ``reports/bench/`` is the benchmark's own figure, which the summary links."""
+    from analysis.present import summary  # lazily: the page's other tests need no plotting imports
+
+    section = PAGE.split("\n## The report\n", 1)[1].split("\n## ", 1)[0]
+    shown = set(re.findall(r"\(\.\./reports/([^/)]+\.png)\)", section))
+    assert shown == set(summary.FIGURES), (f"missing from docs/commands.md: {sorted(set(summary.FIGURES) - shown)}; "
+                                           f"not written by the report: {sorted(shown - set(summary.FIGURES))}")
