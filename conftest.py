@@ -88,8 +88,8 @@ def _device_unavailable(item, reasons: dict) -> str | None:
     params = getattr(item, "callspec", None)
     name = params.params.get("backend_name") if params else None
     candidates = [name] if name else [e.name for e in backends.REGISTRY.values() if e.device]
-    said = [reasons.setdefault(n, backend_unavailable(n)) for n in candidates]
-    return None if not said or None in said else said[0]
+    reasons_here = [reasons.setdefault(n, backend_unavailable(n)) for n in candidates]
+    return None if not reasons_here or None in reasons_here else reasons_here[0]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -212,26 +212,26 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         lines += wrong_results(df) + wrong_results(repeat)
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
         drift, checks = run_to_run(df, repeat), thresholds(*(r.df for r in every))
-        said = f"bench: saved the baseline {shown(folder)} ({len(every)} runs; nothing judged)"
+        outcome = f"bench: saved the baseline {shown(folder)} ({len(every)} runs; nothing judged)"
     elif old is None:
         lines += wrong_results(df)
         title = f"Launch-overhead benchmark {label}".strip()
-        said = (f"bench: 0 modes gated: no baseline for this machine ({shown(folder)}; record one with --record). "
-                f"The committed table, with its per-step figures, is the {REFERENCE}'s: reports/bench/bench.md")
+        outcome = (f"bench: 0 modes gated: no baseline for this machine ({shown(folder)}; record one with --record). "
+                   f"The committed table, with its per-step figures, is the {REFERENCE}'s: reports/bench/bench.md")
     else:
         checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines
         title = f"Launch-overhead benchmark against the baseline {shown(folder)} {label}".strip()
         gated, bad = gated_count(checks), sum(c.regressed for c in checks)
         if bad:
-            said = f"bench: {bad} of {gated} gated modes regressed"
+            outcome = f"bench: {bad} of {gated} gated modes regressed"
         elif gated:
-            said = f"bench: {gated} gated modes within bounds"
+            outcome = f"bench: {gated} gated modes within bounds"
         else:
-            said = (f"bench: 0 modes gated: none of the baseline's gated modes ({shown(folder)}) was measured in "
-                    "this run")
+            outcome = (f"bench: 0 modes gated: none of the baseline's gated modes ({shown(folder)}) was measured in "
+                       "this run")
     bench_report.write(args.out, title, df, runs[0].machine, drift=drift, checks=checks, skipped=skipped,
-                              verdict=[*lines, said.removeprefix("bench: ")], runs=shown_runs)
+                              verdict=[*lines, outcome.removeprefix("bench: ")], runs=shown_runs)
     print(bench_report.table(df, drift, checks))  # bench.md has the rest: the verdict, what each mode measures
     by_reason: dict[str, list[str]] = {}
     for mode, why in skipped.items():
@@ -241,5 +241,5 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
     for line in lines:
         print(line)
     print(f"wrote {', '.join(shown_runs)}, {shown(args.out / 'bench.md')} and {shown(args.out / 'bench.png')}")
-    print(said)
+    print(outcome)
     return 1 if lines else 0

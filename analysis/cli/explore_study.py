@@ -210,8 +210,8 @@ def bench(args, decl) -> int:
         raise SuiteError("--bench takes comma-separated batch sizes") from None
     if not sizes or min(sizes) < 1 or args.bench_steps < 1:
         raise SuiteError("--bench needs batch sizes ≥ 1 and --bench-steps ≥ 1")
-    known = next(t for t in decl.tasks.values() if t.tau_unit is not None)  # speed does not depend on τ's unit
-    tasks = {k: t if t.tau_unit is not None else replace(t, tau_unit=known.tau_unit, beta=known.beta)
+    with_unit = next(t for t in decl.tasks.values() if t.tau_unit is not None)  # speed does not depend on τ's unit
+    tasks = {k: t if t.tau_unit is not None else replace(t, tau_unit=with_unit.tau_unit, beta=with_unit.beta)
              for k, t in decl.tasks.items()}
     decl = replace(decl, matmul=args.bench_matmul or decl.matmul, tasks=tasks)
     backend = get_backend(args.backend)

@@ -308,7 +308,7 @@ def dispatch(argv: list[str]) -> int:
 
     width = max(map(len, COMMANDS))
     listing = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
-    known = bool(argv) and argv[0] in COMMANDS
+    is_command = bool(argv) and argv[0] in COMMANDS
 
     def body(rest: list[str]) -> int:
         import importlib
@@ -318,7 +318,7 @@ def dispatch(argv: list[str]) -> int:
         if argv[0] in ("-h", "--help"):
             print(f"usage: python -m analysis COMMAND [ARGS] (COMMAND --help for its own)\n\ncommands:\n{listing}")
             return 0
-        if not known:
+        if not is_command:
             raise SuiteError(f"unknown command {argv[0]!r} (one of: {', '.join(COMMANDS)})")
         hold_interrupt()
         try:
@@ -331,4 +331,4 @@ def dispatch(argv: list[str]) -> int:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPS))
         return module.main(rest)
 
-    return run(argv[0] if known else "analysis", body, argv[1:])
+    return run(argv[0] if is_command else "analysis", body, argv[1:])

@@ -31,7 +31,8 @@ from repro.runners.runner import Run
 from repro.runners.scenarios import WARM_UP_RATES
 
 
-def _f(x) -> float | None:
+def _float_or_none(x) -> float | None:
+    """``x`` (a NumPy scalar, a float32) as a Python float for a finding's record; None stays None."""
     return None if x is None else float(x)
 
 
@@ -63,8 +64,9 @@ def reached_and_held(lam: np.ndarray, bound: np.float32) -> tuple[int | None, bo
 def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Where:
     """Where in run ``r`` (1-based ``step``) something shows, with the inputs fed at that step."""
     sc = r.scenario
-    return Where(scenario=sc.name, event=event, step=step, lam=_f(r.lam[step - 1]), expected=_f(expected), reference=reference,
-                 kl=_f(sc.kl[step - 1]), target=_f(sc.target[step - 1]))
+    return Where(scenario=sc.name, event=event, step=step, lam=_float_or_none(r.lam[step - 1]),
+                 expected=_float_or_none(expected), reference=reference,
+                 kl=_float_or_none(sc.kl[step - 1]), target=_float_or_none(sc.target[step - 1]))
 
 
 def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
@@ -85,8 +87,8 @@ def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
         step, stays = reached_and_held(r.lam, bound)
         held[name] = step if stays else None
         if not stays and where is None:
-            where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_f(r.lam[-1]), expected=_f(bound),
-                          reference="contract")
+            where = Where(scenario=name, event="never_settles", step=r.scenario.steps, lam=_float_or_none(r.lam[-1]),
+                          expected=_float_or_none(bound), reference="contract")
     if ev.controller.stateful:  # how fast a stateful rule reaches a bound is its equations' (spec_agreement): not held
         held, where = {}, where if where is None or where.event == "crossed" else None
         ok = where is None
@@ -171,8 +173,8 @@ def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, ti
     where = None
     if bad:
         r, c = ev.run(bad[0]), counts[bad[0]]
-        where = Where(scenario=bad[0], event="count", step=c, lam=_f(r.lam[c - 1] if c is not None else r.lam[-1]),
-                      expected=_f(r.scenario.lambda0), reference="λ0")
+        where = Where(scenario=bad[0], event="count", step=c, lam=_float_or_none(r.lam[c - 1] if c is not None else r.lam[-1]),
+                      expected=_float_or_none(r.scenario.lambda0), reference="λ0")
     return Finding(key=key, title=title, ok=not bad, unit="steps", documented=documented, predicted=predicted,
                    measured=next(iter(counts.values())),
                    detail={"counts": counts, "lambda0": {n: float(ev.run(n).scenario.lambda0) for n in scenarios},
@@ -187,8 +189,9 @@ def steps_to_floor(ev: Evidence) -> Finding:
     step, _ = reached_and_held(r.lam, F32(floor))
     ok = step is not None and doc.accepts(step)
     predicted = spec.steps_to_floor(ctrl.value("seed_lambda"), floor, ctrl.value("decay"))
-    before = _f(r.lam[step - 2]) if step and step > 1 else None
-    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_f(floor), reference="floor")
+    before = _float_or_none(r.lam[step - 2]) if step and step > 1 else None
+    where = None if ok else Where(scenario="aligned", event="count", step=step, lam=before, expected=_float_or_none(floor),
+                                  reference="floor")
     return Finding(key="steps_to_floor", title="steps from seed λ to the floor (the collapse)", ok=ok, unit="steps",
                    documented=doc.value, predicted=predicted, measured=step,
                    detail={"floor": floor, "lambda_before": before, "tolerance": doc.tolerance},
@@ -268,14 +271,15 @@ def _onset(ev: Evidence, which: str) -> Finding:
     if not ok:
         i = np.flatnonzero(bits(found) != bits(expected))[0]
         where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
-                      expected=_f(expected[i]), reference="contract", kl=_f(found[i]), target=_f(ev.probe_targets[i]))
+                      expected=_float_or_none(expected[i]), reference="contract", kl=_float_or_none(found[i]),
+                      target=_float_or_none(ev.probe_targets[i]))
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
     measured = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
     return Finding(key=f"{which}_onset", title=f"{which} begins at KL {rel} {sym} (strict, float32)", ok=ok, unit="×target",
                    documented=documented, predicted=documented, measured=measured,
-                   detail={"edge": sym, "relation": rel, "ratios": [_f(x) for x in ratio],
-                    "targets": [_f(t) for t in ev.probe_targets], "onsets": [_f(x) for x in found],
-                    "expected": [_f(x) for x in expected]},
+                   detail={"edge": sym, "relation": rel, "ratios": [_float_or_none(x) for x in ratio],
+                    "targets": [_float_or_none(t) for t in ev.probe_targets], "onsets": [_float_or_none(x) for x in found],
+                    "expected": [_float_or_none(x) for x in expected]},
                    where=where, line=doc.line, doc=doc.doc)
 
 
@@ -339,11 +343,11 @@ def _starts_measured(f: Finding) -> str:
 def _start_differences(row: Finding, kind: str) -> list[Difference]:
     """A failing row's cases from other starting λ as differences (three at most; a case that already fails
     from the seed λ is said once, by the pinned case)."""
-    said = {case for case, _, _ in (row.where.cases if row.where else ())} | set(row.detail.get("broken", []))
+    named_cases = {case for case, _, _ in (row.where.cases if row.where else ())} | set(row.detail.get("broken", []))
     return [Difference(kind=kind, name=b["case"], documented=b["spec"], measured=b["lambda"],
                        note=f"from λ0 {g(b['lambda0'])} ({b['start']}): λ {g(b['lambda'])} at step {b['step']} where the "
                        f"spec model gives {g(b['spec'])}")
-            for b in row.detail.get("start_broken", []) if b["case"] not in said][:3]
+            for b in row.detail.get("start_broken", []) if b["case"] not in named_cases][:3]
 
 
 def guard_differences(row: Finding, b: Behaviour) -> list[Difference]:
@@ -637,12 +641,12 @@ def device_view(ev: Evidence) -> Finding:
         views = ", ".join(d["view"] for d in differing)
         first = differing[0]
         if first["error"]:
-            said = f"{first['view']}: the preprocessor stops: {first['error']}"
+            first_difference = f"{first['view']}: the preprocessor stops: {first['error']}"
         else:
-            said = (f"the GPU builds `{first['device'] or '(nothing)'}` where the CPU build has "
+            first_difference = (f"the GPU builds `{first['device'] or '(nothing)'}` where the CPU build has "
                     f"`{first['host'] or '(nothing)'}` (line(s) {', '.join(map(str, lines))})")
         at = "; ".join(f"lines {c.first}–{c.last} ({c.directive})" for c in innermost)
-        where = Where(scenario=f"{views} differ from the host build" + (f" at {at}" if at else "") + f": {said}",
+        where = Where(scenario=f"{views} differ from the host build" + (f" at {at}" if at else "") + f": {first_difference}",
                       event="device_view")
     elif unknown:
         names = ", ".join(dict.fromkeys(name for _, name in unknown))
@@ -757,7 +761,7 @@ def vanishing(ev: Evidence) -> Finding:
     got, want = vanishing_summary(r), vanishing_summary(Run(r.scenario, expected, []))
     ok = same(r.lam, expected)
     where = None if ok else _differs(r, expected, "spec", bits(r.lam) != bits(expected))
-    detail = {key: {k: (_f(v) if isinstance(v, np.floating) else v) for k, v in summary.items()}
+    detail = {key: {k: (_float_or_none(v) if isinstance(v, np.floating) else v) for k, v in summary.items()}
               for key, summary in (("measured", got), ("spec", want))}
     return Finding(key="vanishing", title="no floor: λ under aligned KL, then high KL (subnormal, 0, recovery)", ok=ok,
                    unit="steps", documented=None, predicted=want["first_zero"] or want["first_subnormal"],
@@ -886,7 +890,7 @@ RATE_ROWS = frozenset({"ramp", "decay", "steps_to_double", "steps_to_halve", "st
                        "dead_zone", "ramp_onset", "decay_onset", "nonfinite"})
 
 
-def _plain(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
+def _bind_row(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
     """A record's check from ``check(evidence, **row)``: the rows that do not read ``--require-coverage``."""
     return lambda ev, required: check(ev, **row)
 
@@ -908,86 +912,87 @@ _SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "req
 
 #: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
 RECORDS: dict[str, Property] = {p.key: p for p in (
-    Property(key="floor", check=_plain(_bound, key="floor", scenarios=("aligned", "decay_from_ceiling")), needs=("catalogue",),
+    Property(key="floor", check=_bind_row(_bound, key="floor", scenarios=("aligned", "decay_from_ceiling")), needs=("catalogue",),
              reads=_BOUND, depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
-    Property(key="ceiling", check=_plain(_bound, key="ceiling", scenarios=("diverged", "ramp_from_floor")), needs=("catalogue",),
-             reads=_BOUND, depends=frozenset({"ceiling"}), applies=lambda c: c.bound("ceiling") is not None),
-    Property(key="ramp", check=_plain(_rate, key="ramp", scenario="ramp_from_floor"), needs=("catalogue",), reads=_RATE,
+    Property(key="ceiling", check=_bind_row(_bound, key="ceiling", scenarios=("diverged", "ramp_from_floor")),
+             needs=("catalogue",), reads=_BOUND, depends=frozenset({"ceiling"}),
+             applies=lambda c: c.bound("ceiling") is not None),
+    Property(key="ramp", check=_bind_row(_rate, key="ramp", scenario="ramp_from_floor"), needs=("catalogue",), reads=_RATE,
              blames=frozenset({"ramp"}), depends=frozenset({"ramp", "floor", "ceiling"})),
-    Property(key="decay", check=_plain(_rate, key="decay", scenario="decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
+    Property(key="decay", check=_bind_row(_rate, key="decay", scenario="decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
              blames=frozenset({"decay"}), depends=frozenset({"decay", "floor", "ceiling"})),
-    Property(key="steps_to_double", check=_plain(_count, key="steps_to_double", scenarios=("diverged", "ramp_from_floor"),
+    Property(key="steps_to_double", check=_bind_row(_count, key="steps_to_double", scenarios=("diverged", "ramp_from_floor"),
                                                  factor=2.0, title="steps to double (sustained high KL)"),
              needs=("catalogue",), reads=_COUNT,
              blames=frozenset({"ramp"}), depends=frozenset({"ramp", "ceiling"})),
-    Property(key="steps_to_halve", check=_plain(_count, key="steps_to_halve", scenarios=("decay_from_ceiling", "aligned"),
+    Property(key="steps_to_halve", check=_bind_row(_count, key="steps_to_halve", scenarios=("decay_from_ceiling", "aligned"),
                                                 factor=0.5, title="steps to halve (sustained low KL)"),
              needs=("catalogue",), reads=_COUNT,
              blames=frozenset({"decay"}), depends=frozenset({"decay", "floor"})),
-    Property(key="steps_to_floor", check=_plain(steps_to_floor), needs=("catalogue",),
+    Property(key="steps_to_floor", check=_bind_row(steps_to_floor), needs=("catalogue",),
              reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
                          measured=_floor_steps_measured),
              depends=frozenset({"decay", "floor"}), applies=lambda c: c.has("steps_to_floor")),
-    Property(key="warm_up_loss", check=_plain(warm_up_loss), needs=("catalogue",),
+    Property(key="warm_up_loss", check=_bind_row(warm_up_loss), needs=("catalogue",),
              reads=Reads(documented=lambda f: f"at most {f.documented:.0%} (EMA rate ≥ {f.detail['rate']:g})",
                          predicted=lambda f: f"{f.predicted:.1%}",
                          measured=lambda f: ", ".join(f"{x:.1%} ({n})" for n, x in f.detail["losses"].items())),
              depends=frozenset({"decay", "lower", "floor"}), applies=lambda c: c.has("warm_up_loss")),
-    Property(key="vanishing", check=_plain(vanishing), needs=("vanishing",),
+    Property(key="vanishing", check=_bind_row(vanishing), needs=("vanishing",),
              reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
                          measured=lambda f: reading.vanishing(f.detail["measured"])),
              applies=lambda c: c.bound("floor") is None),
-    Property(key="dead_zone", check=_plain(dead_zone), needs=("dead_zone",), band_only=True,
+    Property(key="dead_zone", check=_bind_row(dead_zone), needs=("dead_zone",), band_only=True,
              reads=Reads(documented=_dead_zone_documented,
                          predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
              depends=frozenset({"upper", "lower"})),
     # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
-    Property(key="ramp_onset", check=_plain(_onset, which="ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="ramp_onset", check=_bind_row(_onset, which="ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
-    Property(key="decay_onset", check=_plain(_onset, which="decay"), needs=("onsets",), band_only=True, reads=_ONSET,
+    Property(key="decay_onset", check=_bind_row(_onset, which="decay"), needs=("onsets",), band_only=True, reads=_ONSET,
              blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
-    Property(key="guards", check=_plain(guards), needs=("guards", "starts"), depends=frozenset({"guard"}),
+    Property(key="guards", check=_bind_row(guards), needs=("guards", "starts"), depends=frozenset({"guard"}),
              differences=guard_differences,
              reads=Reads(documented=lambda f: "unchanged" if f.detail.get("guarded", True) else "the source's rule (no guard)",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} cases "
                          + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source")
                          + _starts_measured(f))),
-    Property(key="nonfinite", check=_plain(nonfinite), needs=("nonfinite", "starts"), blames=frozenset({"nonfinite"}),
+    Property(key="nonfinite", check=_bind_row(nonfinite), needs=("nonfinite", "starts"), blames=frozenset({"nonfinite"}),
              differences=nonfinite_differences,
              depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
              reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} cases as pinned" + _starts_measured(f))),
-    Property(key="isolation", check=_plain(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
+    Property(key="isolation", check=_bind_row(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
              source_causes=stray_write_causes,
              reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only" if not f.detail.get("state") else
                          f"slot {f.detail['lambda_slot']}, state {reading.slot_ranges(f.detail['state'])}",
                          predicted=_same_as_documented,
                          measured=_fraction("runs left every other slot's bits intact"))),
-    Property(key="outside_state", check=_plain(outside_state), needs=("state",), blames=frozenset({"state"}),
+    Property(key="outside_state", check=_bind_row(outside_state), needs=("state",), blames=frozenset({"state"}),
              source_causes=outside_state_causes,
              reads=Reads(documented=lambda f: "none", predicted=_same_as_documented,
                          measured=_state_measured)),
-    Property(key="spec_agreement", check=_plain(spec_agreement), needs=("catalogue", "ranges"), reads=_IDENTICAL,
+    Property(key="spec_agreement", check=_bind_row(spec_agreement), needs=("catalogue", "ranges"), reads=_IDENTICAL,
              depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),
-    Property(key="launch_modes", check=_plain(launch_modes), needs=("catalogue", "per_step"), reads=_IDENTICAL),
-    Property(key="single_thread", check=_plain(single_thread), needs=("threads",),
+    Property(key="launch_modes", check=_bind_row(launch_modes), needs=("catalogue", "per_step"), reads=_IDENTICAL),
+    Property(key="single_thread", check=_bind_row(single_thread), needs=("threads",),
              reads=Reads(documented=lambda f: "thread (0, 0) only",
                          measured=_fraction("other threads left the ISV unchanged"))),
-    Property(key="execution", check=_plain(execution), needs=(),
+    Property(key="execution", check=_bind_row(execution), needs=(),
              reads=Reads(documented=lambda f: "no crash, no hang",
                          measured=lambda f: (f"{f.measured:g} crash(es)/time-out(s) ({f.detail['limit']})" if f.measured
                                              else f"all ran ({f.detail['limit']})"))),
-    Property(key="device_view", check=_plain(device_view), needs=("device_view",),
+    Property(key="device_view", check=_bind_row(device_view), needs=("device_view",),
              shown=lambda ev, required: ev.device_views is not None, source_causes=device_view_causes,
              reads=Reads(documented=lambda f: "same tokens as the host build",
                          measured=lambda f: f"{f.measured:g}/{f.documented:g} device views ({', '.join(f.detail['views'])}) "
                          "preprocess as the host build")),
-    Property(key="no_atomics", check=_plain(no_atomics), needs=("static",), shown=lambda ev, required: ev.static is not None,
+    Property(key="no_atomics", check=_bind_row(no_atomics), needs=("static",), shown=lambda ev, required: ev.static is not None,
              reads=Reads(documented=lambda f: "none",
                          measured=lambda f: ", ".join(f.detail["atomics"]) if f.detail["atomics"]
                          else f"none (NVRTC {f.detail['nvrtc']}, {f.detail['arch']})")),
-    Property(key="resources", check=_plain(resources), needs=("static",), shown=lambda ev, required: ev.static is not None,
+    Property(key="resources", check=_bind_row(resources), needs=("static",), shown=lambda ev, required: ev.static is not None,
              reads=Reads(documented=lambda f: "reported", measured=_resources_measured)),
     Property(key="coverage", check=coverage, needs=("coverage",),
              shown=lambda ev, required: ev.coverage is not None or required,

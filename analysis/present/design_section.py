@@ -199,11 +199,11 @@ def data(section) -> dict:
 
 def rates_note(section) -> str:
     """The half-loss rates in words, read from the section."""
-    said = []
+    per_controller = []
     for n, h in section.half.items():
         if h.rate is not None and h.above is not None:
-            said.append(f"{n} {h.rate:.3g}")
+            per_controller.append(f"{n} {h.rate:.3g}")
         else:
-            said.append(f"{n}: {h.why}")
+            per_controller.append(f"{n}: {h.why}")
     return "The EMA rate at or below which a cold start toward 1.1 × the target costs half of λ or more " \
-           "(bisection over kernel runs, figure below): " + "; ".join(said) + "."
+           "(bisection over kernel runs, figure below): " + "; ".join(per_controller) + "."

@@ -160,12 +160,13 @@ def verdict(v: Verdict, contract_file: str) -> str:
     unmeasured = [f for f in bad if "not_measured" in f.detail]  # failing on no evidence: not a measured violation
     violated = [f for f in bad if f not in unmeasured]
     if bad:
-        said = []
+        failed_counts = []
         if violated:
-            said.append(f"{len(violated)} of {n} properties violated ({', '.join(f.key for f in violated)})")
+            failed_counts.append(f"{len(violated)} of {n} properties violated ({', '.join(f.key for f in violated)})")
         if unmeasured:
-            said.append(f"{len(unmeasured)} not measured" if violated else f"{len(unmeasured)} of {n} properties not measured")
-        out.append(f"FAIL: {', '.join(said)} in {v.seconds:.2f} s")
+            failed_counts.append(f"{len(unmeasured)} not measured" if violated
+                                 else f"{len(unmeasured)} of {n} properties not measured")
+        out.append(f"FAIL: {', '.join(failed_counts)} in {v.seconds:.2f} s")
     else:
         out.append(f"PASS: all {n} properties hold in {v.seconds:.2f} s")
     return "\n".join(out)
