@@ -2,10 +2,11 @@
 
 Measured, not guessed: ``strace -f`` of the gate on the fixed kernel, a crashing candidate and a coverage build, of
 ``replay``/``toy``/``report --kernel`` and ``study --deep --reduced --kernel`` on the host (from the moment each
-process loaded its seccomp filter to its end), and of the GPU workers and ``study --deep --kernel`` on a GPU with
-``RLQ_SANDBOX_AUDIT`` (:mod:`repro.runners.confine`), which logs each call outside this list instead of refusing it.
-A call is here because one of those runs made it, or because the kernel needs it for a process to exist at all
-(:data:`PROCESS`); the record says which.
+process loaded its seccomp filter to its end). A call is here because one of those runs made it, or because a
+process needs it to exist, wait and manage its own memory (:data:`PROCESS`); the record says which. The GPU
+workers' ioctls are the NVIDIA driver's own numbering (:data:`IOCTL_TYPES`, :data:`IOCTL_UVM`); on a GPU,
+``RLQ_SANDBOX_AUDIT`` (:mod:`repro.runners.confine`) logs each call outside this list instead of refusing it,
+which is how the list is checked there.
 
 Where a call's arguments decide whether it stays inside the worker, it is allowed only with those arguments
 (:data:`ALLOWED_IF`): a thread but no process, a signal to itself only, an ioctl of the kinds measured, the fcntl
@@ -36,6 +37,8 @@ PROCESS = (
     "rt_sigreturn", "restart_syscall", "rt_sigaction", "sigaltstack",
     "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep", "sched_yield",
     "getrusage", "times", "poll", "ppoll", "select", "pselect6",
+    "epoll_wait", "epoll_pwait", "epoll_pwait2", "epoll_ctl", "mremap", "getcpu", "sched_getparam",
+    "sched_getscheduler",  # waiting and memory inside the process, as a driver's threads do
     "getuid", "geteuid", "getgid", "getegid",
 )
 #: Calls allowed with conditions on their arguments: ``(argument index, mask, value)`` tuples, every one of which
@@ -52,9 +55,13 @@ FCNTL_COMMANDS = {0: "F_DUPFD", 1: "F_GETFD", 2: "F_SETFD", 3: "F_GETFL", 4: "F_
 #: ioctl requests measured by number (the low 32 bits: the kernel reads no more): TCGETS (Python asks whether a
 #: descriptor is a terminal).
 IOCTL_REQUESTS = {0x5401: "TCGETS"}
-#: ioctl types (the request's bits 8-15) allowed whole, measured on the GPU workers (the NVIDIA driver's, on the
-#: descriptors CUDA opened before the sandbox; Landlock refuses ioctls on a device opened after it, ABI 5+).
-IOCTL_TYPES: dict[int, str] = {}
+#: ioctl types (the request's bits 8-15) allowed whole for a GPU worker: the NVIDIA driver's frontend (type 'F',
+#: nv-ioctl-numbers.h), on the descriptors CUDA opened before the sandbox (Landlock refuses ioctls on a device
+#: opened after it, ABI 5+). From the driver's numbering, not yet from an audit on a GPU (RLQ_SANDBOX_AUDIT).
+IOCTL_TYPES: dict[int, str] = {0x46: "the NVIDIA driver's (type 'F')"}
+#: The NVIDIA unified-memory driver's requests (nvidia-uvm: uvm_linux_ioctl.h's UVM_INITIALIZE/UVM_DEINITIALIZE,
+#: uvm_ioctl.h's plain numbers below 256, which carry no type, size or direction bits).
+IOCTL_UVM = ((0x30000001, 0xFFFFFFFF), (0x30000002, 0xFFFFFFFF), (0, 0xFFFFFF00))
 
 ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
     "clone": [[(0, _CLONE_THREAD, _CLONE_THREAD)]],  # a thread (CUDA's, PyTorch's), never a process
@@ -63,7 +70,8 @@ ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
     "prlimit64": [[(0, _LOW32, 0)], [(0, _LOW32, None)]],  # its own limits (glibc's getrlimit: pid 0)
     "fcntl": [[(1, _LOW32, cmd)] for cmd in FCNTL_COMMANDS],
     "ioctl": [[(1, _LOW32, request)] for request in IOCTL_REQUESTS]
-             + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES],
+             + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES]
+             + [[(1, mask, request)] for request, mask in IOCTL_UVM],
 }
 #: Calls refused with an error, not named: glibc tries ``clone3`` for a new thread and, on ENOSYS, uses ``clone``
 #: (whose flags seccomp can read; clone3's are behind a pointer).
