@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.core.errors import SuiteError
 from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource, load_kernel
 

@@ -33,7 +33,8 @@ FORMS = {
     "block": 'extern "C" {\n__global__ void K(float* isv) B\n}',
     "block_in_namespace": 'namespace q { extern "C" { __global__ void K(float* isv) B } }',
     "declared_then_defined": 'extern "C" __global__ void K(float* isv);\n__global__ void K(float* isv) B',
-    "declared_in_namespace": 'namespace a { extern "C" __global__ void K(float* isv); }\nextern "C" __global__ void K(float* isv) B',
+    "declared_in_namespace":
+        'namespace a { extern "C" __global__ void K(float* isv); }\nextern "C" __global__ void K(float* isv) B',
     "using_declaration": 'namespace a { extern "C" __global__ void K(float* isv) B }\nusing a::K;',
     "void_before_global": 'extern "C" void __global__ K(float* isv) B',
     "launch_bounds": 'extern "C" __launch_bounds__(1) __global__ void __launch_bounds__(1) K(float* isv) B',

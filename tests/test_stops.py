@@ -4,8 +4,8 @@ temporary folder left behind (analysis/cli/policy.py, repro/core/scratch.py)."""
 from __future__ import annotations
 
 import collections
-import os
 import contextlib
+import os
 import random
 import signal
 import subprocess

@@ -61,8 +61,9 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
         if name != "candidate":
             runs.append((name, run_scenarios(be.compile(source, slots), [scenario])[0]))
         else:
-            run = confined.measure("replay", be, lambda out: write_run(out / RUN, be.compile(source, slots), scenario),
-                                   lambda out: read_run(out / RUN, scenario), require=require)
+            run = confined.measure("replay", be,
+                                   lambda out, s=source, sl=slots, sc=scenario: write_run(out / RUN, be.compile(s, sl), sc),
+                                   lambda out, sc=scenario: read_run(out / RUN, sc), require=require)
             if run is None:
                 return None
             runs.append((name, run))

@@ -20,7 +20,6 @@ import hashlib
 import mmap
 import os
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +28,8 @@ import numpy as np
 
 from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
 from repro.backends.host_state import HostState, changed_objects
+from repro.backends.kernel_entry import Entry
+from repro.backends.preprocessed import find_cxx
 from repro.backends.translation_unit import (
     HOST_GRID,
     HOST_INCLUDE,
@@ -39,8 +40,6 @@ from repro.backends.translation_unit import (
     harness_unit,
     host_learning_unit,
 )
-from repro.backends.kernel_entry import Entry
-from repro.backends.preprocessed import find_cxx
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable, SuiteError
 from repro.core.kernel_source import KernelSource

@@ -32,7 +32,7 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 

@@ -38,9 +38,9 @@ from pathlib import Path
 from repro import backends
 from repro.backends import get_backend
 from repro.backends.base import Backend, CompiledKernel
+from repro.core import scratch
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
-from repro.core import scratch
 from repro.core.kernel_source import KernelSource
 from repro.runners import confine, plain
 from repro.runners.campaign import assemble, run_group, scenario_groups
