@@ -6,7 +6,8 @@ Exit 0: the command did its work (the gate: every property holds). Exit 1: only 
 process runs, the command's imports included: never a verdict after it, and no temporary folder left behind), a
 closed or full stdout/stderr, a path too long, a folder or forbidden where a file was meant, and any unexpected
 exception ("internal error"); a reader that closes stdout early (``| head``) ends it with exit 2 and no line.
-``--debug`` (accepted by every command) adds the traceback. A command's ``main`` holds only what is its own (what it writes for an error, its verdict).
+``--debug`` (accepted by every command) adds the traceback. A command's ``main`` holds only what is its own
+(what it writes for an error, its verdict).
 """
 
 from __future__ import annotations
