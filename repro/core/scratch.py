@@ -29,15 +29,18 @@ def make(prefix: str, parent: str | Path | None = None) -> Path:
 
 
 def remove(folder: str | Path) -> None:
-    """Remove ``folder`` however deep (``shutil.rmtree`` recurses once per level: a tree of 1,100 folders ends it
-    with a RecursionError; ``rm -rf`` walks it without a limit) and forget it."""
-    rm = shutil.which("rm")
-    if rm:
-        subprocess.run([rm, "-rf", "--one-file-system", "--", str(folder)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-    if os.path.lexists(folder):
-        with contextlib.suppress(OSError, RecursionError):
-            shutil.rmtree(folder)
+    """Remove ``folder`` however deep, and forget it: ``shutil.rmtree`` in this process (no program started: a fork
+    of a large process costs milliseconds, several times a gate), and where it fails — it recurses once per level,
+    so a tree of 1,100 folders ends it with a RecursionError — ``rm -rf``, which walks it without a limit."""
+    try:
+        shutil.rmtree(folder)
+    except FileNotFoundError:
+        pass
+    except (OSError, RecursionError):
+        rm = shutil.which("rm")
+        if rm:
+            subprocess.run([rm, "-rf", "--one-file-system", "--", str(folder)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
     if not os.path.lexists(folder):
         _MADE.discard(str(folder))
 
