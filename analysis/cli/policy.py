@@ -200,8 +200,10 @@ def _unraisable(unraisable) -> None:
     can be (the stop itself is already remembered), and nothing is printed."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped:
         import _thread
+        import threading
 
-        _thread.interrupt_main()
+        # from another thread: raised here, inside the hook, it would be dropped once more (and printed)
+        threading.Thread(target=_thread.interrupt_main, daemon=True).start()
         return
     sys.__unraisablehook__(unraisable)
 

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,5 +60,9 @@ def remove_leftovers() -> None:
     """Remove every folder this process made and has not removed (an interrupted command's)."""
     if os.getpid() != _OWNER:
         return
-    for made in sorted(_MADE):
-        remove(made)
+    for attempt in range(6):  # a child still ending (a worker being killed, a compiler) may write meanwhile
+        for made in sorted(_MADE):
+            remove(made)
+        if not _MADE:
+            return
+        time.sleep(0.02 * 2**attempt)
