@@ -15,6 +15,7 @@ import pytest
 
 from analysis.cli.evaluate import evaluate
 from analysis.cli.policy import dispatch
+from repro.core import scratch
 from repro.core.contract import ROOT
 from repro.core.kernel_source import load_kernel
 from repro.runners import confine, plain
@@ -378,7 +379,7 @@ def test_a_tree_deeper_than_python_recurses_is_removed(tmp_path):
         fd = deeper
     os.close(os.open("payload", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
     os.close(fd)
-    confine.remove(root)
+    scratch.remove(root)
     assert not root.exists()
 
 

@@ -31,6 +31,7 @@ from analysis.cli import policy
 from repro.backends import Backend, entry
 from repro.core.errors import SuiteError
 from repro.core.scratch import make as make_scratch
+from repro.core.scratch import remove as remove_scratch
 from repro.runners import confine
 
 T = TypeVar("T")
@@ -95,7 +96,7 @@ def run(name: str, backend: Backend, body: Callable[[dict[str, Path | None]], in
                     _move(inside[flag], path, flag in folders)
         return code
     finally:
-        confine.remove(scratch)
+        remove_scratch(scratch)
 
 
 def measure(name: str, backend: Backend, body: Callable[[Path], object], read: Callable[[Path], T],
@@ -127,7 +128,7 @@ def measure(name: str, backend: Backend, body: Callable[[Path], object], read: C
             raise SuiteError(f"the confined run ended with exit status {code}: no measurements read")
         return read(out)
     finally:
-        confine.remove(folder)
+        remove_scratch(folder)
 
 
 def _measured(body: Callable[[Path], object], out: Path) -> int:

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from repro.core import scratch
 from repro.runners import syscall_policy as policy
 
 #: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
@@ -211,10 +210,6 @@ def _landlock(scratch: Path) -> int:
         return abi
     finally:
         os.close(ruleset)
-
-
-remove = scratch.remove
-scratch_folder = scratch.folder
 
 
 def keep_caches_in(scratch: Path) -> None:

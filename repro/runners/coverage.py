@@ -28,7 +28,6 @@ from repro.core import scratch
 from repro.core.contract import Controller, Slots
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
-from repro.runners import confine
 from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, Coverage, Fault
 from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
@@ -108,7 +107,7 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
     sized = {name: len(sc) for name, (sc, _) in scenario_groups(controller, seed).items()}
     if all(g in skip or sized.get(g) == 0 for g in GROUPS):  # nothing left to run: no build to make
         return Coverage(source.origin, {}, {}, (), tuple(skipped))
-    with confine.scratch_folder("rlq-coverage-") as folder:  # the candidate's workers write their counts here
+    with scratch.folder("rlq-coverage-") as folder:  # the candidate's workers write their counts here
         lib = _build(backend, source, slots, folder)
         faults = []
         # confined to the build folder, where its counters are written (repro.runners.confine)

@@ -460,7 +460,7 @@ class Worker:
         self.watches.pop(pid, None)
         folder = self.folders.pop(pid, None)
         if folder is not None:
-            confine.remove(folder)
+            scratch.remove(folder)
 
     def discard(self) -> None:
         """End the worker and its spare at once (SIGKILL): neither is wanted any more."""
