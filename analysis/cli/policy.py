@@ -197,15 +197,28 @@ def listen_for_stops() -> None:
 def _unraisable(unraisable) -> None:
     """A stop's KeyboardInterrupt raised where Python cannot raise it (an at-fork callback: logging's _releaseLock,
     a ``__del__``) is printed and dropped by the default hook: here it is raised again at the next point where it
-    can be (the stop itself is already remembered), and nothing is printed."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped:
-        import _thread
-        import threading
+    can be (the stop itself is already remembered). Once a stop arrived nothing of this kind is printed, whatever
+    happens inside the hook (a second stop raised in it, no thread to be had at shutdown): the stop ends in its
+    one line."""
+    try:
+        if not _stopped:
+            sys.__unraisablehook__(unraisable)
+        elif isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _interrupt_main_from_a_thread()
+    except BaseException:  # noqa: BLE001 - raised out of the hook it would be printed as "Exception ignored"
+        if not _stopped:
+            raise
+        with contextlib.suppress(BaseException):
+            _interrupt_main_from_a_thread()
 
-        # from another thread: raised here, inside the hook, it would be dropped once more (and printed)
-        threading.Thread(target=_thread.interrupt_main, daemon=True).start()
-        return
-    sys.__unraisablehook__(unraisable)
+
+def _interrupt_main_from_a_thread() -> None:
+    """Raise KeyboardInterrupt in the main thread at its next check, from another thread: raised from inside the
+    unraisable hook it would be dropped once more."""
+    import _thread
+    import threading
+
+    threading.Thread(target=_thread.interrupt_main, daemon=True).start()
 
 
 def leave(code: int):
