@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.cli import explore_study
 
         return explore_study.body(argv)
+    if argv is not None and "--confirm-4" in argv:  # the fourth study's confirmation: analysis/cli/confirm_study.py
+        from analysis.cli import confirm_study
+
+        return confirm_study.body(argv)
     parser = policy.Parser("study", description=__doc__.splitlines()[0])
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                         "--deep --help)")
     parser.add_argument("--explore-4", action="store_true", help="the fourth study's exploratory regime search, "
                         "PyTorch (its own options: --explore-4 --help)")
+    parser.add_argument("--confirm-4", action="store_true", help="the fourth study's confirmatory replication, "
+                        "PyTorch (its own options: --confirm-4 --help)")
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")

@@ -1,0 +1,210 @@
+"""The fourth study's confirmatory replication (studies/preregistered_4.toml, issue 42 item 3): the runs.
+
+Gathering only (the test, Holm's correction and the five-word verdicts are ``analysis/judge/confirm_study.py``).
+The pre-registration names the cells the exploratory search selected (each a (task, τ, aux, π lr) group with a KL
+target and site), the drift threshold per cell read from the SEARCH's constant-λ medians, and the pairs per cell
+from a power computation on the search's discordant counts. Every cell runs every declared arm on the same fresh
+seeds: the runs of one seed in one cell start from the same weights and states and see the same random numbers
+(the loop's counter RNG keyed by :func:`run_key`); only λ differs, so original and fixed are paired by seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from repro.core.ablation import FACTORS
+from repro.core.contract import load as load_contract
+from repro.core.errors import SuiteError
+from repro.core.paths import ROOT
+from repro.learning.controllers import canonical, source_and_seed
+from repro.learning.deep import explore
+
+DECLARATION = ROOT / "studies" / "preregistered_4.toml"
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int          # position in the pre-registration's [[cells]] order
+    task: str
+    tau: float          # × the task's tau_unit
+    aux: float
+    pi_lr: float
+    kl_target: float    # nats
+    kl_site: str
+    midpoint: float     # log10: a run drifts when its r_geo_avg lies below it (the search's medians)
+    pairs: int          # seeds (every arm runs each)
+
+
+@dataclass(frozen=True)
+class Confirm:
+    path: str
+    seed: int
+    loop: dict
+    matmul: str
+    tasks: dict         # task → explore.Task (calibrated)
+    cells: tuple
+    arms: tuple         # canonical controller names, "original" and "fixed" first
+    alpha: float
+    min_precondition: float
+    reduced: bool
+
+    def loop_config(self, task: str):
+        from repro.learning.deep.loop import LoopConfig
+
+        t = self.tasks[task]
+        return LoopConfig(env=task, region_obs=t.region_obs, region_threshold=t.region_threshold,
+                          **{k: self.loop[k] for k in explore.LOOP_KEYS})
+
+
+def load(path: Path | str = DECLARATION, reduced: bool = False) -> Confirm:
+    """The pre-registration as typed data. Its loop and tasks are the search declaration's (``[study] search``);
+    ``reduced``: the search's ``[reduced]`` loop and the pre-registration's ``[reduced] pairs`` (CPU smoke)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise SuiteError(f"{path}: cannot read the pre-registration ({err})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SuiteError(f"{path}: not TOML ({err})") from None
+    try:
+        study = data["study"]
+        if study.get("exploratory", False):
+            raise SuiteError(f"{path}: a confirmation is not exploratory ([study] exploratory = false)")
+        search = explore.calibrated(explore.load(ROOT / study["search_declaration"], reduced=reduced))
+        arms = tuple(canonical(a) for a in data["arms"]["names"])
+        if arms[:2] != ("original", "fixed") or len(set(arms)) != len(arms):
+            raise SuiteError(f"{path}: [arms] names must start with original, fixed and name each arm once")
+        cells = []
+        for k, c in enumerate(data.get("cells", [])):
+            if c["task"] not in search.tasks:
+                raise SuiteError(f"{path}: cell {k + 1}: task {c['task']!r} is not in the search")
+            pairs = int(data["reduced"]["pairs"]) if reduced else int(c["pairs"])
+            cells.append(Cell(k, c["task"], float(c["tau"]), float(c["aux_reward"]), float(c["pi_lr"]),
+                              float(c["kl_target"]), str(c["kl_site"]), float(c["midpoint"]), pairs))
+        if not cells:
+            raise SuiteError(f"{path}: no [[cells]]: the search selected none, so there is nothing to confirm")
+        rel = path.resolve()
+        return Confirm(rel.relative_to(ROOT).as_posix() if rel.is_relative_to(ROOT) else str(path),
+                       int(study["seed"]), search.loop, search.matmul, search.tasks, tuple(cells), arms,
+                       float(data["test"]["alpha"]), float(data["precondition"]["min_fraction"]), reduced)
+    except KeyError as err:
+        raise SuiteError(f"{path}: missing key {err}") from None
+    except (TypeError, ValueError) as err:
+        raise SuiteError(f"{path}: {err}") from None
+
+
+def run_key(seed: int, cell: Cell, i: int) -> int:
+    """A run's int32 key: a hash of the confirmation's seed, the cell and the seed index (fresh: the search's keys
+    hash its own seed and group indices)."""
+    digest = hashlib.sha256(f"{seed}|confirm|{cell.task}|{cell.index}|{i}".encode()).digest()
+    return int.from_bytes(digest[:4], "little", signed=True)
+
+
+def floor_and_tolerance(arm: str, contract) -> tuple[float, float]:
+    """The arm's λ floor and dead-zone tolerance (NaN, NaN for a constant): a contract entry's own, an ablation's
+    from the fixes it applies to the original."""
+    if arm.startswith("const:"):
+        return float("nan"), float("nan")
+    if arm.startswith("ablation:"):
+        fixes = arm.split(":", 1)[1].split("+")
+        pick = lambda prop: contract.controller("fixed" if any(FACTORS[f][1] == prop for f in fixes)
+                                                else "original").value(prop)
+        return float(np.float32(pick("floor"))), float(pick("tolerance"))
+    c = contract.controller(arm)
+    return float(np.float32(c.value("floor"))), float(c.value("tolerance"))
+
+
+def layout(decl: Confirm, cells: list[Cell]) -> list[tuple]:
+    """Rows ``[(arm, cell, seed index)]``, arm-major (each kernel launches once per step for the chunk)."""
+    return [(arm, c, i) for arm in decl.arms for c in cells for i in range(c.pairs)]
+
+
+def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None):
+    from repro.learning.deep.controller import ArmRows
+    from repro.learning.deep.loop import SITES, Rows
+
+    contract = contract or load_contract()
+    entries = layout(decl, cells)
+    task = decl.tasks[cells[0].task]
+    arm_rows = []
+    for arm in decl.arms:
+        idx = [k for k, e in enumerate(entries) if e[0] == arm]
+        source, seed_lambda = source_and_seed(arm, contract)
+        arm_rows.append(ArmRows(arm, backend.compile(source, contract.slots), idx[0], idx[-1] + 1, seed_lambda))
+    R = len(entries)
+    floor, edge = np.full(R, np.nan), np.full(R, np.nan)
+    for k, (arm, c, _i) in enumerate(entries):
+        f, tol = floor_and_tolerance(arm, contract)
+        floor[k], edge[k] = f, c.kl_target / tol
+    col = lambda f: np.array([f(c) for _a, c, _i in entries])
+    width = max(c.pairs for c in cells)  # u: one index per (cell, seed), shared by the seed's arms
+    rows = Rows(u=np.array([c.index * width + i for _a, c, i in entries]),
+                tau=col(lambda c: c.tau * task.tau_unit), aux=col(lambda c: c.aux),
+                beta=np.full(R, task.beta), target=col(lambda c: c.kl_target), forward=np.zeros(R, bool),
+                site=col(lambda c: SITES.index(c.kl_site)), ema_first=np.zeros(R, bool), resume=np.full(R, -1),
+                arms=arm_rows, key=np.array([run_key(decl.seed, c, i) for _a, c, i in entries], dtype=np.int64),
+                pi_lr=col(lambda c: c.pi_lr), floor=floor, lower_edge=edge)
+    return rows, entries
+
+
+def run_chunk(decl: Confirm, cells: list[Cell], backend, device="cpu", graph=False, progress=None):
+    """One batched loop over ``cells`` (one task): per cell its keys and, per arm, the declared measures per seed."""
+    import torch
+
+    from repro.learning.deep.loop import DeepLoop
+
+    contract = load_contract()
+    rows, entries = build_rows(decl, cells, backend, contract)
+    cfg = decl.loop_config(cells[0].task)
+    torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
+    torch.set_float32_matmul_precision(decl.matmul)
+    loop = DeepLoop(cfg, rows, backend, contract.slots, device=device, minibatch_stats=False)
+    out = loop.run(graph=graph, progress=progress)
+    got = explore.per_run(out, cfg)
+    where: dict[tuple, list[int]] = {}
+    for k, (arm, c, _i) in enumerate(entries):
+        where.setdefault((arm, c.index), []).append(k)
+    records = []
+    for c in cells:
+        records.append({"index": c.index, "task": c.task, "tau": c.tau, "aux_reward": c.aux, "pi_lr": c.pi_lr,
+                        "kl_target": c.kl_target, "kl_site": c.kl_site, "midpoint": c.midpoint, "pairs": c.pairs,
+                        "keys": [run_key(decl.seed, c, i) for i in range(c.pairs)],
+                        "arms": {arm: {m: [explore._num(got[m][k]) for k in where[(arm, c.index)]]
+                                       for m in explore.MEASURES} for arm in decl.arms}})
+    return records, float(out["seconds"])
+
+
+def header(decl: Confirm, backend_name: str, device: str, torch_version: str) -> dict:
+    return {"study": "confirmation_4", "exploratory": False, "declaration": decl.path, "reduced": decl.reduced,
+            "backend": backend_name, "device": device, "torch": torch_version, "seed": decl.seed,
+            "loop": {k: decl.loop[k] for k in explore.LOOP_KEYS}, "matmul": decl.matmul,
+            "tasks": {k: {"region_obs": t.region_obs, "region_threshold": t.region_threshold, "tau_unit": t.tau_unit,
+                          "beta": t.beta} for k, t in decl.tasks.items()},
+            "arms": list(decl.arms), "alpha": decl.alpha, "min_precondition": decl.min_precondition}
+
+
+def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chunk=None) -> dict:
+    """Every cell, one batched loop per task; ``on_chunk(cells)`` after each (a call cut off keeps them)."""
+    done, seconds, run_steps = [], 0.0, 0
+    tasks = list(dict.fromkeys(c.task for c in decl.cells))
+    for n, task in enumerate(tasks):
+        cells = [c for c in decl.cells if c.task == task]
+        R = len(decl.arms) * sum(c.pairs for c in cells)
+        if progress:
+            progress(f"[{n + 1}/{len(tasks)}] {task}: {len(cells)} cell(s), {R} runs × {decl.loop['steps']} steps …")
+        began = time.perf_counter()
+        records, secs = run_chunk(decl, cells, backend, device=device, graph=graph, progress=progress)
+        done = sorted(done + records, key=lambda r: r["index"])
+        seconds += secs
+        run_steps += R * decl.loop["steps"]
+        if on_chunk:
+            on_chunk(done)
+        if progress:
+            progress(f"[{n + 1}/{len(tasks)}] done in {time.perf_counter() - began:.1f} s")
+    return {"cells": done, "seconds": seconds, "run_steps": run_steps}
