@@ -1,0 +1,155 @@
+"""The fourth study's confirmation (issue 42 items 3–4): the power computation against simulation, the verdict rule,
+Holm over the cells, the plan written once from a search, and a smoke run on the CPU whose pairing holds (every
+arm of one seed starts from the same weights: the constant-λ arms' λ never moves)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.judge import confirm_study as cs
+
+
+def test_power_matches_a_simulated_mcnemar():
+    """The exact power equals the rejection rate of scipy's binomtest on simulated discordant pairs (20 000 studies:
+    a standard error of 0.0035 at power 0.5)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    n, p10, p01, alpha = 40, 0.3, 0.1, 0.05
+    hits = 0
+    draws = rng.multinomial(n, [p10, p01, 1 - p10 - p01], size=20000)
+    for b, c, _ in draws:
+        hits += (b + c) > 0 and stats.binomtest(int(b), int(b + c), 0.5).pvalue <= alpha
+    assert abs(hits / 20000 - cs.mcnemar_power_discordant(n, p10, p01, alpha)) < 0.015
+
+
+def test_pairs_for_power_is_the_smallest_that_reaches_it():
+    n, got = cs.pairs_for_power(0.3, 0.05, 0.05 / 3, 0.9, 512)
+    assert got >= 0.9 and n < 512
+    assert all(cs.mcnemar_power_discordant(m, 0.3, 0.05, 0.05 / 3) < 0.9 for m in range(max(2, n - 3), n))
+    assert cs.pairs_for_power(0.2, 0.2, 0.05, 0.9, 64) == (64, cs.mcnemar_power_discordant(64, 0.2, 0.2, 0.05))
+
+
+@pytest.mark.parametrize("pre, reproduced, p, first, second, word", [
+    (0.2, True, 1e-9, 30, 0, cs.ABSENT),            # no precondition: nothing else counts
+    (0.9, True, 1e-4, 30, 2, cs.HOLDS),
+    (0.9, True, 0.2, 30, 20, cs.NOT_HOLD),
+    (0.9, True, 1e-4, 2, 30, cs.CONTRADICTED),
+    (0.9, False, 1e-4, 2, 30, cs.CONTRADICTED),     # the fix drifts more where the original never collapsed
+    (0.9, False, 0.5, 3, 2, cs.NOT_REPRODUCED),
+    (float("nan"), True, 1e-4, 30, 2, cs.ABSENT),
+])
+def test_cell_verdict(pre, reproduced, p, first, second, word):
+    assert cs.cell_verdict(pre, 0.5, reproduced, p, 0.05, first, second) == word
+
+
+def test_overall_takes_the_first_word_any_cell_has():
+    assert cs.overall([cs.HOLDS, cs.ABSENT]) == cs.HOLDS
+    assert cs.overall([cs.HOLDS, cs.NOT_HOLD]) == cs.NOT_HOLD
+    assert cs.overall([cs.HOLDS, cs.CONTRADICTED, cs.NOT_REPRODUCED]) == cs.CONTRADICTED
+    assert cs.overall([cs.ABSENT]) == cs.ABSENT
+
+
+def _cell(index, orig, fixed, const1, pre=0.9, mid=-3.0):
+    """A confirmation cell whose runs drift (r_geo_avg below ``mid``) per the boolean lists given."""
+    val = lambda xs: [mid - 1 if x else mid + 1 for x in xs]
+    arm = lambda xs, p: {"r_geo_avg": val(xs), "precondition": [p] * len(xs), "at_floor": [p] * len(xs)}
+    return {"index": index, "task": "Acrobot-v1", "tau": 1.0, "aux_reward": 1.0, "pi_lr": 1e-3, "kl_target": 1.0,
+            "kl_site": "minibatch", "midpoint": mid, "pairs": len(orig),
+            "arms": {"original": arm(orig, pre), "fixed": arm(fixed, pre), "const:1": arm(const1, 0.0)}}
+
+
+def test_judge_tests_each_cell_and_corrects_with_holm():
+    n = 40
+    strong = _cell(0, [True] * 30 + [False] * 10, [False] * 38 + [True] * 2, [False] * n)
+    tie = _cell(1, [True] * 20 + [False] * 20, [False] * 20 + [True] * 20, [False] * n)
+    judged = cs.judge({"alpha": 0.05, "min_precondition": 0.5, "cells": [strong, tie]})
+    a, b = judged["cells"]
+    assert (a["primary"]["only_first"], a["primary"]["only_second"]) == (30, 2)
+    assert a["primary"]["p_holm"] == pytest.approx(min(1, 2 * a["primary"]["p"]))  # the smaller p: × 2 cells
+    assert a["verdict"] == cs.HOLDS and b["verdict"] == cs.NOT_HOLD and judged["verdict"] == cs.NOT_HOLD
+    assert a["arms"]["original"]["low"] < 0.75 < a["arms"]["original"]["high"]
+    quiet = cs.judge({"alpha": 0.05, "min_precondition": 0.5, "cells": [_cell(0, [True] * n, [False] * n,
+                                                                              [False] * n, pre=0.1)]})
+    assert quiet["verdict"] == cs.ABSENT
+
+
+def test_a_run_without_an_in_r_state_counts_in_no_pair():
+    c = _cell(0, [True, True, False], [False, False, False], [False] * 3)
+    c["arms"]["fixed"]["r_geo_avg"][1] = None
+    got = cs.judge({"alpha": 0.05, "min_precondition": 0.5, "cells": [c]})["cells"][0]
+    assert got["primary"]["pairs"] == 2 and got["arms"]["fixed"]["runs"] == 2
+
+
+def _search(orig, fixed):
+    """A judged-search stand-in with one selected cell whose per-seed drift is given."""
+    cell = {"group": 0, "task": "Acrobot-v1", "tau": 1.0, "aux_reward": 1.0, "pi_lr": 1e-3, "kl_target": 1.0,
+            "kl_site": "minibatch", "arms": {"original": {"per_seed": orig}, "fixed": {"per_seed": fixed}}}
+    return {"groups": [{"index": 0, "midpoint": -2.5}], "selected": [cell]}
+
+
+def test_plan_reads_the_search_discordance_with_half_counts():
+    orig = [True] * 10 + [False] * 6
+    fixed = [False] * 8 + [True] * 2 + [False] * 6
+    (p,) = cs.plan(_search(orig, fixed), 0.05, 0.9, 512)
+    assert (p["search_original_only"], p["search_fixed_only"], p["search_pairs"]) == (8, 0, 16)
+    n, power = cs.pairs_for_power(8.5 / 17, 0.5 / 17, 0.05, 0.9, 512)
+    assert (p["pairs"], p["power"], p["midpoint"]) == (n, power, -2.5)
+
+
+torch = pytest.importorskip("torch", reason="the confirmation's runs need PyTorch (pip install --group deep)")
+
+
+def _cli(*argv) -> int:
+    from analysis.cli import study
+
+    return study.main(["--confirm-4", *map(str, argv)])
+
+
+def test_plan_is_written_once_and_a_reduced_run_pairs_its_arms(tmp_path, capsys):
+    from repro.learning.deep import explore
+
+    decl = explore.load(explore.DECLARATION, reduced=True)
+    groups = [{"index": 0, "task": "Acrobot-v1", "tau": decl.taus[0], "aux_reward": decl.auxes[0],
+               "pi_lr": decl.lrs[0], "keys": [0, 1],
+               "constants": {a: {"r_geo_avg": [-1.0, -1.0]} for a in ("const:1", "const:0.001")},
+               "cells": [{"kl_target": decl.targets[0], "kl_site": decl.sites[0],
+                          "arms": {"original": {"precondition": [1.0, 1.0], "r_geo_avg": [-9.0, -9.0]},
+                                   "fixed": {"precondition": [1.0, 1.0], "r_geo_avg": [0.0, -9.0]}}}]}]
+    groups[0]["constants"]["const:0.001"]["r_geo_avg"] = [-9.0, -9.0]
+    for a in groups[0]["constants"].values():
+        a.update({m: [0.0, 0.0] for m in explore.MEASURES if m != "r_geo_avg"})
+    for arm in groups[0]["cells"][0]["arms"].values():
+        arm.update({m: [0.0, 0.0] for m in explore.MEASURES if m not in arm})
+    search = {"study": "exploration_4", "declaration": decl.path, "shard": None, "groups": groups,
+              "selection": decl.selection, "not_run": []}
+    (tmp_path / "s.json").write_text(json.dumps(search))
+    prereg = tmp_path / "p.toml"
+    assert _cli("--plan", tmp_path / "s.json", "--out", prereg) == 0
+    text = prereg.read_text()
+    assert "midpoint = -5.0" in text and "exploratory = false" in text
+    assert _cli("--plan", tmp_path / "s.json", "--out", prereg) == 2
+    assert "written once" in capsys.readouterr().err
+    assert _cli("--declaration", prereg, "--reduced", "--backend", "host", "--json", tmp_path / "c.json") == 0
+    out = json.loads((tmp_path / "c.json").read_text())
+    (cell,) = out["cells"]
+    assert set(cell["arms"]) == set(out["arms"]) and cell["pairs"] == 2
+    for arm, value in (("const:1", 1.0), ("const:0.001", np.float32(0.001))):
+        assert cell["arms"][arm]["lambda_final"] == [float(str(np.float32(value)))] * 2
+    assert _cli("--from-json", tmp_path / "c.json") == 0
+    assert "CONFIRMATORY" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--plan", "/nonexistent.json", "--out", "/tmp/x.toml"], "cannot read"),
+    (["--plan", "a.json"], "give --out"),
+    (["--out", "x.toml"], "--plan's"),
+    (["--declaration", "/nonexistent.toml", "--backend", "host"], "cannot read the pre-registration"),
+])
+def test_bad_input_is_one_line_exit_2(argv, says, capsys):
+    assert _cli(*argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
