@@ -99,6 +99,8 @@ def body(argv: list[str]) -> int:
         raise SuiteError("--markdown draws the original against the fixed kernel; with --kernel write --json")
     if args.kernel:
         candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
+        if cells is None and not args.reduced:
+            sentinel_cells()  # one line, exit 2, where the map gives the check no cell with known power
         if cells is None:
             cells = ["primary"]
     backend = get_backend(args.backend)
@@ -168,6 +170,31 @@ def body(argv: list[str]) -> int:
                            lambda folder: study.read_measured(folder / study.MEASURED, planned, trace_of),
                            require=args.require_sandbox)
     return 2 if raw is None else work(raw, outputs)
+
+
+#: The collapse map the closed-loop check reads its sentinel cells from (the fourth study's judged search).
+MAP = RESULTS / "exploration_4_judged.json"
+
+
+def sentinel_cells(path: Path = MAP) -> list[dict]:
+    """The map's sentinel cells (analysis/judge/explore_study.py sentinels): cells where a controller that lets λ
+    sink is caught. None, or no map: one line, exit 2 — the third study's primary cell cannot tell (the original
+    itself does not collapse there), so a 0 from it would say nothing."""
+    import json
+
+    from analysis.judge.explore_study import sentinels
+
+    why = "no sentinel regime: the closed-loop check cannot tell a harmful controller here"
+    if not path.is_file():
+        raise SuiteError(f"{why} (no collapse map: {path.relative_to(ROOT).as_posix()} is absent; the fourth study's "
+                         "search draws it)")
+    try:
+        found = sentinels(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SuiteError(f"{path.relative_to(ROOT).as_posix()}: not a judged collapse map ({err})") from None
+    if not found:
+        raise SuiteError(f"{why} (the map has no cell where the fixed kernel holds and λ held at 0.001 drifts)")
+    return found
 
 
 def write_traces(path: Path, raw: dict) -> None:

@@ -125,3 +125,28 @@ def lines(judged: dict) -> list[str]:
     if judged["not_run"]:
         out.append(f"  groups not run: {', '.join(map(str, judged['not_run']))}")
     return out
+
+
+#: The closed-loop check's sentinel rule (issue 42 item 6), on the judged map: a cell where a controller that lets
+#: λ sink is caught — the group's const:0.001 lies ``min_separation`` log10 below const:1 inside R in at least
+#: ``min_separated_seeds`` of seeds (selection rule (b)) while the fixed kernel drifts in at most this fraction of
+#: its runs (it holds there).
+SENTINEL_FIXED_MOST = 0.25
+
+
+def sentinels(judged: dict, confirmed: list[dict] | None = None) -> list[dict]:
+    """The sentinel cells, in the map's order: separated cells where the fixed kernel holds (drifts in at most
+    :data:`SENTINEL_FIXED_MOST` of its runs), plus the confirmation's cells whose verdict is 'reproduced, the fix
+    holds' (``confirmed``: judged confirmation cells)."""
+    out = []
+    for c in judged["cells"]:
+        f = c["arms"]["fixed"]
+        if c["separated"] and f["runs"] and f["drifted"] / f["runs"] <= SENTINEL_FIXED_MOST:
+            out.append({k: c[k] for k in ("group", "task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site")}
+                       | {"why": "the fixed kernel holds; λ held at 0.001 drifts", "fixed_drifted": f["drifted"],
+                          "runs": f["runs"]})
+    for c in confirmed or []:
+        if c.get("verdict") == "reproduced, the fix holds":
+            out.append({k: c[k] for k in ("task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site")}
+                       | {"why": "confirmed: the original drifts and the fix holds"})
+    return out
