@@ -268,3 +268,28 @@ def test_cold_start_check_reproduces_its_committed_json(host, cold):
     from analysis.cli.study_runs import exploratory_cold_start
 
     assert json.loads(json.dumps(exploratory_cold_start(host))) == cold
+
+
+def test_secondary_protection_is_labelled_exploratory_with_the_other_target_beside_it():
+    """'The fix prevents it' on the secondary minimum criterion is labelled exploratory, and the exploratory run at
+    another KL target stands beside it for the same regime, its direction read from its own paired test."""
+    hits = {"original": {"relative": [4, 4], "minimum": [30, 30]}, "fixed": {"relative": [4, 4], "minimum": [0, 0]},
+            "const:1": {"relative": [0, 0], "minimum": [0, 0]}}
+    result = _synthetic(hits)
+    target = _synthetic({"original": {"relative": [4, 4], "minimum": [2, 2]},
+                         "fixed": {"relative": [4, 4], "minimum": [30, 30]}})
+    target["parameters"]["learning"] = {"kl_target": 1.0}
+    plain = study_section.regime_answers(result)
+    assert all("exploratory: the original collapses and the fix prevents it" in line for line in plain)
+    assert not any("beside it" in line for line in plain)
+    lines = study_section.regime_answers(result, target)
+    m = target["envs"]["Task-v0"]["pairs"][0]["minimum"]["per_regime"][0]
+    assert all("beside it, the exploratory run at KL target 1 (not pre-registered), same regime" in line for line in lines)
+    assert f"{m['only_a']} against {m['only_b']} discordant runs" in lines[0] and "reversed" in lines[0]
+    fix = study_section.carrying_fix(result, "minimum", target)
+    assert all("minimum criterion (secondary, exploratory" in line and "reversed" in line for line in fix)
+    # the other target's run going the same way: no reversal is claimed
+    target = _synthetic({"original": {"relative": [4, 4], "minimum": [30, 30]},
+                         "fixed": {"relative": [4, 4], "minimum": [0, 0]}})
+    target["parameters"]["learning"] = {"kl_target": 1.0}
+    assert not any("reversed" in line for line in study_section.regime_answers(result, target))

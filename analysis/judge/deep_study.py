@@ -1,6 +1,7 @@
 """Judgement of the third study (pure: arrays in, numbers out): the primary endpoint per run, the paired exact
 McNemar test per cell, Holm's correction over the declared cells, intervals, the secondary endpoints, the power
-computation that set the seed count, and the rule that picks the incident figure's run.
+computation that set the seed count, and the rule that picks the incident figure's run; and the study re-read in
+the five verdict words (:func:`reread`, exploratory: after the fact).
 
 Inputs are the per-run evaluation series ``[n_evals, R]`` that :mod:`repro.learning.deep.study` gathers.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.judge.study_stats import exact_interval
+from analysis.judge.verdict_words import verdict
 from repro.core.endpoint import runs_meeting
 
 # scipy.stats is imported inside each function that uses it: it takes about a second to import, which every
@@ -217,6 +219,72 @@ def headline(cell: dict | None, pair, alpha: float, min_fraction: float) -> dict
         verdict = "not reproduced"
     return {"verdict": verdict, "first": a["fraction"], "second": b["fraction"], "p": p,
             "discordant": [m["only_first"], m["only_second"]]}
+
+
+# ---- the study re-read in the five verdict words (analysis.judge.verdict_words) ----
+
+#: The precondition (the original's λ at its floor) counts as occurred in a cell where the median over the
+#: original's runs of λ sits at its floor on at least this share of the evaluations after the warm-up. The study's
+#: JSON keeps λ per evaluation only as that median (and each run's final λ), not per run.
+PRECONDITION_SHARE = 0.5
+#: The reference arm that holds π: λ held at the kernels' ceiling (1).
+REFERENCE = "const:1"
+
+
+def _values(xs) -> np.ndarray:
+    return np.array([np.nan if x is None else x for x in xs], dtype=float)
+
+
+def median_lambda_at(cell: dict, arm: str, level: float, side: str = "floor") -> tuple[int, int]:
+    """The evaluations after the warm-up at which the median over ``arm``'s runs of λ sits at ``level`` (``side``
+    "floor": at or below it; "ceiling": at or above it), and the evaluations after the warm-up. The loop's λ is
+    float32: ``level`` is compared as the float32 nearest it, exactly."""
+    lam = _values(cell["arms"][arm]["median_series"]["lambda"])
+    after = np.asarray(cell["eval_steps"]) > cell["warmup"]
+    edge = float(np.float32(level))
+    hit = lam[after] <= edge if side == "floor" else lam[after] >= edge
+    return int(hit.sum()), int(after.sum())
+
+
+def final_lambda_at(arm: dict, level: float) -> tuple[int, int]:
+    """The runs of ``arm`` whose final λ is the float32 nearest ``level`` exactly, and the runs with a final λ."""
+    lam = _values(arm["per_seed"]["final_lambda"])
+    return int((lam == float(np.float32(level))).sum()), int(np.isfinite(lam).sum())
+
+
+def paired(cell: dict, first: str, second: str) -> dict:
+    """Exact McNemar of ``first``'s per-run collapse against ``second``'s in one cell, paired by seed."""
+    a, b = cell["arms"][first], cell["arms"][second]
+    if a["seed"] != b["seed"]:
+        raise ValueError(f"{first} and {second} ran different seeds: no paired test")
+    return mcnemar_exact(np.array(a["per_seed"]["collapsed"]), np.array(b["per_seed"]["collapsed"]))
+
+
+def reread(result: dict, floors: dict[str, float], alpha: float | None = None) -> dict[str, dict]:
+    """Per cell that ran the compared pair (``result["pair"]``: original, then fixed), the answers of
+    :mod:`analysis.judge.verdict_words` and the word: the precondition (:data:`PRECONDITION_SHARE`, ``floors``:
+    λ floor per arm name); the original and the fixed kernel each against :data:`REFERENCE` (exact McNemar,
+    unadjusted, at ``alpha``, default the pre-registered α): the original collapsed more where its only-collapses
+    outnumber the reference's at p < α, the fixed kernel held unless it did so too. Where the precondition
+    occurred and the cell ran no reference, ``verdict`` is None. EXPLORATORY: a reading after the fact."""
+    first, second = result["pair"]
+    alpha = result["endpoint"]["alpha"] if alpha is None else alpha
+    out = {}
+    for name, c in result["cells"].items():
+        if first not in c["arms"] or second not in c["arms"]:
+            continue
+        k, n = median_lambda_at(c, first, floors[first], "floor")
+        row = {"floor_evaluations": [k, n], "precondition": bool(n and k >= PRECONDITION_SHARE * n),
+               "reference": REFERENCE if REFERENCE in c["arms"] else None}
+        if row["reference"]:
+            o, f = paired(c, first, REFERENCE), paired(c, second, REFERENCE)
+            more = lambda m: m["only_first"] > m["only_second"] and m["p"] < alpha  # noqa: E731
+            row.update(original_vs_reference=o, fixed_vs_reference=f,
+                       verdict=verdict(row["precondition"], more(o), not more(f)))
+        else:
+            row["verdict"] = None if row["precondition"] else verdict(False)
+        out[name] = row
+    return out
 
 
 def incident(cells: dict, series_of: dict, pair) -> dict | None:

@@ -92,6 +92,12 @@ class ToyBrief:
     runs: int  # per variant
 
 
+def critical_lambda(actor_lr: float, conflict: float, distill_lr: float) -> float:
+    """The toy's critical λ (``repro/toy/model.py``'s docstring): about actor_lr·conflict / (2·distill_lr), the λ
+    below which π's logit for Q's best action falls without bound. Units: λ."""
+    return actor_lr * conflict / (2 * distill_lr)
+
+
 def toy_brief(ab: pd.DataFrame) -> ToyBrief | None:
     """:class:`ToyBrief` of the ablation table ``ab`` (a row per variant, the fix's parts as bool columns; a
     candidate's row has None there)."""

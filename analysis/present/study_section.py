@@ -347,9 +347,10 @@ def exploratory_lines(x: dict | None) -> list[str]:
     return [*out, ""]
 
 
-def regime_answers(result: dict) -> list[str]:
+def regime_answers(result: dict, target: dict | None = None) -> list[str]:
     """Per task and regime, for each agreement criterion: does the original collapse (more often than λ = 1, by
-    McNemar's test on the same runs), and does the fix prevent it (original vs fixed)?"""
+    McNemar's test on the same runs), and does the fix prevent it (original vs fixed)? A secondary criterion's
+    answer is labelled exploratory, with the exploratory run at another KL target (``target``) beside it."""
     out = []
     for env, block in result["envs"].items():
         ctrl, pair = block["controllers"], sm.pair(block)
@@ -361,10 +362,12 @@ def regime_answers(result: dict) -> list[str]:
                 o, f, one = (ctrl[n][crit]["per_regime"][j]["fraction"] for n in ("original", "fixed", "const:1"))
                 m = pair[crit]["per_regime"][j]
                 against_one = sm.regime_test(block, crit, "original", "const:1", j)
+                label = "" if crit == sm.PRIMARY else "exploratory: "
                 if not sm.a_more(against_one):  # what "collapse" means here: more often than λ held at 1
                     answer = f"the original does not collapse significantly more often than λ = 1 (p = {_p(against_one['p'])})"
                 elif sm.a_more(m):
-                    answer = f"the original collapses and the fix prevents it (p = {_p(m['p'])})"
+                    answer = (f"{label}the original collapses and the fix prevents it (p = {_p(m['p'])})"
+                              + (f"; {beside}" if label and (beside := target_beside(target, env, r, crit)) else ""))
                 elif sm.significant(m):
                     answer = f"the original collapses and the fixed kernel more often still (p = {_p(m['p'])})"
                 else:
@@ -372,6 +375,34 @@ def regime_answers(result: dict) -> list[str]:
                 parts.append(f"{_crit_name(crit)}: original {_pct(o)}, fixed {_pct(f)}, λ = 1 {_pct(one)} — {answer}")
             out.append(f"- {env}, KL on the {_regime_name(r)}: " + "; ".join(parts) + ".")
     return out
+
+
+def target_beside(x: dict | None, env: str, regime: dict, crit: str) -> str:
+    """The exploratory run at another KL target (``x``, :func:`exploratory_lines`' JSON) for ``env``, ``regime``
+    and ``crit``: original against fixed there, and which way it falls; where it ran no such regime, the regimes
+    it ran in that task ("" without the run)."""
+    if not x:
+        return ""
+    t = f"{x['parameters']['learning']['kl_target']:g}"
+    block = x["envs"].get(env)
+    test = sm.pair(block) if block else None
+    if test is None:
+        return f"the exploratory run at KL target {t} (not pre-registered) did not run {env}"
+
+    def one(j: int) -> str:
+        m = test[crit]["per_regime"][j]
+        o, f = (block["controllers"][n][crit]["per_regime"][j]["fraction"] for n in ("original", "fixed"))
+        side = ("reversed, the fixed kernel collapses more often" if sm.b_more(m) else
+                "the original more often" if sm.a_more(m) else "no significant difference")
+        return (f"original {_pct(o)}, fixed {_pct(f)} ({m['only_a']} against {m['only_b']} discordant runs, "
+                f"p = {_p(m['p'])}: {side})")
+
+    same = [j for j, q in enumerate(block["regimes"])
+            if (q["kl_site"], q["kl_before"]) == (regime["kl_site"], regime["kl_before"])]
+    if same:
+        return f"beside it, the exploratory run at KL target {t} (not pre-registered), same regime: {one(same[0])}"
+    return (f"beside it, the exploratory run at KL target {t} (not pre-registered) did not run this regime; in "
+            f"{env} it ran " + "; ".join(f"KL on the {_regime_name(q)}: {one(j)}" for j, q in enumerate(block["regimes"])))
 
 
 def regime_table(result: dict, names=("original", "fixed", "const:0", "const:0.001", "const:1")) -> list[str]:
@@ -428,10 +459,13 @@ def fix_worse(result: dict) -> list[str]:
                          "original."])
 
 
-def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
+def carrying_fix(result: dict, crit: str = "minimum", target: dict | None = None) -> list[str]:
     """Per task and regime where the original vs fixed difference is significant (p < 0.05): which single fix
-    alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests)."""
+    alone lowers the collapse the most, and which fix's removal raises it (read from the paired tests). On a
+    secondary criterion each line is labelled exploratory, with the exploratory run at another KL target
+    (``target``) beside it."""
     out = []
+    secondary = crit != sm.PRIMARY
     for env, block in result["envs"].items():
         pair = sm.pair(block)
         if pair is None:
@@ -443,10 +477,14 @@ def carrying_fix(result: dict, crit: str = "minimum") -> list[str]:
             alone, removed = sm.fix_tests(block, crit, j)
             protect = [f"{f} (p = {_p(x['p'])})" for x, f in alone if sm.a_more(x)]
             needed = [f"{f} (p = {_p(x['p'])})" for x, f in removed if sm.a_more(x)]
-            out.append(f"- {env}, KL on the {_regime_name(r)}: original vs fixed {m['only_a']}/{m['only_b']} "
+            beside = target_beside(target, env, r, crit) if secondary else ""
+            out.append(f"- {env}, KL on the {_regime_name(r)}"
+                       + (f", {crit} criterion (secondary, exploratory: no α or correction pre-registered)"
+                          if secondary else "")
+                       + f": original vs fixed {m['only_a']}/{m['only_b']} "
                        f"(p = {_p(m['p'])}). Alone, a fix that protects significantly: "
                        f"{', '.join(protect) or 'none'}; removed from the four, a fix whose loss costs significantly: "
-                       f"{', '.join(needed) or 'none'}.")
+                       f"{', '.join(needed) or 'none'}" + (f"; {beside}" if beside else "") + ".")
     return out or [f"- Nowhere is the original's {crit} collapse significantly above the fixed's (p < {sm.ALPHA:g})."]
 
 
@@ -603,11 +641,12 @@ def second_section(result: dict, exploratory: dict | None = None) -> list[str]:
             "and grid points; per regime also a sign test over seeds (grid points reuse seeds, so pooled runs are "
             "not independent).", *incident_lines(result), *ties_lines(result), "",
             "Per regime of the KL axis: does the original collapse (more often than λ = 1, McNemar on the same "
-            "runs), and does the fix prevent it?", "", *regime_answers(result), "",
+            "runs), and does the fix prevent it?", "", *regime_answers(result, exploratory.get("target")), "",
             "Per regime of the KL axis, each criterion's fraction [95 % CI]:", "", *regime_table(result), "",
             "Which single fix carries the protection (secondary minimum criterion, where original vs fixed is "
             "significant; exploratory):",
-            "", *carrying_fix(result, "minimum"), "", *carrying_fix(result, "relative"), "", *fix_worse(result), "",
+            "", *carrying_fix(result, "minimum", exploratory.get("target")), "", *carrying_fix(result, "relative"), "",
+            *fix_worse(result), "",
             *fixes_table(result, "minimum"), "Where the agreement goes lowest (original):", "",
             *agreement_sets(result), "", "The constant-λ bracket per grid point, with its sign:", "",
             *brackets2(result), "", "Per grid point (original and fixed):", "", *per_point_table(result), ""]

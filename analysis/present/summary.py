@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, noise_curves
+from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, critical_lambda, noise_curves
 from analysis.judge.study_measures import ALPHA, SECONDARY, original_vs_fixed
 from analysis.present import (
     bench_report,
@@ -89,11 +89,12 @@ def figures(report: Report) -> dict[str, Callable]:
 
 def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | None = None,
          drift: dict[str, dict[str, float]] | None = None, bench_dir: Path | None = None,
-         bench_link: str = "bench") -> str:
+         bench_link: str = "bench", judged_map: dict | None = None) -> str:
     """summary.md's text; every number is one of the report's measurements, ``numbers``, the peer table
     (:func:`analysis.present.peers_section.table`) or ``bench``: the committed benchmark runs under ``bench_dir``
     (:func:`analysis.judge.bench_verdict.committed`) with ``drift``, their run-to-run changes; ``bench_link``:
-    ``bench_dir`` as the summary's links reach it (relative to the summary's folder, POSIX)."""
+    ``bench_dir`` as the summary's links reach it (relative to the summary's folder, POSIX); ``judged_map``: the
+    fourth study's judged map (:func:`map_brief`; None: not run)."""
     h, v = report.header, report.verdicts
     lines = [
         "# λ-controller report: the collapse and the fix",
@@ -104,7 +105,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     ]
     lines += [f"- {n} kernel: `{h['kernels'][n]['path']}` sha256 `{h['kernels'][n]['sha256']}`" for n in CONTROLLERS]
     lines += [f"- {k} learning-loop study: {studied}" for k, studied in h.get("studies", {}).items()]
-    lines += ["", *_in_brief(report, numbers)]
+    lines += ["", *_in_brief(report, numbers, judged_map)]
     lines += ["", "## Verdicts", ""]
     for n in CONTROLLERS:
         ver = v[n]
@@ -168,7 +169,7 @@ def _differences(report: Report, numbers: Numbers) -> list[str]:
     return out or ["- Nothing: every documented value was measured as documented."]
 
 
-def _in_brief(report: Report, numbers: Numbers) -> list[str]:
+def _in_brief(report: Report, numbers: Numbers, judged_map: dict | None = None) -> list[str]:
     """The answer first, each number read from the report's data: what each controller does to λ on the
     contract's scenario, in the toy, and in the learning loop, the results that go against the fix included."""
     ab = report.ablation
@@ -180,7 +181,7 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
         steps = report.evidence[n].run("aligned").scenario.steps
         return f"{floor:g} by step {step}" if step is not None else f"{floor:g} in none of its {steps} steps"
 
-    out = ["## In brief", "",
+    out = ["## In brief", "", *map_brief(judged_map),
            f"- **λ under aligned KL** (figure 1): the original drives λ to its floor {reaches('original')}; "
            f"{fixed} reaches its floor {reaches('fixed')}."]
     toy = numbers.toy
@@ -188,10 +189,13 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
         out.append(f"- **In the distillation toy** (figure 9, {toy.runs} runs per variant): "
                    f"q_pi_agree falls below {COLLAPSE:g} at some step in {toy.original:.1%} of the original's runs and "
                    f"{toy.fixed:.1%} of {fixed}'s; of the combinations of the fix's four parts short of all four, "
-                   f"{toy.best_variant} gives the fewest, {toy.best:.1%}.")
+                   f"{toy.best_variant} gives the fewest, {toy.best:.1%}."
+                   + (f" {scales}" if (scales := toy_scales(report)) else ""))
     deep = deep_section.committed()
     if deep:
-        out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch on the H200), {deep_section.headline(deep)}")
+        gpu = deep["device"].split(" (")[0]
+        out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch {deep['torch']} on {gpu}), "
+                   f"{deep_section.headline(deep)}")
     if report.study2:  # the primary criterion first; the secondary one after it, labelled (sections below)
         more, fewer, cells = original_vs_fixed(report.study2, SECONDARY[:1])
         out.append(f"- **In the learning loop**: {study_section.headline2(report.study2)} On the secondary "
@@ -201,6 +205,31 @@ def _in_brief(report: Report, numbers: Numbers) -> list[str]:
                    + (f"; {study_section.exploratory_brief(target)}"
                       if (target := (report.study2_exploratory or {}).get("target")) else "") + ".")
     return out
+
+
+def map_brief(judged_map: dict | None) -> list[str]:
+    """Hook for the In brief's first bullets: what the fourth study's map says (issue 42 items 1 and 5), read from
+    its judged search (:func:`analysis.judge.explore_study.judge`). Renders nothing while no judged map exists;
+    its reading is written with the map."""
+    if judged_map is None:
+        return []
+    raise NotImplementedError("the map's In brief is written with the map (issue 42 item 5)")
+
+
+def toy_scales(report: Report) -> str:
+    """The toy's scales, read from its runs' parameters and the robustness grid: the KL target (nats) and the
+    critical λ (:func:`analysis.judge.report_measures.critical_lambda`), with how they were chosen."""
+    if not report.closed_loop or report.robustness.empty:
+        return ""
+    params = next(iter(report.closed_loop.values()))["parameters"]
+    rb = report.robustness
+    crit = sorted({critical_lambda(a, params["conflict"], params["distill_lr"]) for a in rb["actor_lr"]})
+    targets = sorted(set(rb["kl_target"]))
+    return (f"The toy's scales were tuned on the toy itself for the in-repo controllers (the original and fixed "
+            f"kernels in its loop; `repro/toy/model.py`), not measured from a learner: KL target {params['kl_target']:g} nat "
+            f"({', '.join(f'{t:g}' for t in targets)} over the grid), critical λ ≈ actor_lr·conflict/(2·distill_lr) "
+            f"= {critical_lambda(params['actor_lr'], params['conflict'], params['distill_lr']):g} "
+            f"({', '.join(f'{c:g}' for c in crit)} over the grid's actor_lr).")
 
 
 def _figure_notes(report: Report, numbers: Numbers, name: str) -> list[str]:
