@@ -12,14 +12,11 @@ import numpy as np
 
 from analysis.judge.deep_study import clopper_pearson, holm, mcnemar_exact
 from analysis.judge.explore_study import drift
+from analysis.judge.verdict_words import Verdict, verdict
 
-#: The five verdict words (issue 42 item 4), per cell and overall, in the order :func:`overall` ranks them.
-CONTRADICTED = "contradicted"
-NOT_HOLD = "reproduced, the fix does not hold"
-HOLDS = "reproduced, the fix holds"
-NOT_REPRODUCED = "not reproduced"
-ABSENT = "precondition absent"
-WORDS = (CONTRADICTED, NOT_HOLD, HOLDS, NOT_REPRODUCED, ABSENT)
+#: The order in which :func:`overall` ranks the verdict words (the words themselves: analysis/judge/verdict_words.py).
+WORDS = (Verdict.CONTRADICTED, Verdict.REPRODUCED_FIX_FAILS, Verdict.REPRODUCED_FIX_HOLDS, Verdict.NOT_REPRODUCED,
+         Verdict.PRECONDITION_ABSENT)
 CONTROL = "const:1"     # the collapse's reference: λ held at 1 (π pulled towards Q all the time)
 
 
@@ -93,27 +90,26 @@ def _mean(xs) -> float:
     return float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else float("nan")
 
 
-def cell_verdict(precondition: float, min_precondition: float, reproduced: bool, p_holm: float, alpha: float,
-                 original_only: int, fixed_only: int) -> str:
-    """The pre-registered rule: precondition absent where the original's λ sat at its floor with a quiet KL on
-    fewer than ``min_precondition`` of post-warm-up steps; a significant McNemar (Holm) with the fixed kernel
-    drifting MORE is contradicted; else, where the collapse is reproduced (the original drifts beyond λ = 1's
-    control), the fix holds when the test is significant with the fixed kernel drifting less, and does not hold
-    otherwise; where it is not reproduced, not reproduced."""
+def cell_verdict(precondition: float, min_precondition: float, reproduced: bool, fixed_beyond_control: bool,
+                 p_holm: float, alpha: float, original_only: int, fixed_only: int) -> Verdict:
+    """The pre-registered rule, in :func:`verdict_words.verdict`'s three questions: the precondition occurred where
+    the original's λ sat at its floor with a quiet KL on at least ``min_precondition`` of post-warm-up steps; the
+    original collapsed more (``reproduced``) where it drifted in more runs than λ held at 1 on the same seeds (exact
+    McNemar at α, uncorrected: a classification, not the primary test); the fixed kernel held where it did not
+    (``fixed_beyond_control`` false) and, where the collapse is reproduced, the primary test (Holm) finds it
+    drifting in fewer runs than the original."""
     if not np.isfinite(precondition) or precondition < min_precondition:
-        return ABSENT
-    significant = p_holm < alpha
-    if significant and fixed_only > original_only:
-        return CONTRADICTED
-    if not reproduced:
-        return NOT_REPRODUCED
-    return HOLDS if significant and original_only > fixed_only else NOT_HOLD
+        return verdict(False)
+    held = not fixed_beyond_control
+    if reproduced:
+        held = held and p_holm < alpha and original_only > fixed_only
+    return verdict(True, reproduced, held)
 
 
 def overall(words: list[str]) -> str:
     """The study's verdict: the first of :data:`WORDS` that any cell has (a claim that the fix prevents the
     collapse falls with one cell that contradicts it or where it does not hold)."""
-    return next((w for w in WORDS if w in words), ABSENT)
+    return next((w for w in WORDS if w in words), Verdict.PRECONDITION_ABSENT)
 
 
 def judge(result: dict) -> dict:
@@ -127,22 +123,28 @@ def judge(result: dict) -> dict:
         arms = {arm: {**_fraction(d["drifted"], d["runs"]), "precondition": _mean(c["arms"][arm]["precondition"]),
                       "at_floor": _mean(c["arms"][arm]["at_floor"])} for arm, d in runs.items()}
         test = _paired(runs["original"]["per_seed"], runs["fixed"]["per_seed"])
-        control = arms.get(CONTROL)
-        reproduced = bool(control is not None and arms["original"]["runs"] > 0
-                          and arms["original"]["low"] > control["fraction"])
+        against = {a: _paired(runs[a]["per_seed"], runs[CONTROL]["per_seed"]) if CONTROL in runs else None
+                   for a in ("original", "fixed")}
+        reproduced, beyond = (_more(against[a], alpha) for a in ("original", "fixed"))
         ablations = {arm: _paired(runs["original"]["per_seed"], d["per_seed"]) for arm, d in runs.items()
                      if arm.startswith("ablation:")}
         cells.append({k: c[k] for k in ("index", "task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site",
                                         "midpoint", "pairs")}
                      | {"arms": arms, "precondition": arms["original"]["precondition"], "reproduced": reproduced,
+                        "fixed_beyond_control": beyond, "against_control": against,
                         "primary": test, "exploratory_ablations": ablations})
     adjusted = holm([c["primary"]["p"] for c in cells]) if cells else []
     for c, p in zip(cells, adjusted, strict=True):
         c["primary"]["p_holm"] = p
-        c["verdict"] = cell_verdict(c["precondition"], need, c["reproduced"], p, alpha,
-                                    c["primary"]["only_first"], c["primary"]["only_second"])
+        c["verdict"] = cell_verdict(c["precondition"], need, c["reproduced"], c["fixed_beyond_control"], p, alpha,
+                                    c["primary"]["only_first"], c["primary"]["only_second"]).value
     return {"study": "confirmation_4", "alpha": alpha, "cells": cells,
-            "verdict": overall([c["verdict"] for c in cells]) if cells else ABSENT}
+            "verdict": overall([Verdict(c["verdict"]) for c in cells]).value}
+
+
+def _more(test: dict | None, alpha: float) -> bool:
+    """The first arm drifted in more runs than the second, by the paired exact McNemar test at ``alpha``."""
+    return bool(test is not None and test["p"] < alpha and test["only_first"] > test["only_second"])
 
 
 def _paired(first: list, second: list) -> dict:

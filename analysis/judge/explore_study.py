@@ -11,6 +11,8 @@ import warnings
 
 import numpy as np
 
+from analysis.judge.verdict_words import Verdict
+
 LOW, HIGH = "const:0.001", "const:1"   # the relative endpoint's two anchors (the declaration's [endpoint])
 
 
@@ -146,7 +148,7 @@ def sentinels(judged: dict, confirmed: list[dict] | None = None) -> list[dict]:
                        | {"why": "the fixed kernel holds; λ held at 0.001 drifts", "fixed_drifted": f["drifted"],
                           "runs": f["runs"]})
     for c in confirmed or []:
-        if c.get("verdict") == "reproduced, the fix holds":
+        if c.get("verdict") == Verdict.REPRODUCED_FIX_HOLDS:
             out.append({k: c[k] for k in ("task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site")}
                        | {"why": "confirmed: the original drifts and the fix holds"})
     return out

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.judge import confirm_study as cs
+from analysis.judge.verdict_words import Verdict as V
 
 
 def test_power_matches_a_simulated_mcnemar():
@@ -33,24 +34,24 @@ def test_pairs_for_power_is_the_smallest_that_reaches_it():
     assert cs.pairs_for_power(0.2, 0.2, 0.05, 0.9, 64) == (64, cs.mcnemar_power_discordant(64, 0.2, 0.2, 0.05))
 
 
-@pytest.mark.parametrize("pre, reproduced, p, first, second, word", [
-    (0.2, True, 1e-9, 30, 0, cs.ABSENT),            # no precondition: nothing else counts
-    (0.9, True, 1e-4, 30, 2, cs.HOLDS),
-    (0.9, True, 0.2, 30, 20, cs.NOT_HOLD),
-    (0.9, True, 1e-4, 2, 30, cs.CONTRADICTED),
-    (0.9, False, 1e-4, 2, 30, cs.CONTRADICTED),     # the fix drifts more where the original never collapsed
-    (0.9, False, 0.5, 3, 2, cs.NOT_REPRODUCED),
-    (float("nan"), True, 1e-4, 30, 2, cs.ABSENT),
+@pytest.mark.parametrize("pre, reproduced, beyond, p, first, second, word", [
+    (0.2, True, False, 1e-9, 30, 0, V.PRECONDITION_ABSENT),     # no precondition: nothing else counts
+    (0.9, True, False, 1e-4, 30, 2, V.REPRODUCED_FIX_HOLDS),
+    (0.9, True, False, 0.2, 30, 20, V.REPRODUCED_FIX_FAILS),    # not fewer than the original by the primary test
+    (0.9, True, True, 1e-4, 30, 12, V.REPRODUCED_FIX_FAILS),    # fewer, yet beyond λ = 1's reference
+    (0.9, False, True, 1e-4, 2, 30, V.CONTRADICTED),            # the fix drifts where the original held
+    (0.9, False, False, 0.5, 3, 2, V.NOT_REPRODUCED),
+    (float("nan"), True, False, 1e-4, 30, 2, V.PRECONDITION_ABSENT),
 ])
-def test_cell_verdict(pre, reproduced, p, first, second, word):
-    assert cs.cell_verdict(pre, 0.5, reproduced, p, 0.05, first, second) == word
+def test_cell_verdict(pre, reproduced, beyond, p, first, second, word):
+    assert cs.cell_verdict(pre, 0.5, reproduced, beyond, p, 0.05, first, second) == word
 
 
 def test_overall_takes_the_first_word_any_cell_has():
-    assert cs.overall([cs.HOLDS, cs.ABSENT]) == cs.HOLDS
-    assert cs.overall([cs.HOLDS, cs.NOT_HOLD]) == cs.NOT_HOLD
-    assert cs.overall([cs.HOLDS, cs.CONTRADICTED, cs.NOT_REPRODUCED]) == cs.CONTRADICTED
-    assert cs.overall([cs.ABSENT]) == cs.ABSENT
+    assert cs.overall([V.REPRODUCED_FIX_HOLDS, V.PRECONDITION_ABSENT]) == V.REPRODUCED_FIX_HOLDS
+    assert cs.overall([V.REPRODUCED_FIX_HOLDS, V.REPRODUCED_FIX_FAILS]) == V.REPRODUCED_FIX_FAILS
+    assert cs.overall([V.REPRODUCED_FIX_HOLDS, V.CONTRADICTED, V.NOT_REPRODUCED]) == V.CONTRADICTED
+    assert cs.overall([V.PRECONDITION_ABSENT]) == V.PRECONDITION_ABSENT
 
 
 def _cell(index, orig, fixed, const1, pre=0.9, mid=-3.0):
@@ -70,11 +71,12 @@ def test_judge_tests_each_cell_and_corrects_with_holm():
     a, b = judged["cells"]
     assert (a["primary"]["only_first"], a["primary"]["only_second"]) == (30, 2)
     assert a["primary"]["p_holm"] == pytest.approx(min(1, 2 * a["primary"]["p"]))  # the smaller p: × 2 cells
-    assert a["verdict"] == cs.HOLDS and b["verdict"] == cs.NOT_HOLD and judged["verdict"] == cs.NOT_HOLD
+    assert a["verdict"] == V.REPRODUCED_FIX_HOLDS and b["verdict"] == V.REPRODUCED_FIX_FAILS
+    assert judged["verdict"] == V.REPRODUCED_FIX_FAILS
     assert a["arms"]["original"]["low"] < 0.75 < a["arms"]["original"]["high"]
     quiet = cs.judge({"alpha": 0.05, "min_precondition": 0.5, "cells": [_cell(0, [True] * n, [False] * n,
                                                                               [False] * n, pre=0.1)]})
-    assert quiet["verdict"] == cs.ABSENT
+    assert quiet["verdict"] == V.PRECONDITION_ABSENT
 
 
 def test_a_run_without_an_in_r_state_counts_in_no_pair():
