@@ -25,6 +25,17 @@ def test_missing_file_exits_2_with_one_line(capsys):
     assert capsys.readouterr().err.strip() == "gate: error: kernel file not found: no/such/kernel.cu"
 
 
+def test_a_command_failing_in_this_process_leaves_its_stop_handling_as_it_was(capsys):
+    """A command's failure ignores SIGINT and SIGTERM while its one line is written, then puts back the caller's
+    handling of both: a SIGTERM left ignored is inherited by every process the caller starts after, and
+    multiprocessing's ``terminate()`` then ends none of their workers (a worker let go of held its exit for ever)."""
+    from analysis.cli.policy import STOPS
+
+    before = {sig: signal.getsignal(sig) for sig in STOPS}
+    assert dispatch(["gate", "no/such/kernel.cu", "--backend", "host"]) == 2
+    assert {sig: signal.getsignal(sig) for sig in STOPS} == before
+
+
 def test_compile_error_shows_the_compilers_message(tmp_path, capsys):
     bad = tmp_path / "broken.cu"
     bad.write_text('extern "C" __global__ void rl_q_distill_lambda_controller(float* isv) {\n  isv[0] = nope;\n}\n')

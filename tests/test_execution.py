@@ -283,13 +283,15 @@ def test_a_forked_worker_ends_when_its_parent_does(contract, host):
         worker.proc.join(timeout=10)
         assert worker.proc.exitcode == 0
     finally:
-        if worker.proc.is_alive():
-            worker.proc.kill()
+        worker.discard()  # killed if still alive; its scratch folder removed
 
 
-def _hang_in_a_worker(answers, host, source, slots, entry) -> None:
+def _hang_in_a_worker(answers, host, source, slots, entry, scratch_in: str) -> None:
+    import tempfile
+
     from repro.runners.isolation import Worker
 
+    tempfile.tempdir = scratch_in  # this "gate" is SIGKILLed: nothing of it runs to remove its worker's folder
     worker = Worker(host, source, slots, entry)
     worker._start()
     answers.put(worker.proc.pid)
@@ -310,11 +312,15 @@ def test_a_worker_whose_parent_left_without_reading_ends_quietly(contract, host,
     from repro.runners.isolation import Worker
 
     entry = contract.controller("fixed")
-    proc, conn = Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)._launch()
-    time.sleep(0.5)  # "ready" sent, never read
-    conn.close()
-    proc.join(timeout=10)
-    assert proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+    worker = Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
+    worker.proc, worker.conn = proc, conn = worker._launch()
+    try:
+        time.sleep(0.5)  # "ready" sent, never read
+        conn.close()
+        proc.join(timeout=10)
+        assert proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+    finally:
+        worker.discard()  # its scratch folder removed
 
 
 def test_a_candidate_that_always_hangs_ends_in_an_execution_row(contract, host):
@@ -338,7 +344,7 @@ def test_a_candidate_that_always_hangs_ends_in_an_execution_row(contract, host):
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-def test_a_hung_worker_dies_with_its_parent(contract, host):
+def test_a_hung_worker_dies_with_its_parent(contract, host, tmp_path):
     """The gate killed from outside (a CI job's time limit, SIGKILL) while its worker spins in a hung candidate:
     the worker, which never reads its pipe again, is killed too instead of spinning a core for ever."""
     import multiprocessing as mp
@@ -352,7 +358,7 @@ def test_a_hung_worker_dies_with_its_parent(contract, host):
     host.check_compiles(source, contract.slots)
     ctx = mp.get_context("fork")
     answers = ctx.Queue()
-    gate = ctx.Process(target=_hang_in_a_worker, args=(answers, host, source, contract.slots, entry))
+    gate = ctx.Process(target=_hang_in_a_worker, args=(answers, host, source, contract.slots, entry, str(tmp_path)))
     gate.start()
     worker = answers.get(timeout=60)
     time.sleep(0.2)  # inside the candidate's loop by now
@@ -364,6 +370,58 @@ def test_a_hung_worker_dies_with_its_parent(contract, host):
     if not _gone(worker):
         os.kill(worker, signal.SIGKILL)
         pytest.fail("the worker outlived its parent")
+
+
+def test_a_worker_let_go_without_a_stop_leaves_no_folder_when_its_process_exits(tmp_path):
+    """A process that made a worker and let go of it neither stopped nor discarded (a script, a test session: no
+    ``python -m analysis`` to remove leftovers last) removes the worker's scratch folder when it exits."""
+    import os
+    import subprocess
+    import sys
+
+    from repro.core.paths import ROOT
+    from repro.runners import confine
+
+    if confine.unavailable():
+        pytest.skip(f"{confine.unavailable()}: a worker gets no scratch folder of its own")
+    code = ("from repro.backends import get_backend\n"
+            "from repro.core.contract import load\n"
+            "from repro.runners.isolation import Worker\n"
+            "contract, host = load(), get_backend('host')\n"
+            # built here, as the gate builds it: a confined worker may not write the build cache
+            "host.check_compiles(contract.source('fixed'), contract.slots)\n"
+            "worker = Worker(host, contract.source('fixed'), contract.slots, contract.controller('fixed'))\n"
+            "assert worker.ask(('nonfinite', None), timeout=60).ok\n"
+            "assert len(worker.folders) == 1, worker.folders\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("rlq-*")) == []
+
+
+def test_a_ctrl_c_while_a_worker_starts_leaves_no_folder(contract, host, tmp_path, monkeypatch):
+    """A Ctrl-C while a worker starts (answered by killing it: :func:`repro.runners.isolation._start_deaf_to_ctrl_c`)
+    leaves no scratch folder: the worker has no pid the folder could be kept under until a stop."""
+    import tempfile
+
+    from repro.runners import confine, isolation
+
+    if confine.unavailable():
+        pytest.skip(f"{confine.unavailable()}: a worker gets no scratch folder of its own")
+
+    def pressed_during_start(proc) -> None:
+        proc.start()
+        proc.kill()
+        proc.join()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(isolation, "_start_deaf_to_ctrl_c", pressed_during_start)
+    entry = contract.controller("fixed")
+    worker = isolation.Worker(host, load_kernel(entry.kernel, entry.symbol), contract.slots, entry)
+    with pytest.raises(KeyboardInterrupt):
+        worker._launch()
+    assert worker.folders == {} and sorted(p.name for p in tmp_path.glob("rlq-*")) == []
 
 
 @pytest.mark.slow  # two isolated gatherings of a hanging and crashing candidate (about 4 s each)

@@ -246,10 +246,10 @@ def _fail(name: str, err: BaseException, debug: bool) -> int:
     global _interrupted
     by_ctrl_c = _by_ctrl_c(err)
     _interrupted = _interrupted or by_ctrl_c
-    previous = None
+    previous = {}
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the one line
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in STOPS:  # a second stop must not cut the one line
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
     try:
         if by_ctrl_c and _listening:  # a verdict still in stdout's buffer stays unsaid: a stop ends in one line
             with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -263,8 +263,13 @@ def _fail(name: str, err: BaseException, debug: bool) -> int:
             _say(f"{name}: error: {describe(err)}")
         return 2
     finally:
-        if previous is not None and not _interrupted:  # a caller in the same process (a test) keeps its Ctrl-C
-            signal.signal(signal.SIGINT, previous)
+        # A caller in the same process (a test) keeps its own handling of both: a SIGTERM left ignored would be
+        # inherited by every process it starts after (multiprocessing's terminate() then ends no worker, and the
+        # caller's exit waits for ever on a worker it let go of). None: a handler set in C, which cannot be put back.
+        if not _interrupted:
+            for sig, handler in previous.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
 
 
 def _silence_if_broken(stream: str) -> None:

@@ -1,12 +1,16 @@
 """Temporary folders the suite makes, each removed when its work ends, and any left by an interrupted command
-removed when the command's process ends (:func:`remove_leftovers`, which ``python -m analysis`` calls last).
+removed when the process that made it ends (:func:`remove_leftovers`: ``python -m analysis`` calls it last, and
+every other process that made one — a test session, a script using the library — at its interpreter's exit).
 
-A Ctrl-C or SIGTERM can arrive inside a ``finally`` that was removing a folder, or before one was entered: every
-folder made through :func:`make` is recorded in this process until :func:`remove` has removed it, so the last
-step of a command finds what the interruption left."""
+A Ctrl-C or SIGTERM can arrive inside a ``finally`` that was removing a folder, or before one was entered, and a
+caller can let go of what made a folder without ending it (a :class:`~repro.runners.isolation.Worker` neither
+stopped nor discarded): every folder made through :func:`make` is recorded in this process until :func:`remove`
+has removed it, so the process's last step finds what was left. A process that ends without that step (SIGKILL;
+``os._exit`` other than :func:`analysis.cli.policy.leave`'s) leaves its folders."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -66,3 +70,8 @@ def remove_leftovers() -> None:
         if not _MADE:
             return
         time.sleep(0.02 * 2**attempt)
+
+
+# At the interpreter's exit: a process other than ``python -m analysis`` has no last step of its own. A forked child
+# inherits the registration but not the ownership (:func:`remove_leftovers` returns there at once).
+atexit.register(remove_leftovers)

@@ -248,7 +248,8 @@ class Worker:
         self.waits: list[str] = []
         self._asked = "load"  # what the worker is answering (shown in ``waits``)
         self._cpu_sent: float | None = None  # its CPU seconds when the request was sent
-        # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process (removed).
+        # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process, removed
+        # when the process is stopped or discarded (``with``), else when this process exits (repro.core.scratch).
         self.scratch = scratch
         self.watches: dict[int, confine.Watch] = {}  # pid -> its sandbox's watch
         self.folders: dict[int, str] = {}  # pid -> a scratch folder made for it
@@ -275,16 +276,22 @@ class Worker:
         forkable = self.method == "fork"
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
-        folder = None
+        folder = made = None
         if confine.unavailable() is None:
             folder = str(self.scratch) if self.scratch is not None else str(scratch.make("rlq-worker-"))
+            made = folder if self.scratch is None else None
         args = (child, parent if forkable else None, os.getpid(), self.load if forkable else None, self.backend.name,
                 self.source, self.slots, self.controller, self.seed, folder)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
-        _start_deaf_to_ctrl_c(proc)
+        try:
+            _start_deaf_to_ctrl_c(proc)
+        except BaseException:  # a Ctrl-C during the start (that worker is killed): no pid to keep the folder under
+            if made is not None:
+                scratch.remove(made)
+            raise
+        if made is not None:
+            self.folders[proc.pid] = made
         child.close()
-        if folder is not None and self.scratch is None:
-            self.folders[proc.pid] = folder
         return proc, parent
 
     def _start(self) -> _Answer | None:
