@@ -7,12 +7,23 @@ fixed, 4 seeds, 1200 steps). Prints per cell each arm's collapse fraction (the p
 95 % interval and the paired exact McNemar test of the original against the fixed kernel (Holm-adjusted over the
 declared family), then the headline read from the primary cell. Exit 0.
 
-With ``--kernel K.cu``: the candidate beside the fixed kernel on the same seeds (primary cell unless ``--cells``):
-its collapse fraction, the fixed kernel's, the paired test. Exit 1 when the candidate collapses in more runs than
-the fixed kernel with exact McNemar p < α (the pre-registered α) in the primary cell; else 0. The candidate is
-seeded with the fixed kernel's λ. On the host its C++ build runs in a confined child
-(:func:`analysis.cli.confined.measure`) that runs the loops and hands back their series as plain data; this
-process reads them against its own plan of the study and judges (cupy: NVRTC on the GPU, in this process).
+With ``--kernel K.cu`` — the closed-loop check (issue 42 item 6): the candidate beside the fixed kernel in the
+collapse map's sentinel cells (:data:`MAP`; analysis/judge/explore_study.py ``sentinels``: where the fixed kernel
+holds and λ held at 0.001 drifts), in the fourth study's loop (the map's search declaration), on fresh seeds
+(:data:`CHECK_SEED`), each cell's drift threshold its map group's midpoint, and per cell the pairs that give known
+power (exact McNemar at α / cells) to catch a controller held at the floor, at the map's discordance between λ held
+at 0.001 and the fixed kernel (analysis/judge/sentinel_check.py: its POWER, at most MOST pairs, the power reached
+printed). One line per cell (drift counts, discordant pairs, p, Holm p, power). Exit 1 when in any sentinel cell
+the candidate drifts in more runs than the fixed kernel with Holm-adjusted exact McNemar p < α (the third
+pre-registration's α); else 0.
+Without a map, or a map without a sentinel cell: one line, exit 2 (the primary cell cannot tell: the original
+itself does not collapse there). ``--map OUT.png`` draws the candidate's drift per sentinel cell beside the fixed
+kernel's. With ``--reduced`` or ``--cells``: the third study's cells instead (the primary cell, or those named), its
+collapse endpoint, exit 1 when the candidate collapses in more runs than the fixed kernel with exact McNemar p < α
+in the primary cell (a smoke form, no known power). The candidate is seeded with the fixed kernel's λ. On the host
+its C++ build runs in a confined child (:func:`analysis.cli.confined.measure`) that runs the loops and hands back
+what they measured as plain data; this process reads it against its own plan and judges (cupy: NVRTC on the GPU,
+in this process).
 
 Bad input: one line, exit 2. Progress on stderr. Only the study as pre-registered (no ``--reduced``, ``--kernel``,
 ``--cells``, ``--seeds``, ``--steps``) may write the committed results (studies/results/preregistered_3_*).
@@ -52,6 +63,7 @@ def parser() -> policy.Parser:
     p.add_argument("--prereg", type=policy.path, help="pre-registration TOML (default studies/preregistered_3.toml)")
     p.add_argument("--markdown", type=policy.path, help="write the study's section here, its two figures beside it")
     p.add_argument("--from-json", type=policy.path, help="with --markdown: draw from this study JSON instead of running")
+    p.add_argument("--map", type=policy.path, help="with --kernel: draw the closed-loop check's sentinel cells here (.png)")
     p.add_require_sandbox()
     return p
 
@@ -84,6 +96,15 @@ def body(argv: list[str]) -> int:
     if args.steps is not None and not (warmup < args.steps <= 10**6 and args.steps % prereg.loop.eval_every == 0):
         raise SuiteError(f"--steps must be a multiple of {prereg.loop.eval_every} above the warm-up ({warmup}), "
                          "at most 10^6")
+    check = bool(args.kernel) and cells is None and not args.reduced  # the closed-loop check on the map
+    if args.map and not check:
+        raise SuiteError("--map draws the closed-loop check's sentinel cells: give --kernel, without --reduced or "
+                         "--cells")
+    extra = [f"--{o}" for o in ("traces", "seeds", "steps", "budget") if check and getattr(args, o) is not None] \
+        + (["--mode per_row"] if check and args.mode != "batched" else [])
+    if extra:
+        raise SuiteError(f"the closed-loop check takes no {', '.join(extra)}: its pairs come from the power "
+                         "computation, its loop from the map's search")
     as_preregistered = not (args.reduced or args.kernel or cells or args.seeds or args.steps)
     committed = [p for p in (args.json, args.traces) if p and as_preregistered
                  and Path(p).name.startswith("preregistered_3_")
@@ -91,16 +112,18 @@ def body(argv: list[str]) -> int:
     data = os.path.realpath(ROOT / "tests" / "data")
     if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
-    inputs = [("pre-registration", args.prereg or prereg3.PREREGISTERED_3)] + ([("kernel", args.kernel)] if args.kernel else [])
+    inputs = [("pre-registration", args.prereg or prereg3.PREREGISTERED_3)] + ([("kernel", args.kernel)] if args.kernel else []) \
+        + ([("collapse map", MAP)] if check else [])
     check_outputs([Output("--json", args.json), Output("--traces", args.traces, suffix=".npz"),
-                   Output("--markdown", args.markdown, suffix=".md")], inputs=inputs, committed=committed)
+                   Output("--markdown", args.markdown, suffix=".md"), Output("--map", args.map, suffix=".png")],
+                  inputs=inputs, committed=committed)
     candidate = None
     if args.kernel and args.markdown:
         raise SuiteError("--markdown draws the original against the fixed kernel; with --kernel write --json")
     if args.kernel:
         candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
-        if cells is None and not args.reduced:
-            sentinel_cells()  # one line, exit 2, where the map gives the check no cell with known power
+        if check:
+            return closed_loop_check(args, candidate, prereg.endpoint.alpha, start, say)
         if cells is None:
             cells = ["primary"]
     backend = get_backend(args.backend)
@@ -174,27 +197,88 @@ def body(argv: list[str]) -> int:
 
 #: The collapse map the closed-loop check reads its sentinel cells from (the fourth study's judged search).
 MAP = RESULTS / "exploration_4_judged.json"
+#: The closed-loop check's key seed: its runs' keys hash it (repro/learning/deep/confirm.py run_key), fresh
+#: against the search's and the confirmation's.
+CHECK_SEED = 4600
 
 
-def sentinel_cells(path: Path = MAP) -> list[dict]:
-    """The map's sentinel cells (analysis/judge/explore_study.py sentinels): cells where a controller that lets λ
-    sink is caught. None, or no map: one line, exit 2 — the third study's primary cell cannot tell (the original
-    itself does not collapse there), so a 0 from it would say nothing."""
+def _shown(path: Path) -> str:
+    where = Path(os.path.realpath(path))
+    return where.relative_to(os.path.realpath(ROOT)).as_posix() if where.is_relative_to(os.path.realpath(ROOT)) \
+        else str(path)
+
+
+def sentinel_cells(path: Path | None = None) -> tuple[dict, list[dict]]:
+    """The judged map at ``path`` (default :data:`MAP`) and its sentinel cells (analysis/judge/explore_study.py
+    sentinels): cells where a controller that lets λ sink is caught. None, or no map: one line, exit 2 — the third
+    study's primary cell cannot tell (the original itself does not collapse there), so a 0 from it would say
+    nothing."""
     import json
 
     from analysis.judge.explore_study import sentinels
 
+    path = Path(path or MAP)
     why = "no sentinel regime: the closed-loop check cannot tell a harmful controller here"
     if not path.is_file():
-        raise SuiteError(f"{why} (no collapse map: {path.relative_to(ROOT).as_posix()} is absent; the fourth study's "
-                         "search draws it)")
+        raise SuiteError(f"{why} (no collapse map: {_shown(path)} is absent; the fourth study's search draws it)")
     try:
-        found = sentinels(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SuiteError(f"{path.relative_to(ROOT).as_posix()}: not a judged collapse map ({err})") from None
+        judged = json.loads(path.read_text(encoding="utf-8"))
+        found = sentinels(judged)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise SuiteError(f"{_shown(path)}: not a judged collapse map ({err})") from None
     if not found:
         raise SuiteError(f"{why} (the map has no cell where the fixed kernel holds and λ held at 0.001 drifts)")
-    return found
+    return judged, found
+
+
+def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
+    """``study --deep --kernel K.cu``: the candidate beside the fixed kernel in the map's sentinel cells (the
+    module's docstring); exit 1 where it drifts in more runs (Holm p < ``alpha``), else 0."""
+    import torch
+
+    from analysis.judge import sentinel_check
+    from repro.backends import get_backend
+    from repro.learning.deep import confirm, explore
+
+    judged_map, found = sentinel_cells(MAP)
+    try:
+        planned = sentinel_check.plan(judged_map, found, alpha)
+        search = ROOT / (judged_map.get("source") or {}).get("declaration", explore.DECLARATION)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise SuiteError(f"{_shown(MAP)}: cannot plan the closed-loop check ({err})") from None
+    decl = confirm.closed_loop(search, planned, CHECK_SEED, alpha)
+    backend = get_backend(args.backend)
+    device = "cuda" if backend.name == "cupy" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SuiteError("--backend cupy: torch sees no CUDA device")
+    if device == "cpu":
+        torch.set_num_threads(1)
+    graph = device == "cuda" and not args.eager
+    say(f"closed-loop check: {len(decl.cells)} sentinel cell(s) of {_shown(MAP)}, "
+        f"{sum(c.pairs for c in decl.cells)} pairs × {decl.loop['steps']} steps on {backend.name} ({device})")
+    import torch._dynamo  # noqa: F401 — before the sandbox (see body)
+
+    raw = confined.measure(
+        "study", backend,
+        lambda folder: confirm.write_measured(folder / confirm.MEASURED, confirm.run(
+            decl, backend, device=device, graph=graph, progress=say, sources={"candidate": candidate})),
+        lambda folder: confirm.read_measured(folder / confirm.MEASURED, decl), require=args.require_sandbox)
+    if raw is None:
+        return 2
+    judged = sentinel_check.judge(raw, planned, alpha)
+    judged.update(kernel=str(args.kernel), map=_shown(MAP), declaration=decl.path, seed=decl.seed,
+                  backend=backend.name, device=backend.describe(), torch=torch.__version__,
+                  loop_seconds=raw["seconds"], run_steps=raw["run_steps"])
+    for line in sentinel_check.lines(judged):
+        print(line)
+    if args.json:
+        write_text(args.json, render.strict_json(judged, separators=(",", ":")))
+    if args.map:
+        from analysis.present import explore_plots, plots
+
+        plots.save(explore_plots.check(judged, Path(args.kernel).name), args.map)
+    print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
+    return 1 if judged["worse"] else 0
 
 
 def write_traces(path: Path, raw: dict) -> None:
@@ -251,7 +335,7 @@ def from_json(args) -> int:
 
     if not args.markdown:
         raise SuiteError("--from-json draws the section: give --markdown")
-    given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget") if getattr(args, o)]
+    given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget", "map") if getattr(args, o)]
     if given or args.reduced:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
     committed = [args.markdown] if Path(os.path.realpath(args.markdown)).is_relative_to(os.path.realpath(RESULTS)) \

@@ -20,9 +20,10 @@ WORDS = (Verdict.CONTRADICTED, Verdict.REPRODUCED_FIX_FAILS, Verdict.REPRODUCED_
 CONTROL = "const:1"     # the collapse's reference: λ held at 1 (π pulled towards Q all the time)
 
 
-def mcnemar_power_discordant(n: int, p10: float, p01: float, alpha: float) -> float:
+def mcnemar_power_discordant(n: int, p10: float, p01: float, alpha: float, first_more: bool = False) -> float:
     """Exact power of the two-sided exact McNemar test with ``n`` pairs whose discordant probabilities are ``p10``
-    (first arm only) and ``p01`` (second only), at level ``alpha``."""
+    (first arm only) and ``p01`` (second only), at level ``alpha``; ``first_more``: only the rejections where the
+    first arm has the more discordant pairs count (a test that must find the first arm worse)."""
     from scipy import stats
 
     pd = p10 + p01
@@ -32,24 +33,28 @@ def mcnemar_power_discordant(n: int, p10: float, p01: float, alpha: float) -> fl
     for d in range(1, n + 1):
         k = np.arange(d + 1)
         pvals = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(k, d, 0.5), stats.binom.sf(k - 1, d, 0.5)))
-        power += stats.binom.pmf(d, n, pd) * stats.binom.pmf(k, d, share)[pvals <= alpha].sum()
+        hit = (pvals <= alpha) & (2 * k > d) if first_more else pvals <= alpha
+        power += stats.binom.pmf(d, n, pd) * stats.binom.pmf(k, d, share)[hit].sum()
     return float(power)
 
 
-def pairs_for_power(p10: float, p01: float, alpha: float, power: float, most: int) -> tuple[int, float]:
-    """The smallest n ≤ ``most`` whose exact power reaches ``power`` (``most`` and its power where none does)."""
-    if p10 + p01 <= 0 or p10 == p01 or mcnemar_power_discordant(most, p10, p01, alpha) < power:
-        return most, mcnemar_power_discordant(most, p10, p01, alpha)
+def pairs_for_power(p10: float, p01: float, alpha: float, power: float, most: int,
+                    first_more: bool = False) -> tuple[int, float]:
+    """The smallest n ≤ ``most`` whose exact power (:func:`mcnemar_power_discordant`) reaches ``power`` (``most``
+    and its power where none does)."""
+    at = lambda n: mcnemar_power_discordant(n, p10, p01, alpha, first_more)
+    if p10 + p01 <= 0 or p10 == p01 or at(most) < power:
+        return most, at(most)
     lo, hi = 2, most
     while lo < hi:  # power is not monotone in n (discreteness): bisect, then step up to an n that reaches it
         mid = (lo + hi) // 2
-        if mcnemar_power_discordant(mid, p10, p01, alpha) >= power:
+        if at(mid) >= power:
             hi = mid
         else:
             lo = mid + 1
-    while mcnemar_power_discordant(lo, p10, p01, alpha) < power and lo < most:
+    while at(lo) < power and lo < most:
         lo += 1
-    return lo, mcnemar_power_discordant(lo, p10, p01, alpha)
+    return lo, at(lo)
 
 
 def discordant(original: list, fixed: list) -> dict:
@@ -57,6 +62,13 @@ def discordant(original: list, fixed: list) -> dict:
     both = [(a, b) for a, b in zip(original, fixed, strict=True) if a is not None and b is not None]
     return {"pairs": len(both), "original_only": sum(1 for a, b in both if a and not b),
             "fixed_only": sum(1 for a, b in both if b and not a)}
+
+
+def discordant_rates(first_only: int, second_only: int, pairs: int) -> tuple[float, float]:
+    """The discordant probabilities a power computation assumes from counts seen in ``pairs`` pairs: half a count
+    added to each discordant side (of n + 1 pairs), so a side never seen discordant is not taken as impossible,
+    which would promise power that 16 seeds cannot show."""
+    return (first_only + 0.5) / (pairs + 1), (second_only + 0.5) / (pairs + 1)
 
 
 def plan(judged_search: dict, alpha: float, power: float, most: int) -> list[dict]:
@@ -69,9 +81,7 @@ def plan(judged_search: dict, alpha: float, power: float, most: int) -> list[dic
     out = []
     for c in cells:
         d = discordant(c["arms"]["original"]["per_seed"], c["arms"]["fixed"]["per_seed"])
-        # half a count added to each discordant cell (n + 1 pairs): a side the search never saw discordant is not
-        # taken as impossible, which would promise power that 16 seeds cannot show
-        p10, p01 = (d["original_only"] + 0.5) / (d["pairs"] + 1), (d["fixed_only"] + 0.5) / (d["pairs"] + 1)
+        p10, p01 = discordant_rates(d["original_only"], d["fixed_only"], d["pairs"])
         n, reached = pairs_for_power(p10, p01, level, power, most)
         out.append({"task": c["task"], "tau": c["tau"], "aux_reward": c["aux_reward"], "pi_lr": c["pi_lr"],
                     "kl_target": c["kl_target"], "kl_site": c["kl_site"], "midpoint": groups[c["group"]]["midpoint"],
@@ -122,11 +132,11 @@ def judge(result: dict) -> dict:
         runs = {arm: drift(m["r_geo_avg"], c["midpoint"]) for arm, m in c["arms"].items()}
         arms = {arm: {**_fraction(d["drifted"], d["runs"]), "precondition": _mean(c["arms"][arm]["precondition"]),
                       "at_floor": _mean(c["arms"][arm]["at_floor"])} for arm, d in runs.items()}
-        test = _paired(runs["original"]["per_seed"], runs["fixed"]["per_seed"])
-        against = {a: _paired(runs[a]["per_seed"], runs[CONTROL]["per_seed"]) if CONTROL in runs else None
+        test = paired(runs["original"]["per_seed"], runs["fixed"]["per_seed"])
+        against = {a: paired(runs[a]["per_seed"], runs[CONTROL]["per_seed"]) if CONTROL in runs else None
                    for a in ("original", "fixed")}
         reproduced, beyond = (_more(against[a], alpha) for a in ("original", "fixed"))
-        ablations = {arm: _paired(runs["original"]["per_seed"], d["per_seed"]) for arm, d in runs.items()
+        ablations = {arm: paired(runs["original"]["per_seed"], d["per_seed"]) for arm, d in runs.items()
                      if arm.startswith("ablation:")}
         cells.append({k: c[k] for k in ("index", "task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site",
                                         "midpoint", "pairs")}
@@ -147,7 +157,8 @@ def _more(test: dict | None, alpha: float) -> bool:
     return bool(test is not None and test["p"] < alpha and test["only_first"] > test["only_second"])
 
 
-def _paired(first: list, second: list) -> dict:
+def paired(first: list, second: list) -> dict:
+    """Exact McNemar on two arms' per-seed drift (None: no in-R state; such a pair is left out)."""
     keep = [(a, b) for a, b in zip(first, second, strict=True) if a is not None and b is not None]
     a, b = np.array([x for x, _ in keep], bool), np.array([y for _, y in keep], bool)
     return {"pairs": len(keep), **mcnemar_exact(a, b)}

@@ -57,15 +57,17 @@ def _mean(x) -> float:
 
 
 def judge(result: dict) -> dict:
-    """Per group the midpoint, the separation and the constant-λ brackets; per cell the original's precondition,
-    each arm's time at the floor, drift counts and median in-R agreement; then :func:`select`."""
+    """Per group the midpoint, the separation and the constant-λ brackets (each constant's drift counts, per-seed
+    drift and median in-R agreement); per cell the original's precondition, each arm's time at the floor, drift
+    counts, per-seed drift and median in-R agreement; then :func:`select`. A group's seeds are shared by its cells'
+    arms and its constants, so per-seed drift pairs across them (the closed-loop check's power reads that)."""
     sel = result["selection"]
     groups, cells = [], []
     for g in result["groups"]:
         mid = midpoint(g)
         sep = separation(g, sel["min_separation"])
-        brackets = {arm: {**{k: v for k, v in drift(m["r_geo_avg"], mid).items() if k != "per_seed"},
-                          "median_r_geo_avg": _median(_arr(m["r_geo_avg"]))} for arm, m in g["constants"].items()}
+        brackets = {arm: {**drift(m["r_geo_avg"], mid), "median_r_geo_avg": _median(_arr(m["r_geo_avg"]))}
+                    for arm, m in g["constants"].items()}
         groups.append({"index": g["index"], "task": g["task"], "tau": g["tau"], "aux_reward": g["aux_reward"],
                        "pi_lr": g["pi_lr"], "midpoint": mid, "separation": sep, "brackets": brackets})
         for c in g["cells"]:

@@ -85,3 +85,48 @@ def task_map(judged: dict, task: str):
 def maps(judged: dict) -> dict:
     """``{task: figure}`` for every task of the judged search."""
     return {task: task_map(judged, task) for task in dict.fromkeys(c["task"] for c in judged["cells"])}
+
+
+def check(judged: dict, kernel: str):
+    """The closed-loop check's map (``study --deep --kernel K.cu --map OUT.png``; analysis/judge/sentinel_check.py):
+    one row per sentinel cell, the fraction of the candidate's runs that drift beside the fixed kernel's on the same
+    seeds (exact 95 % intervals), λ held at 0.001 and the fixed kernel as the collapse map saw them in that cell
+    (markers), and the paired test; a cell where the candidate drifts more (Holm) is marked red."""
+    cells = judged["cells"]
+    fig, ax = plt.subplots(figsize=(8.5, 1.0 + 0.75 * len(cells)))
+    h = 0.36
+    for k, c in enumerate(cells):
+        y = len(cells) - 1 - k
+        for dy, arm, colour in ((h / 2, "candidate", "tab:red" if c["worse"] else "tab:blue"), (-h / 2, "fixed", "0.55")):
+            a = c["arms"][arm]
+            f = _frac(a)
+            ax.barh(y + dy, f if np.isfinite(f) else 0.0, height=h, color=colour, label=arm if k == 0 else None)
+            if a["runs"]:
+                ax.errorbar(f, y + dy, xerr=[[f - a["low"]], [a["high"] - f]], color="k", linewidth=0.8, capsize=2,
+                            label="exact 95 % interval" if k == 0 and arm == "fixed" else None)
+            ax.text(1.02, y + dy, f"{arm} {a['drifted']}/{a['runs']}", va="center", fontsize=7,
+                    transform=ax.get_yaxis_transform())
+        m = c["map"]
+        if m["runs"]:
+            ax.plot(m["floor_drifted"] / m["runs"], y, marker="x", color="k", linestyle="none", clip_on=False,
+                    label="map: λ held at 0.001" if k == 0 else None)
+            ax.plot(m["fixed_drifted"] / m["runs"], y, marker="|", markersize=12, color="k", linestyle="none",
+                    clip_on=False, label="map: fixed kernel" if k == 0 else None)
+        t = c["test"]
+        ax.text(1.2, y, f"discordant {t['only_first']}:{t['only_second']}\nHolm p {t['p_holm']:.2g}, "
+                f"power {c['power']:.2f}", va="center", fontsize=7, color="tab:red" if c["worse"] else "k",
+                transform=ax.get_yaxis_transform())
+    ax.set_yticks(range(len(cells))[::-1], [f"{c['task']}\ntarget {c['kl_target']:g}, τ {c['tau']:g}, {c['kl_site']}"
+                                            f"\naux {c['aux_reward']:g}, π lr {c['pi_lr']:g}" for c in cells], fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.6, len(cells) - 0.4)
+    ax.set_xlabel("fraction of runs drifting (time-averaged in-R agreement below the cell's midpoint)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45 if len(cells) < 3 else -0.15), ncol=5,
+              frameon=False)
+    verdict = ("the candidate drifts in more runs than the fixed kernel (exit 1)" if judged["worse"] else
+               "the candidate drifts in no more runs than the fixed kernel (exit 0)")
+    title = (f"Closed-loop check of {kernel} beside the fixed kernel in the collapse map's sentinel cells (where the "
+             f"fixed kernel holds and λ held at 0.001 drifts): {verdict}; paired exact McNemar, Holm at "
+             f"α {judged['alpha']:g}")
+    ax.set_title("\n".join(textwrap.wrap(title, 110)), fontsize=8)
+    return fig

@@ -125,22 +125,26 @@ def layout(decl: Confirm, cells: list[Cell]) -> list[tuple]:
     return [(arm, c, i) for arm in decl.arms for c in cells for i in range(c.pairs)]
 
 
-def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None):
+def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None, sources=None):
+    """The :class:`Rows` of one loop over ``cells`` and its entries (:func:`layout`). ``sources`` maps an arm name
+    to a KernelSource run under it (a candidate): seeded with the fixed kernel's λ, its time at the floor and its
+    precondition read against the fixed kernel's floor and tolerance (the kernel it stands in for)."""
     from repro.learning.deep.controller import ArmRows
     from repro.learning.deep.loop import SITES, Rows
 
     contract = contract or load_contract()
+    sources = sources or {}
     entries = layout(decl, cells)
     task = decl.tasks[cells[0].task]
     arm_rows = []
     for arm in decl.arms:
         idx = [k for k, e in enumerate(entries) if e[0] == arm]
-        source, seed_lambda = source_and_seed(arm, contract)
+        source, seed_lambda = source_and_seed("fixed" if arm in sources else arm, contract, sources.get(arm))
         arm_rows.append(ArmRows(arm, backend.compile(source, contract.slots), idx[0], idx[-1] + 1, seed_lambda))
     R = len(entries)
     floor, edge = np.full(R, np.nan), np.full(R, np.nan)
     for k, (arm, c, _i) in enumerate(entries):
-        f, tol = floor_and_tolerance(arm, contract)
+        f, tol = floor_and_tolerance("fixed" if arm in sources else arm, contract)
         floor[k], edge[k] = f, c.kl_target / tol
     col = lambda f: np.array([f(c) for _a, c, _i in entries])
     width = max(c.pairs for c in cells)  # u: one index per (cell, seed), shared by the seed's arms
@@ -153,14 +157,15 @@ def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None):
     return rows, entries
 
 
-def run_chunk(decl: Confirm, cells: list[Cell], backend, device="cpu", graph=False, progress=None):
-    """One batched loop over ``cells`` (one task): per cell its keys and, per arm, the declared measures per seed."""
+def run_chunk(decl: Confirm, cells: list[Cell], backend, device="cpu", graph=False, progress=None, sources=None):
+    """One batched loop over ``cells`` (one task): per cell its keys and, per arm, the declared measures per seed
+    (``sources``: :func:`build_rows`)."""
     import torch
 
     from repro.learning.deep.loop import DeepLoop
 
     contract = load_contract()
-    rows, entries = build_rows(decl, cells, backend, contract)
+    rows, entries = build_rows(decl, cells, backend, contract, sources)
     cfg = decl.loop_config(cells[0].task)
     torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
     torch.set_float32_matmul_precision(decl.matmul)
@@ -189,8 +194,9 @@ def header(decl: Confirm, backend_name: str, device: str, torch_version: str) ->
             "arms": list(decl.arms), "alpha": decl.alpha, "min_precondition": decl.min_precondition}
 
 
-def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chunk=None) -> dict:
-    """Every cell, one batched loop per task; ``on_chunk(cells)`` after each (a call cut off keeps them)."""
+def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chunk=None, sources=None) -> dict:
+    """Every cell, one batched loop per task; ``on_chunk(cells)`` after each (a call cut off keeps them);
+    ``sources``: :func:`build_rows`."""
     done, seconds, run_steps = [], 0.0, 0
     tasks = list(dict.fromkeys(c.task for c in decl.cells))
     for n, task in enumerate(tasks):
@@ -199,7 +205,8 @@ def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chu
         if progress:
             progress(f"[{n + 1}/{len(tasks)}] {task}: {len(cells)} cell(s), {R} runs × {decl.loop['steps']} steps …")
         began = time.perf_counter()
-        records, secs = run_chunk(decl, cells, backend, device=device, graph=graph, progress=progress)
+        records, secs = run_chunk(decl, cells, backend, device=device, graph=graph, progress=progress,
+                                  sources=sources)
         done = sorted(done + records, key=lambda r: r["index"])
         seconds += secs
         run_steps += R * decl.loop["steps"]
@@ -208,3 +215,84 @@ def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chu
         if progress:
             progress(f"[{n + 1}/{len(tasks)}] done in {time.perf_counter() - began:.1f} s")
     return {"cells": done, "seconds": seconds, "run_steps": run_steps}
+
+
+#: The arms of the closed-loop check (``study --deep --kernel``, issue 42 item 6): the candidate beside the fixed
+#: kernel, paired by seed.
+CHECK_ARMS = ("candidate", "fixed")
+
+
+def closed_loop(search: Path | str, cells: list[dict], seed: int, alpha: float) -> Confirm:
+    """The closed-loop check's plan, in the confirmation's frame: the exploratory search's loop and tasks (its
+    declaration at ``search``), arms :data:`CHECK_ARMS`, and per cell of ``cells`` (each: task, tau, aux_reward,
+    pi_lr, kl_target, kl_site, midpoint in log10, pairs) its seeds keyed by ``seed`` (:func:`run_key`: fresh where
+    ``seed`` is its own)."""
+    decl = explore.calibrated(explore.load(search))
+    out = []
+    for k, c in enumerate(cells):
+        if c["task"] not in decl.tasks:
+            raise SuiteError(f"sentinel cell {k + 1}: task {c['task']!r} is not in the search {decl.path}")
+        if c["kl_site"] not in decl.sites:
+            raise SuiteError(f"sentinel cell {k + 1}: KL site {c['kl_site']!r} is not in the search {decl.path}")
+        if not (np.isfinite(c["midpoint"]) and int(c["pairs"]) >= 1):
+            raise SuiteError(f"sentinel cell {k + 1}: no finite midpoint or no pairs")
+        out.append(Cell(k, c["task"], float(c["tau"]), float(c["aux_reward"]), float(c["pi_lr"]),
+                        float(c["kl_target"]), str(c["kl_site"]), float(c["midpoint"]), int(c["pairs"])))
+    if not out:
+        raise SuiteError("the closed-loop check has no sentinel cell")
+    return Confirm(decl.path, int(seed), decl.loop, decl.matmul, decl.tasks, tuple(out), CHECK_ARMS, float(alpha),
+                   float(decl.selection["min_precondition"]), decl.reduced)
+
+
+MEASURED = "measured.json"
+
+
+def write_measured(path: Path, raw: dict) -> None:
+    """What :func:`run` measured, as plain data (:mod:`repro.runners.plain`): per cell (in the plan's order) per
+    arm per measure of :data:`explore.MEASURES` a float32 array over its seeds (NaN: none), and the loop seconds.
+    Nothing the judging process could take from its own plan instead (settings, keys, midpoints)."""
+    from repro.runners import plain
+
+    cells = [{arm: {m: np.array([np.nan if x is None else x for x in r["arms"][arm][m]], np.float32)
+                    for m in explore.MEASURES} for arm in r["arms"]} for r in raw["cells"]]
+    path.write_bytes(plain.dumps({"cells": cells, "seconds": float(raw["seconds"])}))
+
+
+def read_measured(path: Path, decl: Confirm) -> dict:
+    """:func:`run`'s result from what a confined child wrote at ``path`` (:func:`write_measured`), read as plain
+    data against ``decl`` (this process's own plan): one entry per planned cell, in order, each with exactly the
+    plan's arms, each arm exactly :data:`explore.MEASURES`, each a float32 array of the cell's pairs; the seconds
+    a finite float. The records' settings, keys and midpoints are the plan's. SuiteError naming what differs."""
+    from repro.runners import plain
+
+    def refuse(why: str):
+        raise SuiteError(f"the confined check's measurements {why}: not read (the candidate may have written them)")
+
+    expected = sum(4 * c.pairs * len(decl.arms) * len(explore.MEASURES) for c in decl.cells)
+    try:
+        tree = plain.read(path, limit=2 * expected + (1 << 20))  # base64 is 4/3 of the bytes
+    except plain.Forged as err:
+        refuse(f"are no plain data ({err})")
+    if not isinstance(tree, dict) or set(tree) != {"cells", "seconds"} or not isinstance(tree["cells"], list):
+        refuse("are not a check's")
+    if len(tree["cells"]) != len(decl.cells):
+        refuse(f"hold {len(tree['cells'])} cell(s), not the plan's {len(decl.cells)}")
+    seconds = tree["seconds"]
+    if not (isinstance(seconds, float) and np.isfinite(seconds) and seconds >= 0):
+        refuse("hold no time")
+    records = []
+    for c, got in zip(decl.cells, tree["cells"], strict=True):
+        if not isinstance(got, dict) or list(got) != list(decl.arms):
+            refuse(f"of cell {c.index + 1} name other arms than {', '.join(decl.arms)}")
+        arms = {}
+        for arm, m in got.items():
+            if not isinstance(m, dict) or set(m) != set(explore.MEASURES) or not all(
+                    isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (c.pairs,) for a in m.values()):
+                refuse(f"of cell {c.index + 1}, {arm} hold other measures than {len(explore.MEASURES)} float32 "
+                       f"[{c.pairs}]")
+            arms[arm] = {k: [explore._num(x) for x in m[k]] for k in explore.MEASURES}
+        records.append({"index": c.index, "task": c.task, "tau": c.tau, "aux_reward": c.aux, "pi_lr": c.pi_lr,
+                        "kl_target": c.kl_target, "kl_site": c.kl_site, "midpoint": c.midpoint, "pairs": c.pairs,
+                        "keys": [run_key(decl.seed, c, i) for i in range(c.pairs)], "arms": arms})
+    return {"cells": records, "seconds": seconds,
+            "run_steps": len(decl.arms) * sum(c.pairs for c in decl.cells) * decl.loop["steps"]}
