@@ -138,14 +138,26 @@ def lines(judged: dict) -> list[str]:
 SENTINEL_FIXED_MOST = 0.25
 
 
+#: At most this many map cells per task serve as sentinels: a check of known power needs few cells, not every one.
+SENTINEL_PER_TASK = 1
+
+
 def sentinels(judged: dict, confirmed: list[dict] | None = None) -> list[dict]:
-    """The sentinel cells, in the map's order: separated cells where the fixed kernel holds (drifts in at most
-    :data:`SENTINEL_FIXED_MOST` of its runs), plus the confirmation's cells whose verdict is 'reproduced, the fix
-    holds' (``confirmed``: judged confirmation cells)."""
-    out = []
-    for c in judged["cells"]:
+    """The sentinel cells: per task, the :data:`SENTINEL_PER_TASK` separated cells where the fixed kernel holds
+    (drifts in at most :data:`SENTINEL_FIXED_MOST` of its runs), ranked by the fixed kernel's drift fraction (lowest
+    first), then the group's separation fraction (highest first), then the map's order; plus the confirmation's
+    cells whose verdict is 'reproduced, the fix holds' (``confirmed``: judged confirmation cells)."""
+    groups = {g["index"]: g for g in judged["groups"]}
+    ranked: dict[str, list] = {}
+    for n, c in enumerate(judged["cells"]):
         f = c["arms"]["fixed"]
         if c["separated"] and f["runs"] and f["drifted"] / f["runs"] <= SENTINEL_FIXED_MOST:
+            key = (f["drifted"] / f["runs"], -groups[c["group"]]["separation"]["fraction"], n)
+            ranked.setdefault(c["task"], []).append((key, c))
+    out = []
+    for task in ranked:
+        for _key, c in sorted(ranked[task], key=lambda kc: kc[0])[:SENTINEL_PER_TASK]:
+            f = c["arms"]["fixed"]
             out.append({k: c[k] for k in ("group", "task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site")}
                        | {"why": "the fixed kernel holds; λ held at 0.001 drifts", "fixed_drifted": f["drifted"],
                           "runs": f["runs"]})
