@@ -25,7 +25,7 @@ from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_
 from analysis.judge import bench_verdict, design_measures, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
 from analysis.judge.verdict import judge
-from analysis.present import design_section, peers_section, plots, render, summary
+from analysis.present import design_section, explore_section, peers_section, plots, render, summary
 from repro import toy as closed_loop
 from repro.backends import Backend, backend_names, entry, get_backend
 from repro.core.contract import Contract, load
@@ -224,7 +224,7 @@ def write(report: Report, out: Path, progress=print, at: Path | None = None) -> 
     drift = None if bench is None or bench[1] is None else bench_verdict.run_to_run(bench[0], bench[1])
     link = Path(os.path.relpath(bench_dir, home)).as_posix()
     (out / "summary.md").write_text(summary.text(report, report_measures.numbers(report), peers, bench, drift,
-                                                 bench_dir, link))
+                                                 bench_dir, link, judged_map=explore_section.committed()))
     return [*written, out / "summary.md"]
 
 

@@ -94,7 +94,8 @@ def judge(result: dict) -> dict:
               "original_drifts_in_most_runs": sum(half(c["arms"]["original"]) for c in cells),
               "fixed_drifts_in_most_runs": sum(half(c["arms"]["fixed"]) for c in cells),
               "qualifying": len(picked["qualifying"]), "selected": len(picked["selected"])}
-    return {"study": "exploration_4", "exploratory": True, "groups": groups, "cells": cells, "counts": counts,
+    return {"study": "exploration_4", "exploratory": True, "selection": sel, "seeds": result.get("grid", {}).get("seeds"),
+            "groups": groups, "cells": cells, "counts": counts,
             "selected": [cells[k] | {"rank": n + 1} for n, k in enumerate(picked["selected"])],
             "fewer_than_declared": len(picked["selected"]) < sel["forward"], "not_run": result.get("not_run", [])}
 

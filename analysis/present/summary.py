@@ -20,6 +20,7 @@ from analysis.present import (
     deep_plots,
     deep_section,
     design_section,
+    explore_section,
     peers_plots,
     peers_section,
     plots,
@@ -208,12 +209,9 @@ def _in_brief(report: Report, numbers: Numbers, judged_map: dict | None = None) 
 
 
 def map_brief(judged_map: dict | None) -> list[str]:
-    """Hook for the In brief's first bullets: what the fourth study's map says (issue 42 items 1 and 5), read from
-    its judged search (:func:`analysis.judge.explore_study.judge`). Renders nothing while no judged map exists;
-    its reading is written with the map."""
-    if judged_map is None:
-        return []
-    raise NotImplementedError("the map's In brief is written with the map (issue 42 item 5)")
+    """The In brief's first bullets: what the fourth study's map says and what its confirmation found
+    (:func:`analysis.present.explore_section.brief`); nothing where no judged map exists."""
+    return explore_section.brief(judged_map, explore_section.committed(explore_section.CONFIRMATION))
 
 
 def toy_scales(report: Report) -> str:
