@@ -40,7 +40,7 @@ from analysis.cli import confined, policy
 from analysis.present import render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
-from repro.core.paths import ROOT
+from repro.core.paths import JUDGED_CONFIRMATION, JUDGED_MAP, ROOT
 
 RESULTS = ROOT / "studies" / "results"
 
@@ -196,7 +196,7 @@ def body(argv: list[str]) -> int:
 
 
 #: The collapse map the closed-loop check reads its sentinel cells from (the fourth study's judged search).
-MAP = RESULTS / "exploration_4_judged.json"
+MAP = JUDGED_MAP
 #: The closed-loop check's key seed: its runs' keys hash it (repro/learning/deep/confirm.py run_key), fresh
 #: against the search's and the confirmation's.
 CHECK_SEED = 4600
@@ -221,9 +221,11 @@ def sentinel_cells(path: Path | None = None) -> tuple[dict, list[dict]]:
     why = "no sentinel regime: the closed-loop check cannot tell a harmful controller here"
     if not path.is_file():
         raise SuiteError(f"{why} (no collapse map: {_shown(path)} is absent; the fourth study's search draws it)")
+    confirmed = JUDGED_CONFIRMATION  # the confirmation's 'the fix holds' cells join the map's
     try:
         judged = json.loads(path.read_text(encoding="utf-8"))
-        found = sentinels(judged)
+        extra = json.loads(confirmed.read_text(encoding="utf-8"))["cells"] if confirmed.is_file() else None
+        found = sentinels(judged, extra)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SuiteError(f"{_shown(path)}: not a judged collapse map ({err})") from None
     if not found:

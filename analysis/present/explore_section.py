@@ -11,10 +11,9 @@ import json
 from pathlib import Path
 
 from analysis.judge.explore_study import SENTINEL_FIXED_MOST as HOLDS_AT_MOST
-from repro.core.paths import ROOT
+from repro.core.paths import JUDGED_CONFIRMATION, JUDGED_MAP
 
-MAP = ROOT / "studies" / "results" / "exploration_4_judged.json"
-CONFIRMATION = ROOT / "studies" / "results" / "confirmation_4_judged.json"
+MAP, CONFIRMATION = JUDGED_MAP, JUDGED_CONFIRMATION
 # A cell's kernel "drifts" when most of its runs drift; it "holds" when at most HOLDS_AT_MOST of them do (the
 # sentinel rule's bound).
 
