@@ -158,7 +158,7 @@ def pytest_generate_tests(metafunc):
         # the suite's own controllers, read from the contract (tests/catalogue.py): a new entry is a new subject
         names = ["candidate"] if candidate else subjects(load())
         if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
-            from analysis.judge.properties import applicable
+            from analysis.judge.property_records import applicable
 
             contract = load()
             judged = {n: metafunc.config.getoption("--contract") if n == "candidate" else n for n in names}

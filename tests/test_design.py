@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from analysis.judge import properties
+from analysis.judge import property_checks, property_records
+from analysis.present import property_columns
 from repro import backends
 from repro.backends import base
 from repro.bench import command_times, modes
@@ -38,7 +39,8 @@ def _where(obj) -> str:
 REGISTRIES = {
     "a controller": [CONTRACTS.relative_to(ROOT).as_posix()],
     "a backend": [_where(backends), _where(base.Backend)],
-    "a property": [_where(properties), CONTRACTS.relative_to(ROOT).as_posix()],
+    "a property": [_where(property_checks), _where(property_records), _where(property_columns),
+                   CONTRACTS.relative_to(ROOT).as_posix()],
     "a scenario": [_where(scenarios.catalogue)],
     "a benchmark mode": [_where(modes)],
     "a command": ["analysis/cli/__init__.py", "analysis/cli/policy.py", "docs/commands.md"],

@@ -1,6 +1,6 @@
 """Gathering and judging apart: one record per property, no row passes on no evidence, band edges probed both ways.
 
-The records (``analysis.judge.properties.RECORDS``) are checked against the contract, the experiment groups and
+The records (``analysis.judge.property_records.RECORDS``) are checked against the contract, the experiment groups and
 the mutants; every row that needs runs is shown "not measured" (a failure) when they did not happen, both on
 evidence with a group taken away and on a candidate that crashes before any of them.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from analysis.cli.evaluate import evaluate
-from analysis.judge.properties import RECORDS, judge_rows
+from analysis.judge.property_records import RECORDS, judge_rows
 from analysis.judge.verdict import Verdict
 from analysis.present import render
 from repro.core.f32 import F32
@@ -54,6 +54,13 @@ WITHOUT_MUTANT = {
 def test_every_record_needs_evidence_that_exists():
     for key, record in RECORDS.items():
         assert set(record.needs) <= set(GROUPS) | set(SOURCES), key
+
+
+def test_every_record_has_its_columns_and_no_columns_lack_a_record():
+    """A row's words live in the presentation layer, by its key: one entry per record, none for a row that is gone."""
+    from analysis.present.property_columns import COLUMNS
+
+    assert list(COLUMNS) == list(RECORDS)
 
 
 def test_every_documented_value_has_one_record_or_is_a_parameter(contract):
@@ -233,12 +240,13 @@ def test_band_in_double_precision_fails_the_ramp_onset_on_the_host(contract, hos
 
 
 def test_a_new_record_alone_reaches_every_output_and_the_diagnosis(monkeypatch, contract, host):
-    """Adding a property is its record (DESIGN §5): a made-up record and nothing else gives a row, after the
-    others, read as its ``reads`` say in the table, the JSON and JUnit, with the difference its record adds
-    blamed on it; "not measured" where the group it needs did not run."""
-    from analysis.judge import properties
+    """Adding a property is its record and its columns (DESIGN §5): a made-up record and its columns, nothing else,
+    give a row, after the others, read as its columns say in the table, the JSON and JUnit, with the difference its
+    record adds blamed on it; "not measured" where the group it needs did not run."""
+    from analysis.judge import property_records
     from analysis.judge.findings import Difference, Finding
     from analysis.judge.verdict import judge
+    from analysis.present import property_columns
 
     def check(ev):
         n = len(ev.catalogue)
@@ -246,11 +254,11 @@ def test_a_new_record_alone_reaches_every_output_and_the_diagnosis(monkeypatch, 
                        measured=n - 1, detail={}, line=0, doc="made up for this test")
 
     made_up = Difference(kind="constant", name="made_up", documented=1, measured=2, note="a made-up difference")
-    record = properties.Property(key="made_up", check=lambda ev, required: check(ev), needs=("catalogue",),
-                                 reads=properties.Reads(documented=lambda f: "as made up",
-                                                        measured=lambda f: f"{f.measured:g} made-up runs"),
-                                 blames=frozenset({"made_up"}), differences=lambda row, b: [made_up])
-    monkeypatch.setitem(properties.RECORDS, "made_up", record)
+    record = property_records.Property(key="made_up", check=lambda ev, required: check(ev), needs=("catalogue",),
+                                       blames=frozenset({"made_up"}), differences=lambda row, b: [made_up])
+    monkeypatch.setitem(property_records.RECORDS, "made_up", record)
+    monkeypatch.setitem(property_columns.COLUMNS, "made_up", property_columns.Reads(
+        documented=lambda f: "as made up", measured=lambda f: f"{f.measured:g} made-up runs"))
     fixed_evidence = gather(host, contract.source("fixed"), contract.slots, contract.controller("fixed"), static=False,
                             coverage=False, isolate=False, inference=True)  # with the rule it behaves as: the diagnosis
     v = judge(fixed_evidence, contract.source("fixed"), "fixed", contract)

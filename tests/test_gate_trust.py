@@ -15,7 +15,8 @@ import pytest
 
 from analysis.cli.evaluate import evaluate
 from analysis.judge.diagnosis import behaves_as
-from analysis.judge.properties import device_view, judge_rows
+from analysis.judge.property_checks import device_view
+from analysis.judge.property_records import judge_rows
 from analysis.present import render
 from repro.backends import device_view as views
 from repro.backends.ptx import outside_stores

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from analysis.cli import gate
 from analysis.cli.evaluate import evaluate
-from analysis.judge.properties import applicable
+from analysis.judge.property_records import applicable
 from repro.core import spec
 from repro.core.contract import load
 from repro.core.errors import SuiteError

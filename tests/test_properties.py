@@ -86,7 +86,7 @@ def test_a_new_controller_entry_alone_reaches_the_property_and_agreement_tests(c
     import subprocess
     import sys
 
-    from analysis.judge.properties import applicable
+    from analysis.judge.property_records import applicable
     from repro.core.paths import ROOT
 
     path = made_up_contract(contract, tmp_path)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from analysis.cli.evaluate import evaluate
-from analysis.judge.properties import RATE_ROWS, applicable
+from analysis.judge.property_records import RATE_ROWS, applicable
 from repro.core import stateful
 from repro.core.contract import load
 from repro.core.errors import SuiteError

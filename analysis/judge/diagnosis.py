@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
-from analysis.judge.properties import RECORDS, Property
+from analysis.judge.property_records import RECORDS, Property
 from analysis.judge.reading import g
 from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.judge.findings import Finding
-from analysis.judge.properties import classify, first_step, vanishing_summary
+from analysis.judge.property_checks import classify, first_step, vanishing_summary
 from analysis.judge.verdict import Verdict
 from repro.core import spec
 from repro.core.contract import Controller

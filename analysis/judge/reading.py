@@ -26,7 +26,7 @@ def rate_form(form: dict | None, factor: float | None) -> str:
 
 
 def vanishing(v: dict) -> str:
-    """The vanishing run's summary (``analysis.judge.properties.vanishing_summary``) in words."""
+    """The vanishing run's summary (``analysis.judge.property_checks.vanishing_summary``) in words."""
     parts = [f"subnormal from step {v['first_subnormal']}" if v["first_subnormal"] else "never subnormal",
              f"0 from step {v['first_zero']}" if v["first_zero"] else f"settles at {g(v['settled'])}",
              f"back to λ0 {v['recovered']} steps into high KL" if v["recovered"] else

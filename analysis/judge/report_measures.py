@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.judge.design_measures import DesignSection
 from analysis.judge.findings import Finding
 from analysis.judge.peer_measures import PeerMeasures
-from analysis.judge.properties import classify
+from analysis.judge.property_checks import classify
 from analysis.judge.verdict import Verdict
 from repro.core import spec
 from repro.core.ablation import FACTORS

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from analysis.judge.diagnosis import behaves_as, diagnose
-from analysis.judge.findings import Difference
-from analysis.judge.properties import RECORDS, Finding, judge_rows
+from analysis.judge.findings import Difference, Finding
+from analysis.judge.property_records import RECORDS, judge_rows
 from repro.core.contract import Contract
 from repro.core.kernel_source import KernelSource
 from repro.runners.evidence import Evidence
@@ -73,7 +73,7 @@ def judge(evidence: Evidence, source: KernelSource, contract_name: str, contract
           require_coverage: bool = False) -> Verdict:
     """The verdict on ``evidence`` (a pure function of it: no kernel runs here).
 
-    Every row its records give (``analysis.judge.properties.RECORDS``); where the evidence has the rule
+    Every row its records give (``analysis.judge.property_records.RECORDS``); where the evidence has the rule
     the kernel behaves as, the differences from the contract and each failing row's causes.
     ``seconds``: what gathering the evidence took.
     """

@@ -1,8 +1,8 @@
 """The gate's rows as text for each reader: the table, one-line messages, JSON, JUnit XML, GitHub annotations.
 
-The only place findings become whole texts. How each row's columns read is part of its
-property's record (``analysis.judge.properties.RECORDS``: ``reads``), so that a property is
-one record; this module assembles the columns. Every function takes the structured rows
+The only place findings become whole texts. How each row's columns read is
+:data:`analysis.present.property_columns.COLUMNS` (one entry per row of
+``analysis.judge.property_records.RECORDS``); this module assembles the columns. Every function takes the structured rows
 (:class:`analysis.judge.findings.Finding`, :class:`~analysis.judge.findings.Difference`) and
 the names of the files to point at; none reads text back.
 """
@@ -14,26 +14,26 @@ import math
 from xml.etree import ElementTree as ET
 
 from analysis.judge.findings import Difference, Finding, Where
-from analysis.judge.properties import RECORDS
 from analysis.judge.reading import g
 from analysis.judge.trace_moves import Moves
 from analysis.judge.verdict import Verdict
+from analysis.present.property_columns import COLUMNS
 from repro.core.paths import shown
 
 
 def documented(f: Finding) -> str:
-    """The row's documented value in words (its record says how; "—" where it was not measured)."""
-    return "—" if "not_measured" in f.detail else RECORDS[f.key].reads.documented(f)
+    """The row's documented value in words (its columns say how; "—" where it was not measured)."""
+    return "—" if "not_measured" in f.detail else COLUMNS[f.key].documented(f)
 
 
 def predicted(f: Finding) -> str:
-    return "—" if "not_measured" in f.detail else RECORDS[f.key].reads.predicted(f)
+    return "—" if "not_measured" in f.detail else COLUMNS[f.key].predicted(f)
 
 
 def measured(f: Finding) -> str:
     if "not_measured" in f.detail:
         return f"not measured: {f.detail['not_measured']}"
-    return RECORDS[f.key].reads.measured(f)
+    return COLUMNS[f.key].measured(f)
 
 
 def where(w: Where | None) -> str:

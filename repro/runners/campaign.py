@@ -3,7 +3,7 @@
 This module runs kernels (it never judges): the catalogue in both launch
 modes, the guard and non-finite cases, the dead-zone probes (band rules), the
 vanishing run (rules with no floor), the onset bisection and the
-single-thread probe. ``analysis.judge.properties`` turns the
+single-thread probe. ``analysis.judge.property_checks`` turns the
 evidence into verdicts. The experiments come in named groups so that
 :mod:`repro.runners.isolation` can run each in a child process and, when one crashes
 or hangs, re-run its scenarios one by one to find the culprit.

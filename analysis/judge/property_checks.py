@@ -1,8 +1,9 @@
-"""Verdicts: each documented property measured from the evidence and judged against the contract.
+"""The gate's property checks: each documented property measured from the evidence and judged against the contract.
 
-Pure functions of :class:`repro.runners.campaign.Evidence` (no kernel runs here).
-Float32 comparisons are bitwise (``view(np.uint32)``) unless the property
-states a tolerance (the per-step rates, "about 34 steps").
+Pure functions of :class:`repro.runners.evidence.Evidence` (no kernel runs here), each returning a
+:class:`analysis.judge.findings.Finding`; :mod:`analysis.judge.property_records` says which row each check is
+and what it needs, :mod:`analysis.present.property_columns` how its columns read. Float32 comparisons are
+bitwise (``view(np.uint32)``) unless the property states a tolerance (the per-step rates, "about 34 steps").
 """
 
 from __future__ import annotations
@@ -12,20 +13,18 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.judge import design_measures, reading
+from analysis.judge import design_measures
 from analysis.judge.findings import Difference, Finding, Where
-from analysis.judge.memory_findings import memory_findings
-from analysis.judge.reading import g, rate_form
+from analysis.judge.reading import g
 from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
 from repro.core.f32 import F32, bits, differs_beyond_nan, same
 from repro.core.spec import Rule, band_edges
-from repro.runners.evidence import GROUPS, SCENARIO_GROUPS, SOURCES, Evidence, MissingEvidence
+from repro.runners.evidence import Evidence
 from repro.runners.inference import Behaviour
 from repro.runners.runner import Run
 from repro.runners.scenarios import WARM_UP_RATES
@@ -69,7 +68,7 @@ def _at(r: Run, step: int, event: str, expected=None, reference: str = "") -> Wh
                  kl=_float_or_none(sc.kl[step - 1]), target=_float_or_none(sc.target[step - 1]))
 
 
-def _bound(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
+def bound_held(ev: Evidence, key: str, scenarios: tuple[str, ...]) -> Finding:
     """The floor (never crossed downward) or the ceiling (upward) over the valid runs, reached and held in ``scenarios``."""
     doc = ev.controller[key]
     bound = F32(doc.value)
@@ -123,7 +122,7 @@ def _rate_doc(ctrl: Controller, key: str) -> tuple[dict, float, float, str, int]
     return form, 1.0 + sign * clip * n / h, DERIVED_RTOL, doc.doc, doc.line
 
 
-def _rate(ev: Evidence, key: str, scenario: str) -> Finding:
+def rate_per_step(ev: Evidence, key: str, scenario: str) -> Finding:
     form, factor, rtol, doc, line = _rate_doc(ev.controller, key)
     r = ev.run(scenario)
     lam = np.concatenate([[r.scenario.lambda0], r.lam]).astype(np.float64)
@@ -156,7 +155,7 @@ def _steps_to(r: Run, factor: float) -> int | None:
     return first_step(lam >= goal if factor > 1 else lam <= goal)
 
 
-def _count(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, title: str) -> Finding:
+def steps_to_factor(ev: Evidence, key: str, scenarios: tuple[str, ...], factor: float, title: str) -> Finding:
     """Steps to double (``factor`` 2, ramping) or to halve (0.5, decaying) λ0 in ``scenarios``. Judged against
     the documented count where the contract states one; else against the closed form of the rule's rate,
     within one step (float32 rounding moves the crossing by at most one)."""
@@ -259,7 +258,7 @@ def dead_zone(ev: Evidence) -> Finding:
                    where=where, line=doc.line, doc=doc.doc)
 
 
-def _onset(ev: Evidence, which: str) -> Finding:
+def band_onset(ev: Evidence, which: str) -> Finding:
     doc, sym = _edge_doc(ev.controller, "upper" if which == "ramp" else "lower")
     rule = Rule.of(ev.controller)
     edge_key, rel = ("above", ">") if which == "ramp" else ("below", "<")
@@ -329,15 +328,6 @@ def _starts_detail(runs: list[Run], broken: list[tuple[Run, Where]]) -> dict:
             "start_broken": [{"case": r.scenario.params["case"], "start": r.scenario.params["start"],
                               "lambda0": float(r.scenario.lambda0), "lambda": w.lam, "spec": w.expected, "step": w.step}
                              for r, w in broken]}
-
-
-def _starts_measured(f: Finding) -> str:
-    """``, 80/80 from λ0 0.05, 0.050000004, 0.525, 1 as the spec model`` ("" where none ran)."""
-    d = f.detail
-    if not d.get("start_cases"):
-        return ""
-    n = d["start_cases"]
-    return f", {n - len(d['start_broken'])}/{n} from λ0 {', '.join(g(x) for x in d['starts'].values())} as the spec model"
 
 
 def _start_differences(row: Finding, kind: str) -> list[Difference]:
@@ -767,286 +757,3 @@ def vanishing(ev: Evidence) -> Finding:
                    unit="steps", documented=None, predicted=want["first_zero"] or want["first_subnormal"],
                    measured=got["first_zero"] or got["first_subnormal"], detail=detail, where=where,
                    line=doc.line, doc=doc.doc)
-
-
-def _steps_documented(f: Finding) -> str:
-    if f.documented is None:
-        return f"— (closed form {f.predicted:g} ± 1)"
-    tol = f.detail.get("tolerance")
-    return f"{f.documented:g}" + (f" ± {tol:g}" if tol else "")
-
-
-def _bound_measured(f: Finding) -> str:
-    d = f.detail
-    held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
-    return f"{d['extreme']} λ {g(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
-
-
-def _state_measured(f: Finding) -> str:
-    d = f.detail
-    bad = [f"{name} changed" for name, _ in d["changed"]] + [f"PTX {s}" for s in d["stores"]]
-    if bad:
-        return "; ".join(bad)
-    return f"none (read: {' and '.join(d['sources'])}; {len(d['objects'])} data object(s) in the host build)" \
-        if "host build's data" in d["sources"] else f"none (read: {' and '.join(d['sources'])})"
-
-
-def _rate_measured(f: Finding) -> str:
-    if f.measured is None:
-        return "no unclamped step"
-    return f"×{f.measured:.8f} (median of {f.detail['free_steps']} unclamped steps)"
-
-
-def _dead_zone_documented(f: Finding) -> str:
-    d = f.detail
-    if d.get("edges_documented"):
-        return f"[{d['lower']}, {d['upper']}], edges inclusive"
-    return f"×/÷{d['tolerance']:g}, edges inclusive"
-
-
-def _floor_steps_measured(f: Finding) -> str:
-    d = f.detail
-    if f.measured is None:
-        return f"never clamped at {g(d['floor'])}"
-    before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
-    return f"clamped at {g(d['floor'])} from step {f.measured:g}{before}"
-
-
-def _resources_measured(f: Finding) -> str:
-    d = f.detail
-    regs = f"{d['registers']} registers" if d["registers"] is not None else "registers not reported"
-    spill = f"{d['spill_bytes']} B spills" if d["spill_bytes"] is not None else "spills not reported"
-    return (f"{d['global_stores']} st.global, {d['local_accesses']} local-memory accesses, {spill}, "
-            f"{d['stack_bytes']} B stack, {regs}")
-
-
-def _sanitizer_measured(f: Finding) -> str:
-    d = f.detail
-    if f.ok:
-        return f"0 errors on the {', '.join(d['paths'])} launch paths"
-    return f"{d['kind']} in {d['kernel'] or 'a CUDA call'} at {d['location']} ({d['path']} path)"
-
-
-def _fraction(what: str) -> Callable[[Finding], str]:
-    return lambda f: f"{f.measured:g}/{f.documented:g} {what}"
-
-
-def _default_predicted(f: Finding) -> str:
-    return reading.value(f.predicted, f.unit, RECORDS[f.key].reads.documented(f))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reads:
-    """How a row reads in the table, JSON messages, JUnit and annotations: each column from the row's fields."""
-
-    documented: Callable[[Finding], str]
-    measured: Callable[[Finding], str]
-    predicted: Callable[[Finding], str] = _default_predicted  # default: the predicted number and unit
-
-
-def _same_as_documented(f: Finding) -> str:
-    return RECORDS[f.key].reads.documented(f)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Property:
-    """One row of the gate, in one place (OpInfo-style): its check, what it needs, what the diagnosis blames
-    it on, how it reads, where it applies.
-
-    ``check(evidence, require_coverage)`` is a pure function returning the row (or rows: the sanitizer's).
-    ``needs``: experiment groups (``repro.runners.evidence.GROUPS``) and other evidence (``SOURCES``) it
-    reads; where one did not run, the row is "not measured" and fails (no row passes on no evidence).
-    ``blames`` / ``depends``: the rule quantities (``analysis.judge.diagnosis``) a failing row is blamed
-    on first, else on these (``depends`` alone where they are the same). ``applies(controller)``: whether
-    the contract entry has the property.
-    ``shown(evidence, require_coverage)``: whether the row is in the table at all (a tool this machine lacks
-    is a note, unless the row is required). ``differences(row, behaviour)``: what a failing row shows by itself
-    beside the inferred rule's differences (its cases); ``source_causes(row, text)``: its causes in the source
-    where no inference explains it (the kernel crashed).
-    """
-
-    key: str
-    check: Callable[[Evidence, bool], Finding | list[Finding]]
-    needs: tuple[str, ...]
-    reads: Reads
-    blames: frozenset[str] = frozenset()
-    depends: frozenset[str] = frozenset()
-    applies: Callable[[Controller], bool] = lambda ctrl: True
-    band_only: bool = False
-    shown: Callable[[Evidence, bool], bool] = lambda ev, required: True
-    differences: Callable[[Finding, Behaviour], list[Difference]] | None = None
-    source_causes: Callable[[Finding, str], list[Difference]] | None = None
-
-    def applies_to(self, ctrl: Controller) -> bool:
-        if ctrl.stateful and self.key in RATE_ROWS:
-            return False
-        return (ctrl.is_band or not self.band_only) and self.applies(ctrl)
-
-
-#: Rows that read a per-step rate, a band or one-step outcomes: a stateful rule (repro.core.stateful) has none of
-#: them; its update equations are judged by spec_agreement over the whole catalogue (bad values included), its
-#: bounds by the floor and ceiling rows, its writes by isolation (λ and the state slots its entry declares).
-RATE_ROWS = frozenset({"ramp", "decay", "steps_to_double", "steps_to_halve", "steps_to_floor", "vanishing",
-                       "dead_zone", "ramp_onset", "decay_onset", "nonfinite"})
-
-
-def _bind_row(check: Callable[..., Finding], **row) -> Callable[[Evidence, bool], Finding]:
-    """A record's check from ``check(evidence, **row)``: the rows that do not read ``--require-coverage``."""
-    return lambda ev, required: check(ev, **row)
-
-
-_BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
-_RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
-              predicted=lambda f: f"×{g(f.predicted)}",
-              measured=_rate_measured)
-_COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
-               measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {g(f.detail['lambda0'][n])}"
-                                            for n, c in f.detail["counts"].items()))
-_ONSET = Reads(documented=lambda f: f"KL {f.detail['relation']} {f.detail['edge']}",
-               predicted=lambda f: f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})",
-               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else g(x)
-                                            for x in f.detail["ratios"]) + " × target")
-_IDENTICAL = Reads(documented=lambda f: "identical", predicted=_same_as_documented,
-                   measured=lambda f: "identical" if f.ok else "differs")
-_SANITIZER = Reads(documented=lambda f: reading.value(f.documented, f.unit, "required"), measured=_sanitizer_measured)
-
-#: Every row of the gate, in its order: the documented properties, then the static, coverage and sanitizer rows.
-RECORDS: dict[str, Property] = {p.key: p for p in (
-    Property(key="floor", check=_bind_row(_bound, key="floor", scenarios=("aligned", "decay_from_ceiling")), needs=("catalogue",),
-             reads=_BOUND, depends=frozenset({"floor"}), applies=lambda c: c.bound("floor") is not None),
-    Property(key="ceiling", check=_bind_row(_bound, key="ceiling", scenarios=("diverged", "ramp_from_floor")),
-             needs=("catalogue",), reads=_BOUND, depends=frozenset({"ceiling"}),
-             applies=lambda c: c.bound("ceiling") is not None),
-    Property(key="ramp", check=_bind_row(_rate, key="ramp", scenario="ramp_from_floor"), needs=("catalogue",), reads=_RATE,
-             blames=frozenset({"ramp"}), depends=frozenset({"ramp", "floor", "ceiling"})),
-    Property(key="decay", check=_bind_row(_rate, key="decay", scenario="decay_from_ceiling"), needs=("catalogue",), reads=_RATE,
-             blames=frozenset({"decay"}), depends=frozenset({"decay", "floor", "ceiling"})),
-    Property(key="steps_to_double", check=_bind_row(_count, key="steps_to_double", scenarios=("diverged", "ramp_from_floor"),
-                                                 factor=2.0, title="steps to double (sustained high KL)"),
-             needs=("catalogue",), reads=_COUNT,
-             blames=frozenset({"ramp"}), depends=frozenset({"ramp", "ceiling"})),
-    Property(key="steps_to_halve", check=_bind_row(_count, key="steps_to_halve", scenarios=("decay_from_ceiling", "aligned"),
-                                                factor=0.5, title="steps to halve (sustained low KL)"),
-             needs=("catalogue",), reads=_COUNT,
-             blames=frozenset({"decay"}), depends=frozenset({"decay", "floor"})),
-    Property(key="steps_to_floor", check=_bind_row(steps_to_floor), needs=("catalogue",),
-             reads=Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
-                         measured=_floor_steps_measured),
-             depends=frozenset({"decay", "floor"}), applies=lambda c: c.has("steps_to_floor")),
-    Property(key="warm_up_loss", check=_bind_row(warm_up_loss), needs=("catalogue",),
-             reads=Reads(documented=lambda f: f"at most {f.documented:.0%} (EMA rate ≥ {f.detail['rate']:g})",
-                         predicted=lambda f: f"{f.predicted:.1%}",
-                         measured=lambda f: ", ".join(f"{x:.1%} ({n})" for n, x in f.detail["losses"].items())),
-             depends=frozenset({"decay", "lower", "floor"}), applies=lambda c: c.has("warm_up_loss")),
-    Property(key="vanishing", check=_bind_row(vanishing), needs=("vanishing",),
-             reads=Reads(documented=lambda f: "no floor", predicted=lambda f: reading.vanishing(f.detail["spec"]),
-                         measured=lambda f: reading.vanishing(f.detail["measured"])),
-             applies=lambda c: c.bound("floor") is None),
-    Property(key="dead_zone", check=_bind_row(dead_zone), needs=("dead_zone",), band_only=True,
-             reads=Reads(documented=_dead_zone_documented,
-                         predicted=lambda f: f"{f.predicted:g} probes × {f.detail['steps']} steps unchanged",
-                         measured=lambda f: f"{f.measured:g}/{f.documented:g} probes held λ for {f.detail['steps']} steps"),
-             depends=frozenset({"upper", "lower"})),
-    # probed from the seed λ: a ceiling at the seed leaves nothing to ramp
-    Property(key="ramp_onset", check=_bind_row(_onset, which="ramp"), needs=("onsets",), band_only=True, reads=_ONSET,
-             blames=frozenset({"upper"}), depends=frozenset({"upper", "ceiling"})),
-    Property(key="decay_onset", check=_bind_row(_onset, which="decay"), needs=("onsets",), band_only=True, reads=_ONSET,
-             blames=frozenset({"lower"}), depends=frozenset({"lower", "floor"})),
-    Property(key="guards", check=_bind_row(guards), needs=("guards", "starts"), depends=frozenset({"guard"}),
-             differences=guard_differences,
-             reads=Reads(documented=lambda f: "unchanged" if f.detail.get("guarded", True) else "the source's rule (no guard)",
-                         measured=lambda f: f"{f.measured:g}/{f.documented:g} cases "
-                         + ("unchanged" if f.detail.get("guarded", True) else "as the spec model of the source")
-                         + _starts_measured(f))),
-    Property(key="nonfinite", check=_bind_row(nonfinite), needs=("nonfinite", "starts"), blames=frozenset({"nonfinite"}),
-             differences=nonfinite_differences,
-             depends=frozenset({"nonfinite", "floor", "ceiling", "ramp", "decay"}),
-             reads=Reads(documented=lambda f: f"{f.documented:g} cases pinned", predicted=lambda f: f"{f.predicted:g} cases",
-                         measured=lambda f: f"{f.measured:g}/{f.documented:g} cases as pinned" + _starts_measured(f))),
-    Property(key="isolation", check=_bind_row(isolation), needs=SCENARIO_GROUPS, depends=frozenset({"writes"}),
-             source_causes=stray_write_causes,
-             reads=Reads(documented=lambda f: f"slot {f.detail['lambda_slot']} only" if not f.detail.get("state") else
-                         f"slot {f.detail['lambda_slot']}, state {reading.slot_ranges(f.detail['state'])}",
-                         predicted=_same_as_documented,
-                         measured=_fraction("runs left every other slot's bits intact"))),
-    Property(key="outside_state", check=_bind_row(outside_state), needs=("state",), blames=frozenset({"state"}),
-             source_causes=outside_state_causes,
-             reads=Reads(documented=lambda f: "none", predicted=_same_as_documented,
-                         measured=_state_measured)),
-    Property(key="spec_agreement", check=_bind_row(spec_agreement), needs=("catalogue", "ranges"), reads=_IDENTICAL,
-             depends=frozenset({"floor", "ceiling", "ramp", "decay", "upper", "lower", "guard", "nonfinite", "reads"})),
-    Property(key="launch_modes", check=_bind_row(launch_modes), needs=("catalogue", "per_step"), reads=_IDENTICAL),
-    Property(key="single_thread", check=_bind_row(single_thread), needs=("threads",),
-             reads=Reads(documented=lambda f: "thread (0, 0) only",
-                         measured=_fraction("other threads left the ISV unchanged"))),
-    Property(key="execution", check=_bind_row(execution), needs=(),
-             reads=Reads(documented=lambda f: "no crash, no hang",
-                         measured=lambda f: (f"{f.measured:g} crash(es)/time-out(s) ({f.detail['limit']})" if f.measured
-                                             else f"all ran ({f.detail['limit']})"))),
-    Property(key="device_view", check=_bind_row(device_view), needs=("device_view",),
-             shown=lambda ev, required: ev.device_views is not None, source_causes=device_view_causes,
-             reads=Reads(documented=lambda f: "same tokens as the host build",
-                         measured=lambda f: f"{f.measured:g}/{f.documented:g} device views ({', '.join(f.detail['views'])}) "
-                         "preprocess as the host build")),
-    Property(key="no_atomics", check=_bind_row(no_atomics), needs=("static",), shown=lambda ev, required: ev.static is not None,
-             reads=Reads(documented=lambda f: "none",
-                         measured=lambda f: ", ".join(f.detail["atomics"]) if f.detail["atomics"]
-                         else f"none (NVRTC {f.detail['nvrtc']}, {f.detail['arch']})")),
-    Property(key="resources", check=_bind_row(resources), needs=("static",), shown=lambda ev, required: ev.static is not None,
-             reads=Reads(documented=lambda f: "reported", measured=_resources_measured)),
-    Property(key="coverage", check=coverage, needs=("coverage",),
-             shown=lambda ev, required: ev.coverage is not None or required,
-             reads=Reads(documented=lambda f: "all" if f.detail.get("required") else "reported",
-                         measured=lambda f: f.detail["summary"])),
-    Property(key="memcheck", check=lambda ev, required: memory_findings(ev.sanitizer, "memcheck"), needs=("sanitizer",),
-             reads=_SANITIZER, shown=lambda ev, required: ev.sanitizer is not None),
-    Property(key="initcheck", check=lambda ev, required: memory_findings(ev.sanitizer, "initcheck"), needs=("sanitizer",),
-             reads=_SANITIZER, shown=lambda ev, required: ev.sanitizer is not None),
-)}
-
-
-def applicable(ctrl: Controller) -> list[str]:
-    """The documented properties judged for a contract entry (the rows that need no tool: not the static,
-    coverage and sanitizer rows): floor and ceiling where the rule has them, vanishing where it has no floor,
-    steps_to_floor where documented, the band's properties for band rules."""
-    return [key for key, p in RECORDS.items() if not set(p.needs) & set(SOURCES) and p.applies_to(ctrl)]
-
-
-def missing(ev: Evidence, needs: tuple[str, ...]) -> str:
-    """Why the evidence in ``needs`` is not all there, in words ("" when it is)."""
-    groups = [n for n in needs if n in GROUPS and n not in ev.groups_run]
-    out = [f"{', '.join(groups)} did not finish (see the execution row)"] if groups else []
-    if "device_view" in needs and ev.device_views is None:
-        out.append("the candidate was not preprocessed (no C++ compiler here)")
-    if "static" in needs and ev.static is None:
-        out.append("the static rules did not run" + (": NVRTC is not available here" if "static" in ev.unavailable else ""))
-    cov = ev.coverage
-    if "coverage" in needs and cov is None:
-        out.append("the coverage build did not run" + (": gcov is not available here" if "coverage" in ev.unavailable
-                                                       else ""))
-    elif "coverage" in needs and not cov.ran_in_full:
-        out.append(f"the coverage build did not run every group ({'; '.join(cov.fault_lines())})")
-    hung = [f.scenario for f in ev.faults if f.group == "sanitizer"]
-    if "sanitizer" in needs and (ev.sanitizer is None or hung):
-        out.append("compute-sanitizer " + (f"hung on {', '.join(hung)}" if hung else "did not run"))
-    return "; ".join(out)
-
-
-def judge_rows(ev: Evidence, require_coverage: bool = False) -> list[Finding]:
-    """Every row that applies to the evidence's controller, in the gate's order; "not measured" (a failure)
-    where what a row needs did not run, or a scenario it reads did not finish."""
-    rows = []
-    for key, prop in RECORDS.items():
-        if not prop.applies_to(ev.controller) or not prop.shown(ev, require_coverage):
-            continue
-        why = missing(ev, prop.needs)
-        if not why:
-            try:
-                got = prop.check(ev, require_coverage)
-                rows += got if isinstance(got, list) else [got]
-                continue
-            except MissingEvidence as err:
-                why = f"scenario {err.args[0]!r} did not finish (see the execution row)"
-        rows.append(Finding(key=key, title=key, ok=False, unit="", documented=None, predicted=None, measured=None,
-                            detail={"not_measured": why}))
-    return rows
