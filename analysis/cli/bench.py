@@ -37,10 +37,12 @@ from analysis.cli import policy
 from analysis.judge.bench_verdict import (
     REFERENCE,
     baseline_runs,
+    baselines,
     gated_count,
     judge_run,
     load_baseline,
     load_run,
+    portable,
     regressions,
     run_to_run,
     thresholds,
@@ -213,11 +215,20 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
         title = f"Launch-overhead benchmark: baseline of {len(every)} runs (the last two shown, back to back)"
         drift, checks = run_to_run(df, repeat), thresholds(*(r.df for r in every))
         outcome = f"bench: saved the baseline {shown(folder)} ({len(every)} runs; nothing judged)"
-    elif old is None:
-        lines += wrong_results(df)
-        title = f"Launch-overhead benchmark {label}".strip()
-        outcome = (f"bench: 0 modes gated: no baseline for this machine ({shown(folder)}; record one with --record). "
-                   f"The committed table, with its per-step figures, is the {REFERENCE}'s: reports/bench/bench.md")
+    elif old is None:  # no baseline of its own: the ratios measured side by side, against every committed one
+        checks = portable(df, baselines(ROOT / "reports" / "bench" / "baselines"))
+        lines = regressions(checks) + wrong_results(df) + lines
+        title = f"Launch-overhead benchmark, gated by machine-independent ratios {label}".strip()
+        gated, bad = gated_count(checks), sum(c.regressed for c in checks)
+        why = (f"no baseline for this machine: {shown(folder)}, record one with --record for per-step figures; the "
+               f"committed table is the {REFERENCE}'s: reports/bench/bench.md")
+        if bad:
+            outcome = f"bench: {bad} of {gated} modes regressed by their controller/empty ratio ({why})"
+        elif gated:
+            outcome = (f"bench: {gated} modes gated by their controller/empty ratio against the committed baselines, "
+                       f"within bounds ({why})")
+        else:
+            outcome = f"bench: 0 modes gated ({why}): no mode measured here has a committed ratio"
     else:
         checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines

@@ -36,6 +36,12 @@ REPEATABILITY = 0.05  # the goal: two back-to-back runs within 5 %
 REFERENCE = "NVIDIA_H200"
 SPREAD_FACTOR = 3  # threshold = this many times the baseline's own run-to-run spread (at least the goal)
 UNGATED_ABOVE = 2 * REPEATABILITY  # a spread beyond this does not reproduce: report, do not gate
+#: A machine without a baseline of its own is gated on what does not depend on the machine: each mode's
+#: controller/empty ratio (both kernels timed side by side in the same run), against the highest mean ratio any
+#: committed baseline measured, allowed to rise by this fraction (or SPREAD_FACTOR × that baseline's own run-to-run
+#: spread, if larger). A controller whose cost doubles doubles its ratio (+100 %); a ratio that differs between
+#: machines by less than half passes.
+PORTABLE_RISE = 0.5
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,39 @@ def judge_run(run: pd.DataFrame, *baseline: pd.DataFrame) -> list[ModeCheck]:
             out.append(ModeCheck(**{**check.__dict__, "threshold": None, "reason": "not measured in this run"}))
         else:
             out.append(ModeCheck(**{**check.__dict__, "now": got[1]}))
+    return out
+
+
+def baselines(root: Path) -> dict[str, list[pd.DataFrame]]:
+    """Every committed baseline under ``root`` (one folder per machine), as that machine's runs' frames."""
+    out = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if baseline_runs(folder):
+            runs = load_baseline(folder)
+            out[runs[0].tag] = [r.df for r in runs]
+    return out
+
+
+def portable(run: pd.DataFrame, committed_runs: dict[str, list[pd.DataFrame]]) -> list[ModeCheck]:
+    """The gate of a machine without a baseline: per mode of ``run`` whose controller/empty ratio some committed
+    baseline measured in each of its runs, the highest per-machine mean ratio, the largest per-machine run-to-run
+    spread, and the threshold :data:`PORTABLE_RISE` (or :data:`SPREAD_FACTOR` × that spread); not gated where that
+    spread exceeds :data:`UNGATED_ABOVE`."""
+    out = []
+    for mode in dict.fromkeys(run["mode"]):
+        now, per = ratio(run, mode), []
+        for frames in committed_runs.values():
+            values = [ratio(df, mode) for df in frames]
+            if values and all(v is not None for v in values):
+                per.append((sum(values) / len(values), max(values) / min(values) - 1))
+        if now is None or not per:
+            continue
+        base, spread = max(m for m, _ in per), max(s for _, s in per)
+        if spread > UNGATED_ABOVE:
+            out.append(ModeCheck(mode, "ratio", base, spread, None, now=now,
+                                 reason=f"its controller/empty ratio moved {spread:.1%} between a baseline's runs"))
+        else:
+            out.append(ModeCheck(mode, "ratio", base, spread, max(PORTABLE_RISE, SPREAD_FACTOR * spread), now=now))
     return out
 
 
