@@ -210,10 +210,10 @@ def test_a_judging_run_never_writes_into_the_baseline_it_reads(tmp_path, capsys,
     assert "holds this run's baseline" in says
 
 
-def _host_rows_of_a_committed_run(scale_controller: float = 1.0) -> dict:
-    """A committed H200 run's host-mode rows (pytest-benchmark's JSON), the controller's times × ``scale_controller``."""
+def _rows_of_a_committed_run(modes, scale_controller: float = 1.0) -> dict:
+    """A committed H200 run's rows of ``modes`` (pytest-benchmark's JSON), the controller's times × ``scale_controller``."""
     data = json.loads(sorted((ROOT / "reports" / "bench" / "baselines" / REFERENCE).glob("run-*.json"))[0].read_text())
-    data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"]["mode"] == "host ctypes call"]
+    data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"]["mode"] in modes]
     for b in data["benchmarks"]:
         if b["extra_info"]["kernel"] == "controller":
             b["stats"] = {k: v * scale_controller if k in ("min", "max", "mean", "stddev", "median", "q1", "q3", "iqr")
@@ -221,53 +221,58 @@ def _host_rows_of_a_committed_run(scale_controller: float = 1.0) -> dict:
     return data
 
 
-@pytest.mark.parametrize("scale, code, says", [(1.0, 0, "within bounds"), (2.0, 1, "REGRESSED host ctypes call")])
-def test_a_machine_without_a_baseline_is_gated_by_its_ratios(tmp_path, capsys, monkeypatch, scale, code, says):
-    """No baseline for this machine: each mode's controller/empty ratio is gated against the committed baselines'
-    (a machine never seen before still fails a controller whose cost doubled); the last line says why no per-step
-    figure is gated and where the committed table is."""
-    data = _host_rows_of_a_committed_run(scale)
-    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: "Some_CPU")
+def _judged_here(data, tmp_path, monkeypatch, argv):
+    """``bench`` on a machine never seen before (no baseline), with ``data`` as pytest-benchmark's run."""
+    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: "Some_GPU")
+    monkeypatch.setattr(bench, "unavailable", lambda mode, rig: None)
 
     def pytest_run(modes, args, path):
         path.write_text(json.dumps(data))
         return 0
 
     monkeypatch.setattr(bench_run, "pytest_run", pytest_run)
-    assert bench_run.main([*HOST, "--out", str(tmp_path)]) == code
+    return bench_run.main([*argv, "--out", str(tmp_path)])
+
+
+DEVICE_MODES = ("graph replay: controller", "looped harness, one scenario")
+
+
+@pytest.mark.parametrize("scale, code, says", [(1.0, 0, "2 modes gated by their controller/empty ratio"),
+                                               (2.0, 1, "REGRESSED graph replay: controller")])
+def test_a_machine_without_a_baseline_is_gated_by_its_device_timed_ratios(tmp_path, capsys, monkeypatch, scale,
+                                                                          code, says):
+    """No baseline for this machine: each device-timed mode's controller/empty ratio is gated against the committed
+    baselines' (a machine never seen before still fails a controller whose cost doubled); the last line says why no
+    per-step figure is gated and where the committed table is."""
+    data = _rows_of_a_committed_run(DEVICE_MODES, scale)
+    code_now = _judged_here(data, tmp_path, monkeypatch, ["--mode", "graph replay", "--mode", "one scenario"])
     out = capsys.readouterr().out
+    assert code_now == code and says in out
     last = out.strip().splitlines()[-1]
-    assert says in out and "no baseline for this machine: reports/bench/baselines/Some_CPU" in last
-    assert "reports/bench/bench.md" in last
+    assert "no baseline for this machine: reports/bench/baselines/Some_GPU" in last and "reports/bench/bench.md" in last
 
 
 def test_a_run_that_gated_nothing_says_0_modes_gated_and_why(tmp_path, capsys, monkeypatch):
-    """No baseline anywhere that measured the run's modes: the last line says "0 modes gated", why, and where the
-    committed table is; never that nothing regressed."""
-    data = _host_rows_of_a_committed_run()
-    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: "Some_CPU")
-    monkeypatch.setattr(bench_run, "baselines", lambda root: {})
-
-    def pytest_run(modes, args, path):
-        path.write_text(json.dumps(data))
-        return 0
-
-    monkeypatch.setattr(bench_run, "pytest_run", pytest_run)
-    assert bench_run.main([*HOST, "--out", str(tmp_path)]) == 0
+    """A host-timed mode on a machine without a baseline: its ratio moves with the host, so nothing is gated; the
+    last line says "0 modes gated", why, and where the committed table is; never that nothing regressed."""
+    data = _rows_of_a_committed_run(("host ctypes call",), 2.0)
+    assert _judged_here(data, tmp_path, monkeypatch, HOST) == 0
     out = capsys.readouterr().out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("bench: 0 modes gated (no baseline for this machine: reports/bench/baselines/Some_CPU")
+    assert last.startswith("bench: 0 modes gated (no baseline for this machine: reports/bench/baselines/Some_GPU")
     assert "reports/bench/bench.md" in last and "regressed" not in out and "within bounds" not in out
     assert "0 modes gated" in (tmp_path / "bench.md").read_text()
 
 
-@on_a_recording
-def test_a_really_slowed_controller_fails_on_a_machine_without_a_baseline(tmp_path):
-    """The host mode timed for real, twice: as it is (exit 0), then with the controller slowed by a busy wait as long
-    as its own measured step (its cost doubled): exit 1 by the controller/empty ratio, with no baseline here."""
-    first = _cli(*HOST, "--out", str(tmp_path / "a"))
+@pytest.mark.gpu
+def test_on_the_gpu_a_controller_slowed_to_twice_its_cost_fails_without_a_baseline(tmp_path, monkeypatch):
+    """On a GPU, timed for real as a machine never seen before: the looped harness's controller slowed by a spin as
+    long as its own step (its cost doubled) fails by its controller/empty ratio (exit 1)."""
+    pytest.importorskip("cupy", reason="the device modes need CuPy")
+    monkeypatch.setattr(bench, "machine_tag", lambda gpu=None: "Some_GPU")
+    first = _cli("--mode", "one scenario", "--out", str(tmp_path / "a"))
     assert first.returncode == 0, first.stdout + first.stderr
     df = load_run(tmp_path / "a" / "run.json").df.set_index("kernel")
     step_ns = int(df.loc["controller", "median_us"] * 1000) + 1
-    slowed = _cli(*HOST, "--out", str(tmp_path / "b"), "--slow-ns", str(step_ns))
-    assert slowed.returncode == 1 and "REGRESSED host ctypes call" in slowed.stdout, slowed.stdout + slowed.stderr
+    slowed = _cli("--mode", "one scenario", "--out", str(tmp_path / "b"), "--slow-ns", str(step_ns))
+    assert slowed.returncode == 1 and "REGRESSED looped harness, one scenario" in slowed.stdout, slowed.stdout

@@ -228,7 +228,8 @@ def _judge(runs: list, written: list[Path], args, folder: Path, old: list | None
             outcome = (f"bench: {gated} modes gated by their controller/empty ratio against the committed baselines, "
                        f"within bounds ({why})")
         else:
-            outcome = f"bench: 0 modes gated ({why}): no mode measured here has a committed ratio"
+            outcome = (f"bench: 0 modes gated ({why}): no device-timed mode measured here has a committed ratio "
+                       "(host-timed ratios move with the host)")
     else:
         checks = judge_run(df, *(r.df for r in old))
         lines = regressions(checks) + wrong_results(df) + lines
