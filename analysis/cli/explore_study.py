@@ -147,8 +147,10 @@ def show(result: dict, args) -> None:
         write_text(args.judged, render.strict_json(judged, indent=1) + "\n")
     if args.plot:
         from analysis.present import explore_plots, plots
+        from repro.core.paths import JUDGED_CONFIRMATION
 
-        for task, fig in explore_plots.maps(judged).items():
+        confirmed = json.loads(JUDGED_CONFIRMATION.read_text(encoding="utf-8")) if JUDGED_CONFIRMATION.is_file() else None
+        for task, fig in explore_plots.maps(judged, confirmed).items():
             target = Path(args.plot).with_name(f"{Path(args.plot).stem}_{task}.png")
             plots.save(fig, target)
             print(f"wrote {target}")

@@ -24,8 +24,13 @@ def _frac(a: dict) -> float:
     return a["drifted"] / a["runs"] if a["runs"] else float("nan")
 
 
-def task_map(judged: dict, task: str):
+SETTINGS = ("task", "tau", "aux_reward", "pi_lr", "kl_target", "kl_site")
+
+
+def task_map(judged: dict, task: str, confirmed: dict | None = None):
+    """One task's map; ``confirmed``: the judged confirmation, whose cells are marked with their verdict."""
     cells = [c for c in judged["cells"] if c["task"] == task]
+    verdicts = {tuple(c[k] for k in SETTINGS): c["verdict"] for c in (confirmed or {}).get("cells", [])}
     groups = [g for g in judged["groups"] if g["task"] == task]
     if not cells:
         raise ValueError(f"no cell of {task} in the judged search")
@@ -50,6 +55,10 @@ def task_map(judged: dict, task: str):
                            "0.6", linewidth=1.2 if c["qualifies"] else 0.4, linestyle=ls)
                 if c["selected"]:
                     ax.plot(x, y0 + 1.05, marker="*", color="red", markersize=9)
+                word = verdicts.get(tuple(c[k] for k in SETTINGS))
+                if word:
+                    ax.annotate(word.replace(", ", ",\n"), (x, y0 + 1.05), xytext=(0, 6), textcoords="offset points",
+                                ha="center", fontsize=5.5, color="darkred")
             ax.set_ylim(-0.05, BAND * (len(sites) - 1) + 1.15)
             ax.set_yticks([BAND * k + 0.5 for k in range(len(sites))], [s.replace("_", " ") for s in sites], fontsize=7)
             if i == 0:
@@ -69,7 +78,8 @@ def task_map(judged: dict, task: str):
         ax.set_ylim(0, 1.05)
         if j == 0:
             ax.set_ylabel("constant λ:\nfraction of runs drifting", fontsize=8)
-            ax.legend(fontsize=6, loc="upper left", ncol=len(CONST_SHADES))
+            ax.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(CONST_SHADES), frameon=False,
+                      columnspacing=0.8, handlelength=1.2)
         ax.set_xticks(range(len(combos)), [f"aux {a:g}\nlr {lr:g}" for a, lr in combos], fontsize=6, rotation=90)
         ax.set_xlabel("auxiliary reward, π learning rate", fontsize=8)
     sm = plt.cm.ScalarMappable(cmap=CMAP, norm=plt.Normalize(0, 1))
@@ -77,14 +87,15 @@ def task_map(judged: dict, task: str):
     cb.set_label("fraction of runs drifting (in-R agreement below the group's midpoint)", fontsize=8)
     title = (f"{task}: the collapse map (EXPLORATORY search). Bars: original (left, solid) and fixed (right, dashed); "
              "height = fraction of post-warm-up steps with λ at the kernel's floor, colour = fraction of runs drifting; "
-             "black edge = the cell qualifies, red star = selected")
+             "black edge = the cell qualifies, red star = selected"
+             + ("; dark red words: the confirmation's verdict on fresh seeds" if verdicts else ""))
     fig.suptitle("\n".join(textwrap.wrap(title, int(fig.get_figwidth() * 14))), fontsize=9)
     return fig
 
 
-def maps(judged: dict) -> dict:
-    """``{task: figure}`` for every task of the judged search."""
-    return {task: task_map(judged, task) for task in dict.fromkeys(c["task"] for c in judged["cells"])}
+def maps(judged: dict, confirmed: dict | None = None) -> dict:
+    """``{task: figure}`` for every task of the judged search (``confirmed``: the judged confirmation, marked)."""
+    return {task: task_map(judged, task, confirmed) for task in dict.fromkeys(c["task"] for c in judged["cells"])}
 
 
 def check(judged: dict, kernel: str):
