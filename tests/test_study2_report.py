@@ -126,8 +126,8 @@ def test_committed_section_leads_with_the_primary_criterion(committed, explorato
 
 
 def test_no_power_of_ten_prints_a_runaway_logit_digit_by_digit():
-    """A lowest quartile of the first study's minimum can be −5.6e16 (a peer's logit ran away, finite still: the
-    committed report of 2026-12-01 printed it as 17 digits): it is written in scientific notation, and read from
+    """A lowest quartile of the first study's minimum can be −5.6e16 (a peer's logit ran away, finite still; printed
+    in full it is 17 digits): it is written in scientific notation, and read from
     the data (here the committed first study with one controller's quartile set that low)."""
     first = json.loads((RESULTS / "preregistered_cupy.json").read_text())
     block = first["envs"]["FrozenLake-v1"]["controllers"]
@@ -249,7 +249,7 @@ def test_cold_start_check_is_stated_from_its_json(committed, cold):
             f = [x["fraction"] for x in e["lambda_side_first_window"]["per_regime"]]
             shown = f"{min(f):.1%}" if min(f) == max(f) else f"{min(f):.1%}–{max(f):.1%}"
             assert f"{'λ = 0' if name == 'const:0' else name} {shown}" in text.split(f"{env}: ")[-1]
-    assert "not recomputed here" in "\n".join(study_section.signature_lines(committed))
+    assert "is not reported" in "\n".join(study_section.signature_lines(committed))
 
 
 def test_cold_start_window_is_the_runs_first_steps(host, committed):

@@ -254,9 +254,8 @@ def signature_lines(result: dict, cold: dict | None = None) -> list[str]:
 
 def _cold_start(cold: dict | None) -> str:
     if not cold:
-        return ("A review of this study found the λ side met within the first 200 steps in 87–98 % of the "
-                "original's runs; the study's JSON holds the λ side over the whole run only (and the median run's λ "
-                "per evaluation), so that timing is the review's finding, not recomputed here.")
+        return ("The exploratory cold-start JSON is absent, so when the λ side is met is not reported; the study's "
+                "JSON holds the λ side over the whole run only (and the median run's λ per evaluation).")
     per = "; ".join(
         f"{env}: " + ", ".join(f"{'λ = 0' if n == 'const:0' else n} "
                                f"{_range(_lo_hi([x['fraction'] for x in e['lambda_side_first_window']['per_regime']]))}"

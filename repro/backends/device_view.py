@@ -232,7 +232,7 @@ def unmodelled(text: str, known: frozenset[str], compiler: frozenset[str] = froz
     gate's build and the GPU's (:data:`_VARIES`: ``__FILE__``, ``__DATE__`` …), anywhere in the code, and each use
     outside a conditional of a macro the host compiler predefines (``compiler``: :func:`compiler_macros`, such as
     ``__cpp_unicode_characters``) or of an operator such as ``__has_builtin``: the device views leave code as
-    written, so a value that differs on the GPU shows in no token (a reviewer's decay of 0.98 on NVRTC, exit 0)."""
+    written, so a value that differs on the GPU shows in no token (e.g. a decay of 0.98 under NVRTC only)."""
     lines = code_only(text).splitlines()
     own = {m.group(1) for m in map(_DEFINE.match, lines) if m}
     found = []
@@ -252,14 +252,14 @@ def unmodelled(text: str, known: frozenset[str], compiler: frozenset[str] = froz
 
 
 #: ``#pragma`` spellings that change how g++ compiles what follows (its floating point, its target; ``None``: any),
-#: which NVRTC ignores: a reviewer's ``#pragma GCC optimize("finite-math-only")`` dropped a NaN branch from the host
-#: build only, and the gate said PASS to a kernel whose GPU build set λ to 1 on a NaN KL.
+#: which NVRTC ignores: ``#pragma GCC optimize("finite-math-only")`` drops a NaN branch from the host build only, so a
+#: kernel whose GPU build sets λ to 1 on a NaN KL would pass on the host.
 _HOST_PRAGMAS = {"GCC": {"optimize", "target", "push_options", "pop_options", "reset_options"}, "STDC": None,
                  "clang": None, "float_control": None, "fp_contract": None, "fenv_access": None}
 #: Attributes that do the same for one function (``__attribute__((optimize(…)))``, ``[[gnu::optimize(…)]]``), and
 #: those that run code nobody calls, or put it where the loader runs it: a ``static __host__ __device__`` function
 #: marked ``constructor`` compiles under NVRTC (never called there, never emitted) and runs in every host build at
-#: load, with no conditional for the views to see (a reviewer's fourth round).
+#: load, with no conditional for the views to see.
 _HOST_ATTRIBUTES = frozenset({
     "optimize", "target", "target_clones", "constructor", "destructor", "init_priority", "section", "ifunc", "alias",
     "weak", "weakref"} | {f"__{name}__" for name in (
@@ -276,8 +276,8 @@ _LONG_DOUBLE_LITERAL = re.compile(
 def host_options(tokens) -> tuple[tuple[int, str], ...]:
     """``(line, spelling)`` of each pragma or attribute in the expanded text (:func:`expanded`; a ``_Pragma`` in a
     macro comes out as a ``#pragma`` line) that changes how only the host compiler builds the code, and each
-    ``long double``: x87's 80 bits on the host, a double under NVRTC (its warning 20208-D; a reviewer's sixth round
-    chose the decay by whether 1e600 overflows: exit 0, and λ × 0.9 a step on the H200)."""
+    ``long double``: x87's 80 bits on the host, a double under NVRTC (its warning 20208-D): a kernel may choose its
+    decay by whether 1e600 overflows, and so decay λ differently on the two."""
     toks, found = list(tokens or ()), []
     for i, (line, tok) in enumerate(toks):
         after = [t for _, t in toks[i + 1 : i + 4]]

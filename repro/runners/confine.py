@@ -44,7 +44,7 @@ _LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write fil
 _LL_MAKE_SPECIAL = sum(1 << b for b in (6, 9, 10, 11, 12))  # char and block devices, sockets, FIFOs, symlinks
 _LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
 # ABI 5: an ioctl on a device opened after the sandbox (a loop device bound to a file outside, /dev/loop-control, a
-# console or terminal made its own after setsid: a reviewer's fifth round). CUDA's descriptors, opened before, keep it.
+# console or terminal made its own after setsid). CUDA's descriptors, opened before, keep it.
 _LL_IOCTL_DEV = 1 << 15
 _LL_NET_TCP = 1 | 2  # bind, connect (ABI 4)
 _LL_SCOPE = 1 | 2  # abstract unix sockets, signals (ABI 6)
@@ -224,7 +224,7 @@ def keep_caches_in(scratch: Path) -> None:
 def _first_to_go() -> None:
     """Make this process the out-of-memory killer's first choice (``oom_score_adj`` 1000, which any process may
     raise): memory a candidate holds in a memfd counts in no process's RSS, and the killer would otherwise pick the
-    gate or a job beside it (a reviewer's fourth round)."""
+    gate or a job beside it."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
 
