@@ -161,7 +161,7 @@ def test_a_confined_gpu_worker_runs_kernels_and_its_escape_is_named(tmp_path):
     try:
         assert parent.poll(120), "the worker did not confine itself"
         assert plain.loads(parent.recv_bytes())[0] == "confined"
-        watch = confine.Watch(reduction.recv_handle(parent), proc.pid, tmp_path)
+        watch = confine.SyscallWatch(reduction.recv_handle(parent), proc.pid, tmp_path)
         assert parent.poll(120)
         kind, n = parent.recv()
         assert kind == "ran" and n > 0, (kind, n)

@@ -6,7 +6,7 @@ library is loaded: its load-time code is the candidate's too), and kept for the 
 
 - **seccomp** through libseccomp (the ``pyseccomp`` binding of the system's ``libseccomp.so.2``), deny by default:
   the calls of :mod:`repro.runners.syscall_policy` are allowed (some with conditions on their arguments); any other
-  is handed to the parent as a *user notification* (seccomp_unotify(2)), whose :class:`Watch` refuses it, names it
+  is handed to the parent as a *user notification* (seccomp_unotify(2)), whose :class:`SyscallWatch` refuses it, names it
   and ends the worker. The parent reads one thing from a notification: the path of an open for writing or a new
   folder, to name one outside the scratch folder; inside it the call goes on to Landlock, which decides.
 - **Landlock** (kernel 5.13+, required): the scratch folder is the only place the worker may create, write,
@@ -155,7 +155,7 @@ def _seccomp_version() -> tuple[int, int, int]:
 
 def _filter(alone: bool = False):
     """The seccomp filter (not yet loaded): the calls of :mod:`repro.runners.syscall_policy` allowed, any other
-    handed to the parent, which names it and ends the worker (:class:`Watch`). ``alone``: no parent answers
+    handed to the parent, which names it and ends the worker (:class:`SyscallWatch`). ``alone``: no parent answers
     (:func:`confine_alone`): any other call fails with EPERM, and writes are Landlock's alone."""
     sc = _seccomp()
     # alone and auditing: the kernel logs a call outside the list (its audit log, dmesg) and lets it go on
@@ -317,7 +317,7 @@ def _close_inherited(conn, keep: tuple[int, ...] = ()) -> None:
                 os.close(fd)
 
 
-class Watch:
+class SyscallWatch:
     """Parent side: answers a confined worker's notifications in a thread of its own.
 
     A write inside ``scratch`` goes through; anything else is refused (EPERM), named in :attr:`attempt`, and
@@ -450,7 +450,7 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
 
     For a command that loads a candidate in its own process (``report``/``replay``/``toy --kernel``, a study's
     learning loops). The child keeps the command's working folder and its stdin, stdout and stderr (what it
-    prints is the command's output), writes only inside ``scratch`` (Landlock, and the parent's :class:`Watch`
+    prints is the command's output), writes only inside ``scratch`` (Landlock, and the parent's :class:`SyscallWatch`
     on every write by path), starts no process (its threads are fine), opens no socket. Nothing flows back but
     its exit status and the files it left in ``scratch``: the parent unpickles nothing the candidate could have
     written. A host library the child needs and the cache lacks is built by the parent: ``serve`` answers the
@@ -465,7 +465,7 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
     (a path in the scratch folder; None where not asked for) and returns the exit code; the outputs are moved to
     their places only when it returns 0, and an attempt is ``NAME: error: the candidate tried to …``, exit 2.
     Where :func:`unavailable` says no sandbox can be installed, or the backend is a device's, ``work`` runs in
-    the command's own process (the former said in one line; ``--require-sandbox``: exit 2 instead).
+    the command's own process (the former hello in one line; ``--require-sandbox``: exit 2 instead).
 
     Set in the child before confinement: ``MPLCONFIGDIR``, ``TMPDIR`` and CuPy's cache in ``scratch`` (matplotlib
     writes its font cache on first use), no ``.pyc`` written. A GPU command must not have started CUDA before
@@ -519,10 +519,10 @@ def run_confined(body: Callable[[], int], scratch: Path, serve: Callable[[bytes]
         while True:
             try:
                 if watch is None:
-                    said = plain.loads(parents.recv_bytes(plain.REPLY_MAX))  # plain data (read, never unpickled)
-                    if not (isinstance(said, tuple) and said[:1] == ("confined",)):
+                    hello = plain.loads(parents.recv_bytes(plain.REPLY_MAX))  # plain data (read, never unpickled)
+                    if not (isinstance(hello, tuple) and hello[:1] == ("confined",)):
                         break
-                    watch = Watch(reduction.recv_handle(parents), pid, scratch)
+                    watch = SyscallWatch(reduction.recv_handle(parents), pid, scratch)
                     continue
                 request = parents.recv_bytes()  # from now on bytes only: the candidate may have written them
             except (EOFError, OSError, plain.Forged):

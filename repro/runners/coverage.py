@@ -30,7 +30,7 @@ from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 from repro.runners.campaign import scenario_groups
 from repro.runners.evidence import GROUPS, Coverage, Fault
-from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, said, time_reference
+from repro.runners.isolation import Clock, GroupRunner, Worker, derive_limits, group_summary, time_reference
 
 __all__ = ["COVERAGE_FLAGS", "Coverage", "measure", "reference_times", "gcov_unavailable"]
 
@@ -114,7 +114,7 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
         with Worker(backend, source, slots, controller, seed, startup=per.get("startup"), cpu_time=timeout is None,
                     load=lambda: HostKernel(ctypes.CDLL(str(lib)), source, slots), scratch=folder) as worker:
             runner = GroupRunner(worker, controller, per, clock, seed, narrow=False)  # a dead worker's counts are lost
-            runner.known.update(hung or {})
+            runner.not_rerun.update(hung or {})
             for group in (g for g in GROUPS if g not in skip):
                 if any(f.kind == "timeout" for f in faults):
                     skipped.append((group, f"the coverage build hung in {faults[0].group}"))
@@ -123,7 +123,7 @@ def measure(backend: HostBackend, source: KernelSource, slots: Slots, controller
                 faults += bad
                 skipped += [(g, f"{name}: {why}") for g, name, why in left]
                 if progress is not None:
-                    progress("coverage " + said(group, bool(got), bad, per[group]))
+                    progress("coverage " + group_summary(group, bool(got), bad, per[group]))
             if clock.limit(LIMIT_DUMP) > 0:
                 worker.ask("dump", clock.limit(LIMIT_DUMP))
         data = subprocess.run([gcov, "--json-format", "--branch-counts", "--branch-probabilities", "--stdout",

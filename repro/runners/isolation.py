@@ -251,7 +251,7 @@ class Worker:
         # The folder a confined worker may write in: ``scratch`` (kept), else one of its own per process, removed
         # when the process is stopped or discarded (``with``), else when this process exits (repro.core.scratch).
         self.scratch = scratch
-        self.watches: dict[int, confine.Watch] = {}  # pid -> its sandbox's watch
+        self.watches: dict[int, confine.SyscallWatch] = {}  # pid -> its sandbox's watch
         self.folders: dict[int, str] = {}  # pid -> a scratch folder made for it
         self.startup = STARTUP_LIMIT if startup is None else startup  # s to load the kernel in a fresh worker
         self.load = load or (lambda: backend.compile(source, slots))
@@ -420,7 +420,7 @@ class Worker:
 
     def _watch(self, fd: int) -> None:
         folder = self.scratch if self.scratch is not None else self.folders[self.proc.pid]
-        self.watches[self.proc.pid] = confine.Watch(fd, self.proc.pid, Path(folder))
+        self.watches[self.proc.pid] = confine.SyscallWatch(fd, self.proc.pid, Path(folder))
 
     def _ended(self, seconds: float) -> bool:
         """Whether the worker has ended, waiting up to ``seconds`` for it. Never longer: ``Process.join`` with a
@@ -435,8 +435,8 @@ class Worker:
     def _died(self) -> _Answer:
         self.lost = True
         # Its pipe closes as it ends; one that lives on, not exiting, closed it itself (the candidate): it goes now.
-        lived_on = not self._ended(0.1) and not (_state(self.proc.pid) in ("E", "Z", "X", "") and self._ended(5.0))
-        if lived_on:
+        still_running = not self._ended(0.1) and not (_state(self.proc.pid) in ("E", "Z", "X", "") and self._ended(5.0))
+        if still_running:
             self.proc.kill()
             self.proc.join()
         code = self.proc.exitcode
@@ -444,7 +444,7 @@ class Worker:
         self._reset()
         if watch is not None and watch.attempt is not None:  # the sandbox ended it
             return _Answer(False, None, ("sandbox", watch.attempt))
-        if lived_on:
+        if still_running:
             return _Answer(False, None, ("crash", "it closed its pipe to the gate and lived on"))
         if code is not None and code < 0:
             try:
@@ -581,14 +581,14 @@ class GroupRunner:
                  narrow: bool = True):
         self.worker, self.limits, self.clock, self.narrow = worker, limits, clock, narrow
         self.groups_of = scenario_groups(controller, seed)
-        self.known: dict[str, str] = {}  # scenario name -> why it is not run again
+        self.not_rerun: dict[str, str] = {}  # scenario name -> why it is not run again
         self.hung = False
 
     def _first(self, group: str) -> tuple[tuple, list[str], tuple[int, ...], list[tuple[str, str, str]]]:
         """A group's first request (its scenarios not known to hang), their names, indices and the skipped."""
         names = [sc.name for sc in self.groups_of[group][0]] if group in self.groups_of else []
-        todo = tuple(i for i, n in enumerate(names) if n not in self.known)
-        skipped = [(group, n, self.known[n]) for n in names if n in self.known]
+        todo = tuple(i for i, n in enumerate(names) if n not in self.not_rerun)
+        skipped = [(group, n, self.not_rerun[n]) for n in names if n in self.not_rerun]
         return (group, None if len(todo) == len(names) else todo), names, todo, skipped
 
     def ask_together(self, groups: list[str]) -> dict[str, tuple[tuple, _Answer]]:
@@ -677,7 +677,7 @@ class GroupRunner:
                 continue
             # A hang: the search ends here; the rest of the group runs as one request, and if that hangs
             # too, the group ends (the candidate hangs on more than one input).
-            self.known[names[i]] = f"it hung in {group}"
+            self.not_rerun[names[i]] = f"it hung in {group}"
             rest = tuple(pending)
             pending = []
             if not rest or clock.limit(self.limits[group]) <= 0:
@@ -696,7 +696,7 @@ class GroupRunner:
         return {group: partial}, faults, skipped
 
 
-def said(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
+def group_summary(group: str, ran: bool, faults: list[Fault], limit: float) -> str:
     """One progress line: the group, how it ended, its limit."""
     shown = [f"{f.scenario}: {f.kind}" if f.scenario else f.kind for f in faults[:3]]
     state = "ran" if ran and not faults else ", ".join(shown) + (" …" if len(faults) > 3 else "") or "not run"
@@ -735,7 +735,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             results |= got
             faults += bad
             skipped += skip
-            say(said(group, bool(got), bad, per[group]))
+            say(group_summary(group, bool(got), bad, per[group]))
         whole = [f.group for f in faults if f.kind == "timeout" and not f.scenario]
         if inference and whole:  # it hangs on ordinary inputs, which are what the inference feeds it
             skipped.append((INFERENCE, "", f"the candidate hung in the whole {whole[0]} group"))
@@ -744,7 +744,7 @@ def collect_isolated(backend: Backend, source: KernelSource, slots: Slots, contr
             got, bad, _ = runner.run(INFERENCE)  # not a group: one request, no culprit search
             behaviour = got.get(INFERENCE)
             faults += bad
-            say(said(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
+            say(group_summary(INFERENCE, behaviour is not None, bad, per[INFERENCE]))
     return assemble(controller, slots, results, faults, seed, behaviour=behaviour,
                     limits=replace(limits, waits=tuple(worker.waits), stall_cap=STALL_CAP if worker.cpu_time else 0.0),
                     skipped=tuple(skipped))
