@@ -221,10 +221,11 @@ def sentinel_cells(path: Path | None = None) -> tuple[dict, list[dict]]:
     why = "no sentinel regime: the closed-loop check cannot tell a harmful controller here"
     if not path.is_file():
         raise SuiteError(f"{why} (no collapse map: {_shown(path)} is absent; the fourth study's search draws it)")
-    confirmed = JUDGED_CONFIRMATION  # the confirmation's 'the fix holds' cells join the map's
+    # the committed confirmation's 'the fix holds' cells join the committed map's (a confirmation belongs to its map)
+    confirmed = JUDGED_CONFIRMATION if path.resolve() == JUDGED_MAP.resolve() else None
     try:
         judged = json.loads(path.read_text(encoding="utf-8"))
-        extra = json.loads(confirmed.read_text(encoding="utf-8"))["cells"] if confirmed.is_file() else None
+        extra = json.loads(confirmed.read_text(encoding="utf-8"))["cells"] if confirmed and confirmed.is_file() else None
         found = sentinels(judged, extra)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SuiteError(f"{_shown(path)}: not a judged collapse map ({err})") from None
