@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 
 from analysis.cli import confined, policy
-from analysis.present import render
+from analysis.present import deep_section, render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
 from repro.core.paths import JUDGED_CONFIRMATION, JUDGED_MAP, ROOT
@@ -165,6 +165,11 @@ def body(argv: list[str]) -> int:
         if candidate is None:
             print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
                   + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
+            primary = deep_section.five_words(result).get("primary", {})
+            if primary.get("verdict"):  # the pre-registered words above; the five words (issue 42 item 4) beside them
+                k, n = primary["floor_evaluations"]
+                print(f"re-read in five words (after the fact): primary cell: {primary['verdict']} (the original's "
+                      f"median λ at its floor at {k} of {n} evaluations after the warm-up)")
         elif "p" in h:
             print(f"candidate vs fixed, primary cell: {h['first']:.1%} vs {h['second']:.1%} collapse, discordant "
                   f"{h['discordant'][0]}:{h['discordant'][1]}, exact McNemar p {h['p']:.3g}{note}")

@@ -194,3 +194,23 @@ def test_measurements_outside_the_schema_are_refused(tmp_path):
     path.unlink()
     with pytest.raises(SuiteError, match="are no plain data"):
         deep.read_measured(path, planned)
+
+
+def test_the_headline_is_re_read_in_the_five_words_beside_the_pre_registered_ones(tmp_path):
+    """The reduced study's primary cell: the pre-registered words, then the five-word re-read with the evidence it
+    rests on (the original's median λ at its floor, evaluations after the warm-up), read from the run itself."""
+    import numpy as np
+
+    from repro.core.contract import load
+
+    done = _study(tmp_path, "--reduced", "--cells", "primary", "--json", "out.json")
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("re-read in five words"))
+    result = json.loads((tmp_path / "out.json").read_text())
+    lam = result["cells"]["primary"]["arms"]["original"]["median_series"]["lambda"]
+    steps, warmup = result["cells"]["primary"]["eval_steps"], result["cells"]["primary"]["warmup"]
+    after = [x for x, s in zip(lam, steps, strict=True) if s > warmup]
+    floor = float(np.float32(load().controller("original").value("floor")))  # the contract's, as float32
+    at_floor = sum(1 for x in after if x is not None and x <= floor)
+    assert f"at {at_floor} of {len(after)} evaluations" in line
+    assert ("precondition absent" in line) == (at_floor < 0.5 * len(after))
