@@ -1,6 +1,6 @@
 """Judgement of the third study (pure: arrays in, numbers out): the primary endpoint per run, the paired exact
-McNemar test per cell, Holm's correction over the declared cells, intervals, the secondary endpoints, the power
-computation that set the seed count, and the rule that picks the incident figure's run; and the study re-read in
+McNemar test per cell, Holm's correction over the declared cells, intervals, the secondary endpoints and the rule
+that picks the incident figure's run (exact McNemar power: :mod:`analysis.judge.confirm_study`); and the study re-read in
 the five verdict words (:func:`reread`, exploratory: after the fact).
 
 Inputs are the per-run evaluation series ``[n_evals, R]`` that :mod:`repro.learning.deep.study` gathers.
@@ -70,38 +70,6 @@ def noninferiority(fixed: np.ndarray, original: np.ndarray, margin: float, alpha
     lower = diff.mean() - stats.t.ppf(1 - alpha, n - 1) * diff.std(ddof=1) / np.sqrt(n)
     return {"n": int(n), "mean_difference": float(diff.mean()), "lower_bound": float(lower),
             "margin": margin, "noninferior": bool(lower > -margin)}
-
-
-def mcnemar_power(n: int, p_first: float, p_second: float, alpha: float) -> float:
-    """Exact power of the two-sided exact McNemar test with ``n`` pairs, the two arms' collapse probabilities
-    independent within a pair (discordant probabilities p1(1−p2) and p2(1−p1)), at level ``alpha``."""
-    from scipy import stats
-    p10, p01 = p_first * (1 - p_second), p_second * (1 - p_first)
-    pd = p10 + p01
-    share = p10 / pd
-    power = 0.0
-    for d in range(1, n + 1):
-        k = np.arange(d + 1)
-        # the exact two-sided p of binomtest(k, d, 0.5): symmetric, so twice the smaller tail (at most 1)
-        pvals = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(k, d, 0.5), stats.binom.sf(k - 1, d, 0.5)))
-        reject = pvals <= alpha
-        power += stats.binom.pmf(d, n, pd) * stats.binom.pmf(k, d, share)[reject].sum()
-    return float(power)
-
-
-def seeds_for_power(p_first: float, p_second: float, alpha: float, power: float, most: int = 400) -> tuple[int, float]:
-    """The smallest n (pairs) whose exact McNemar power reaches ``power``, and that power."""
-    lo, hi = 2, most
-    while lo < hi:  # power is not strictly monotone in n (discreteness): bisect, then step up to a true n
-        mid = (lo + hi) // 2
-        if mcnemar_power(mid, p_first, p_second, alpha) >= power:
-            hi = mid
-        else:
-            lo = mid + 1
-    n = lo
-    while mcnemar_power(n, p_first, p_second, alpha) < power and n < most:
-        n += 1
-    return n, mcnemar_power(n, p_first, p_second, alpha)
 
 
 def incident_seed(orig: np.ndarray, fixed: np.ndarray) -> tuple[int, str]:
