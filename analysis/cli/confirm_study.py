@@ -175,6 +175,7 @@ def run(args) -> int:
         raise SuiteError("--confirm-4 needs PyTorch: pip install --group deep (or the machine's own torch)") from None
     from repro.backends import get_backend
     from repro.learning.deep import confirm
+    from repro.learning.deep.loop import device_for
 
     decl_path = args.declaration or confirm.DECLARATION
     decl = confirm.load(decl_path, reduced=args.reduced)
@@ -183,11 +184,7 @@ def run(args) -> int:
     check_outputs([Output("--json", args.json, suffix=".json"), Output("--judged", args.judged, suffix=".json")],
                   inputs=[("pre-registration", decl_path)], committed=committed)
     backend = get_backend(args.backend)
-    device = "cuda" if backend.name == "cupy" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SuiteError("--backend cupy: torch sees no CUDA device")
-    if device == "cpu":
-        torch.set_num_threads(1)
+    device = device_for(backend)
     say = policy.progress("study")
     start = time.perf_counter()
     head = confirm.header(decl, backend.name, backend.describe(), torch.__version__)

@@ -83,6 +83,7 @@ def body(argv: list[str]) -> int:
     from repro.core.kernel_source import load_kernel
     from repro.learning.deep import prereg as prereg3
     from repro.learning.deep import study
+    from repro.learning.deep.loop import device_for
 
     if args.from_json:
         return from_json(args)
@@ -127,11 +128,7 @@ def body(argv: list[str]) -> int:
         if cells is None:
             cells = ["primary"]
     backend = get_backend(args.backend)
-    device = "cuda" if backend.name == "cupy" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SuiteError("--backend cupy: torch sees no CUDA device")
-    if device == "cpu":
-        torch.set_num_threads(1)  # intra-op threads on these small tensors cost more than they give
+    device = device_for(backend)
     graph = device == "cuda" and not args.eager
     trace_of = (lambda arm, cell, i: cell.name == "primary" and arm in ("original", "fixed")
                 or cell.name == "resume" and arm in ("original", "fixed") and i == 0) if args.traces or as_preregistered \
@@ -247,6 +244,7 @@ def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
     from analysis.judge import sentinel_check
     from repro.backends import get_backend
     from repro.learning.deep import confirm, explore
+    from repro.learning.deep.loop import device_for
 
     judged_map, found = sentinel_cells(MAP)
     try:
@@ -256,11 +254,7 @@ def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
         raise SuiteError(f"{_shown(MAP)}: cannot plan the closed-loop check ({err})") from None
     decl = confirm.closed_loop(search, planned, CHECK_SEED, alpha)
     backend = get_backend(args.backend)
-    device = "cuda" if backend.name == "cupy" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SuiteError("--backend cupy: torch sees no CUDA device")
-    if device == "cpu":
-        torch.set_num_threads(1)
+    device = device_for(backend)
     graph = device == "cuda" and not args.eager
     say(f"closed-loop check: {len(decl.cells)} sentinel cell(s) of {_shown(MAP)}, "
         f"{sum(c.pairs for c in decl.cells)} pairs × {decl.loop['steps']} steps on {backend.name} ({device})")

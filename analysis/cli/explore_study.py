@@ -75,6 +75,7 @@ def body(argv: list[str]) -> int:
     from repro.backends import get_backend
     from repro.learning.deep import explore
     from repro.learning.deep.explore import parse_shard
+    from repro.learning.deep.loop import device_for
 
     shard = parse_shard(args.shard)
     decl = explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced)
@@ -84,11 +85,7 @@ def body(argv: list[str]) -> int:
     check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
                   committed=_committed(args, [args.json, args.judged]))
     backend = get_backend(args.backend)
-    device = "cuda" if backend.name == "cupy" else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SuiteError("--backend cupy: torch sees no CUDA device")
-    if device == "cpu":
-        torch.set_num_threads(1)
+    device = device_for(backend)
     say = policy.progress("study")
     deadline = start + args.budget if args.budget else None
     runs = len(decl.groups) * decl.rows_per_group

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from repro.core.contract import Slots
+from repro.core.errors import SuiteError
 from repro.learning.deep import agreement, envs, nets
 from repro.learning.deep.controller import ArmRows, Controllers, new_isv
 
@@ -81,6 +82,19 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.u)
+
+
+
+def device_for(backend) -> str:
+    """The torch device the loop runs on with ``backend``: "cuda" beside CuPy, else "cpu" with one intra-op thread
+    (these small tensors cost more to split than they give). One-line SuiteError where CuPy is asked for and torch
+    sees no CUDA device."""
+    if backend.name != "cupy":
+        torch.set_num_threads(1)
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SuiteError("--backend cupy: torch sees no CUDA device")
+    return "cuda"
 
 
 def _tensor(x, device, dtype=torch.float32):
