@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from repro.core.ablation import FACTORS
 from repro.core.contract import load as load_contract
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
+from repro.core.toml_file import read_toml
 from repro.learning.controllers import canonical, source_and_seed
 from repro.learning.deep import explore
 
@@ -66,12 +66,7 @@ def load(path: Path | str = DECLARATION, reduced: bool = False) -> Confirm:
     """The pre-registration as typed data. Its loop and tasks are the search declaration's (``[study] search``);
     ``reduced``: the search's ``[reduced]`` loop and the pre-registration's ``[reduced] pairs`` (CPU smoke)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise SuiteError(f"{path}: cannot read the pre-registration ({err})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SuiteError(f"{path}: not TOML ({err})") from None
+    data = read_toml(path, "pre-registration")
     try:
         study = data["study"]
         if study.get("exploratory", False):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 from repro.core.contract import load as load_contract
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
+from repro.core.toml_file import read_toml
 from repro.learning.controllers import canonical, source_and_seed
 
 DECLARATION = ROOT / "studies" / "exploration_4.toml"
@@ -106,12 +106,7 @@ class Explore:
 def load(path: Path | str = DECLARATION, reduced: bool = False) -> Explore:
     """The declaration as typed data (``reduced``: its ``[reduced]`` form: fewer axes, seeds and steps)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise SuiteError(f"{path}: cannot read the declaration ({err})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SuiteError(f"{path}: not TOML ({err})") from None
+    data = read_toml(path, "declaration")
     try:
         if not data["study"].get("exploratory"):
             raise SuiteError(f"{path}: [study] exploratory = true is required (the search is declared exploratory)")

@@ -6,12 +6,12 @@ reduced study (CI: ``--reduced``) changes only steps, seeds and the cells/arms r
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
+from repro.core.toml_file import read_toml
 from repro.learning.deep.loop import SITES, LoopConfig
 
 PREREGISTERED_3 = ROOT / "studies" / "preregistered_3.toml"
@@ -75,12 +75,7 @@ class Prereg3:
 
 def load(path: Path | str = PREREGISTERED_3) -> Prereg3:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise SuiteError(f"{path}: cannot read the pre-registration ({err})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SuiteError(f"{path}: not TOML ({err})") from None
+    data = read_toml(path, "pre-registration")
     try:
         loop_keys = {f.name for f in fields(LoopConfig)}
         loop = LoopConfig(**{k: v for k, v in data["loop"].items() if k in loop_keys})
