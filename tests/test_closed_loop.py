@@ -68,6 +68,23 @@ def test_batched_stepper_is_bit_identical_to_per_step_launches(backend, contract
     assert batched[0].trace == per_step[0].trace
 
 
+def test_subjects_split_over_threads_give_the_bits_of_one_batch(backend, contract, monkeypatch):
+    """The host runs shares of the subjects in threads: every subject's runs come out as in one batch, any split."""
+    from repro.toy import model
+
+    groups = [subject(backend, contract, n) for n in ("original", "fixed", "original")]
+    toy, seeds, grid = Toy(steps=150), 2, combinations({**SMALL_GRID, "kl_target": (0.3, 1.0)})
+    monkeypatch.setattr(model, "_shares", lambda n: 1)
+    whole = run_toy(backend, groups, toy, seeds=seeds, grid=grid, trace=True)
+    monkeypatch.setattr(model, "_shares", lambda n: n)
+    split = run_toy(backend, groups, toy, seeds=seeds, grid=grid, trace=True)
+    for a, b in zip(whole, split, strict=True):
+        for field in ("lambda_min", "lambda_max", "lambda_final", "log10_q_pi_agree_min", "q_pi_agree_final",
+                      "steps_to_lambda_floor"):
+            assert np.array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field))), field
+    assert whole[0].trace == split[0].trace and whole[0].trace is not None
+
+
 @pytest.mark.slow_on_host  # 1.8 s, 16 variants compiled; the report's ablation (slow) runs the full one
 def test_reduced_ablation(contract, backend):
     fixed, orig = contract.controller("fixed"), contract.controller("original")

@@ -29,7 +29,10 @@ variant they use, so variants are compared on identical noise.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,7 +105,29 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     (equal-length arrays); the base runs are those values × ``seeds``. ``stepper(isv)``
     advances every run's ISV row by one controller step (default: one batched harness call per subject).
     ``progress(steps_done)``, when given, is called after each tenth of ``toy.steps``.
+
+    On the host (NumPy) the subjects are split over threads, one share per core: each run's row is computed on its
+    own (the noise is drawn per base run and tiled over subjects), so a subject's batch is the same bits in any
+    share, and NumPy's loops, glibc's exp/log and the harness call all run without the GIL.
     """
+    shares = _shares(len(subjects)) if backend.xp is np and stepper is None else 1
+    if shares == 1:
+        return _run_batch(backend, subjects, toy, seeds, seed, grid, trace, stepper, progress)
+    cut = [len(subjects) * i // shares for i in range(shares + 1)]
+    with ThreadPoolExecutor(shares, thread_name_prefix="toy") as pool:
+        parts = [pool.submit(_run_batch, backend, subjects[a:b], toy, seeds, seed, grid, trace and i == 0, None,
+                             progress if i == 0 else None) for i, (a, b) in enumerate(itertools.pairwise(cut))]
+        return [batch for part in parts for batch in part.result()]
+
+
+def _shares(n_subjects: int) -> int:
+    """How many threads :func:`run_toy` splits ``n_subjects`` over: one per core this process may run on."""
+    return max(1, min(n_subjects, len(os.sched_getaffinity(0))))
+
+
+def _run_batch(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, seed: int,
+               grid: dict[str, np.ndarray] | None, trace: bool, stepper, progress) -> list[Batch]:
+    """:func:`run_toy` over ``subjects`` in one batch (every subject's runs as rows of the same arrays)."""
     xp, fn = backend.xp, backend.math  # fn: exp and log (the host's are glibc's: the same bits on every CPU)
     grid = grid or {}
     n_points = len(next(iter(grid.values()))) if grid else 1
