@@ -4,9 +4,10 @@ Measured, not guessed: ``strace -f`` of the gate on the fixed kernel, a crashing
 ``replay``/``toy``/``report --kernel`` and ``study --deep --reduced --kernel`` on the host (from the moment each
 process loaded its seccomp filter to its end). A call is here because one of those runs made it, or because a
 process needs it to exist, wait and manage its own memory (:data:`PROCESS`); the record says which. The GPU
-workers' ioctls are the NVIDIA driver's own numbering (:data:`IOCTL_TYPES`, :data:`IOCTL_UVM`); on a GPU,
-``RLQ_SANDBOX_AUDIT`` (:mod:`repro.runners.confine`) logs each call outside this list instead of refusing it,
-which is how the list is checked there.
+workers' calls were measured the same way on an H100 with ``RLQ_SANDBOX_AUDIT`` (:mod:`repro.runners.confine`:
+each call outside the list logged with its arguments instead of refused) and the ioctl entries taken out: the
+gate on the fixed kernel and on a candidate that crashes made ``stat`` and ioctls of the NVIDIA driver's type 'F'
+(numbers 39, 41, 42, 43) and nvidia-uvm's plain numbers 33, 34 and 73, nothing else.
 
 Where a call's arguments decide whether it stays inside the worker, it is allowed only with those arguments
 (:data:`ALLOWED_IF`): a thread but no process, a signal to itself only, an ioctl of the kinds measured, the fcntl
@@ -29,6 +30,7 @@ MEASURED = (
     "getpid", "getppid", "gettid", "getrandom", "sched_getaffinity",
     "sendmsg", "getsockname",  # on the pipe to the parent (a socket pair) only: no socket can be made
     "exit", "exit_group",
+    "stat",  # the CUDA driver's own (a GPU worker, measured on an H100): metadata only, as newfstatat gives
 )
 #: Calls a process needs to exist and wait that no measured run happened to make, allowed with the reason: a
 #: signal's return and a restarted call (the kernel's own), time and sleep (a candidate that sleeps must meet its
@@ -57,7 +59,7 @@ FCNTL_COMMANDS = {0: "F_DUPFD", 1: "F_GETFD", 2: "F_SETFD", 3: "F_GETFL", 4: "F_
 IOCTL_REQUESTS = {0x5401: "TCGETS"}
 #: ioctl types (the request's bits 8-15) allowed whole for a GPU worker: the NVIDIA driver's frontend (type 'F',
 #: nv-ioctl-numbers.h), on the descriptors CUDA opened before the sandbox (Landlock refuses ioctls on a device
-#: opened after it, ABI 5+). From the driver's numbering, not yet from an audit on a GPU (RLQ_SANDBOX_AUDIT).
+#: opened after it, ABI 5+). Measured on an H100 (above): numbers 39, 41, 42, 43 of this type.
 IOCTL_TYPES: dict[int, str] = {0x46: "the NVIDIA driver's (type 'F')"}
 #: The NVIDIA unified-memory driver's requests (nvidia-uvm: uvm_linux_ioctl.h's UVM_INITIALIZE/UVM_DEINITIALIZE,
 #: uvm_ioctl.h's plain numbers below 256, which carry no type, size or direction bits).
