@@ -3,6 +3,8 @@ imports it at module level; each test module skips itself, with the reason, wher
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,56 @@ def _replay_host(contract, names, seeds, kl, target):
         out, _ = kernel.run_looped(isv0, cols, np.full_like(cols, np.float32(target)))
         lam.append(out)
     return np.concatenate(lam, axis=1)
+
+
+#: A search declaration small enough for the CPU suite, up to its [grid]: the loop 200 steps, one task.
+TINY_LOOP = """
+[study]
+name = "exploration_4"
+exploratory = true
+seed = 7
+[loop]
+steps = 200
+eval_every = 50
+warmup = 100
+replay = 200
+batch = 16
+probe = 32
+hidden = 16
+pi_hidden = 16
+gamma = 0.99
+lr = 0.001
+polyak = 0.005
+ema_alpha = 0.01
+aux_action = 0
+kl_direction = "reverse"
+ema_start = "zero"
+matmul = "highest"
+[tasks."Acrobot-v1"]
+region_obs = 4
+region_threshold = 1.0
+tau_unit = 0.0852
+beta = 0.001
+"""
+#: The declared selection rule's thresholds (issue 42 item 2), as studies/exploration_4.toml gives them.
+TINY_SELECTION = """[selection]
+min_precondition = 0.5
+min_separation = 2.0
+min_separated_seeds = 0.8
+forward = 3
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_declaration(tmp_path_factory):
+    """``f(grid)``: the path of a tiny search declaration (:data:`TINY_LOOP`, the TOML lines ``grid`` as its
+    [grid], :data:`TINY_SELECTION`), written once per grid."""
+    written = {}
+
+    def write(grid: str) -> Path:
+        if grid not in written:
+            written[grid] = tmp_path_factory.mktemp("decl") / "tiny.toml"
+            written[grid].write_text(TINY_LOOP + "[grid]\n" + grid.strip() + "\n" + TINY_SELECTION)
+        return written[grid]
+
+    return write

@@ -19,34 +19,8 @@ from repro.learning.deep.loop import RowAdam, counter_uniform, mix32  # noqa: E4
 
 #: A search small enough for the CPU suite: one task, two groups (two π learning rates), 2 seeds, 200 steps, 16-unit
 #: nets; the declaration's keys and rules otherwise.
-TINY = """
-[study]
-name = "exploration_4"
-exploratory = true
-seed = 7
-[loop]
-steps = 200
-eval_every = 50
-warmup = 100
-replay = 200
-batch = 16
-probe = 32
-hidden = 16
-pi_hidden = 16
-gamma = 0.99
-lr = 0.001
-polyak = 0.005
-ema_alpha = 0.01
-aux_action = 0
-kl_direction = "reverse"
-ema_start = "zero"
-matmul = "highest"
-[tasks."Acrobot-v1"]
-region_obs = 4
-region_threshold = 1.0
-tau_unit = 0.0852
-beta = 0.001
-[grid]
+#: The tiny declaration's [grid] (tests/deep/conftest.py: tiny_declaration).
+GRID = """
 tasks = ["Acrobot-v1"]
 kl_target = [0.1, 3.0]
 tau = [1.0]
@@ -56,20 +30,13 @@ pi_lr = [3e-4, 3e-3]
 arms = ["original", "fixed"]
 constants = [0.0, 0.001, 1.0]
 seeds = 2
-[selection]
-min_precondition = 0.5
-min_separation = 2.0
-min_separated_seeds = 0.8
-forward = 3
 """
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("decl") / "tiny.toml"
-    path.write_text(TINY)
+def tiny(tiny_declaration):
     torch.set_num_threads(1)
-    return path
+    return tiny_declaration(GRID)
 
 
 def _lowbias32(x: np.ndarray) -> np.ndarray:

@@ -25,34 +25,8 @@ CANDIDATES = ROOT / "tests" / "candidates"
 SEEDS = 16
 
 #: The search a synthetic map says it was drawn from: one task, one cell, 200 steps, 16-unit nets (the CPU suite).
-TINY = """
-[study]
-name = "exploration_4"
-exploratory = true
-seed = 7
-[loop]
-steps = 200
-eval_every = 50
-warmup = 100
-replay = 200
-batch = 16
-probe = 32
-hidden = 16
-pi_hidden = 16
-gamma = 0.99
-lr = 0.001
-polyak = 0.005
-ema_alpha = 0.01
-aux_action = 0
-kl_direction = "reverse"
-ema_start = "zero"
-matmul = "highest"
-[tasks."Acrobot-v1"]
-region_obs = 4
-region_threshold = 1.0
-tau_unit = 0.0852
-beta = 0.001
-[grid]
+#: The tiny declaration's [grid] (tests/deep/conftest.py: tiny_declaration).
+GRID = """
 tasks = ["Acrobot-v1"]
 kl_target = [1.0]
 tau = [1.0]
@@ -62,11 +36,6 @@ pi_lr = [1e-3]
 arms = ["original", "fixed"]
 constants = [0.001, 1.0]
 seeds = 16
-[selection]
-min_precondition = 0.5
-min_separation = 2.0
-min_separated_seeds = 0.8
-forward = 3
 """
 
 
@@ -83,11 +52,10 @@ def _search(fixed: list[float], floor: list[float]) -> dict:
 
 
 @pytest.fixture()
-def sentinel_map(tmp_path, monkeypatch):
+def sentinel_map(tmp_path, monkeypatch, tiny_declaration):
     """``f(fixed, floor)``: a judged map of :func:`_search` written in ``tmp_path`` and made the command's map;
-    its source declaration is :data:`TINY`."""
-    decl = tmp_path / "tiny.toml"
-    decl.write_text(TINY)
+    its source declaration is the tiny one with :data:`GRID`."""
+    decl = tiny_declaration(GRID)
 
     def write(fixed=(0.0,) * SEEDS, floor=(-9.0,) * SEEDS, per_seed=True) -> dict:
         judged = explore_study.judge(_search(list(fixed), list(floor)))
@@ -239,14 +207,13 @@ def test_the_exit_code_is_the_parents_mcnemar_rule_on_what_the_child_measured(se
     assert f"drift candidate {n if candidate < -5 else 0}/{n} vs fixed {n if fixed < -5 else 0}/{n}" in out, out
 
 
-def test_what_the_child_hands_back_is_read_against_the_plan(tmp_path):
+def test_what_the_child_hands_back_is_read_against_the_plan(tmp_path, tiny_declaration):
     """The child's measurements round-trip; every way of differing from the plan is one SuiteError."""
     import copy
 
     from repro.runners import plain
 
-    decl_path = tmp_path / "tiny.toml"
-    decl_path.write_text(TINY)
+    decl_path = tiny_declaration(GRID)
     cells = [{"task": "Acrobot-v1", "tau": 1.0, "aux_reward": 1.0, "pi_lr": 1e-3, "kl_target": 1.0,
               "kl_site": "minibatch", "midpoint": -5.0, "pairs": 3}]
     decl = confirm.closed_loop(decl_path, cells, 9, 0.05)
