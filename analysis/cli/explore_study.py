@@ -6,7 +6,10 @@ fixed per cell, constant λ 0 / 0.001 / 0.05 / 0.2 / 1 per (task, τ, aux, lr) g
 runs, 576 M run-steps) as batched loops of whole groups (``--chunk-rows``: rows per batch; results do not depend
 on it), writes the per-run measures to ``--json`` (deterministic: the same bytes for the same declaration, device
 and chunking), prints the judged map. ``--shard I/N`` runs a deterministic slice of the chunks; ``--merge A.json
-B.json … --json OUT`` joins shards into the unsharded JSON, byte for byte. ``--from-json J`` judges a search
+B.json … --json OUT`` joins shards into the unsharded JSON, byte for byte. ``--ray N`` runs the N shards as Ray
+tasks over a cluster's GPUs (one GPU each on cupy, one CPU each on host; ``--ray-address``: which cluster) and
+merges them into ``--json`` in the driver: the unsharded JSON, byte for byte, where every GPU is of one kind
+(repro/learning/deep/explore_ray.py; the ``ray`` dependency group). ``--from-json J`` judges a search
 already run: ``--judged`` (JSON), ``--plot`` (one PNG per task: ``<stem>_<task>.png``). ``--reduced``: the CPU
 smoke form (both tasks, one group each, 2 seeds, 500 steps; well under a minute). ``--bench 1024,4096,16384``:
 run-steps/s of the search's loop at those batch sizes (``--bench-steps`` timed steps after a warm-up; GPU).
@@ -44,6 +47,10 @@ def parser() -> policy.Parser:
                    "default 16384; results do not depend on it)")
     p.add_argument("--eager", action="store_true", help="no CUDA graph (GPU)")
     p.add_argument("--budget", type=float, help="seconds after which no further chunk starts (its groups: not run)")
+    p.add_argument("--ray", type=int, metavar="N", help="run the N shards as Ray tasks (one GPU each on cupy, one "
+                   "CPU each on host) and merge them into --json (pip install --group ray)")
+    p.add_argument("--ray-address", metavar="ADDR", help="with --ray: the cluster (default: Ray's own choice, "
+                   "$RAY_ADDRESS, else a new local Ray; local: always a new local one)")
     p.add_argument("--merge", type=policy.path, nargs="+", help="shard JSONs to join into --json")
     p.add_argument("--from-json", type=policy.path, help="judge this search JSON instead of running")
     p.add_argument("--judged", type=policy.path, help="write the judged map (selection applied) as JSON here")
@@ -60,14 +67,18 @@ def body(argv: list[str]) -> int:
     start = time.perf_counter()
     if args.chunk_rows < 1:
         raise SuiteError("--chunk-rows must be at least 1")
-    modes = [m for m, given in (("--merge", args.merge), ("--from-json", args.from_json), ("--bench", args.bench))
-             if given]
+    modes = [m for m, given in (("--merge", args.merge), ("--from-json", args.from_json), ("--bench", args.bench),
+                                ("--ray", args.ray is not None)) if given]
     if len(modes) > 1:
         raise SuiteError(f"give one of {', '.join(modes)}")
     if args.merge:
         return merge(args)
     if args.from_json:
         return from_json(args)
+    if args.ray_address is not None and args.ray is None:
+        raise SuiteError("--ray-address picks the cluster of --ray N: give --ray")
+    if args.ray is not None:
+        return ray_search(args, start)
     try:
         import torch
     except ImportError:
@@ -111,6 +122,44 @@ def body(argv: list[str]) -> int:
     if shard is None:
         show(result, args)
     print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def ray_search(args, start: float) -> int:
+    """``--ray N``: the search as N shards, one Ray task each (repro/learning/deep/explore_ray.py), merged into
+    ``--json`` as the shards arrive (a run cut off keeps those done), then judged and printed as the unsharded run.
+    The driver needs Ray, not PyTorch (the tasks need both)."""
+    from repro.backends import get_backend
+    from repro.learning.deep import explore, explore_ray
+
+    if args.ray < 1:
+        raise SuiteError(f"--ray {args.ray}: give at least 1 shard")
+    if args.shard:
+        raise SuiteError("--ray runs every shard: give no --shard")
+    explore_ray.import_ray()  # one line where Ray is not installed, before anything is read or run
+    decl = explore.calibrated(explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced))
+    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
+                  committed=_committed(args, [args.json, args.judged]))
+    # auto: what answers here (a cluster whose driver has no GPU names --backend cupy)
+    name = args.backend if args.backend != "auto" else get_backend("auto").name
+    say = policy.progress("study")
+    runs = len(decl.groups) * decl.rows_per_group
+    say(f"exploration_4{' (reduced)' if decl.reduced else ''}: {len(decl.groups)} groups, {runs} runs × "
+        f"{decl.loop['steps']} steps on {name}, chunks of ≤ {args.chunk_rows} rows, {args.ray} shard(s) on Ray")
+    until = time.time() + args.budget - (time.perf_counter() - start) if args.budget else None
+
+    def partial(result):  # after each shard: the shards done so far, the others' groups under not_run
+        if args.json:
+            write_text(args.json, dump(result))
+
+    got = explore_ray.search(decl, name, args.ray, chunk_rows=args.chunk_rows, eager=args.eager, until=until,
+                             address=args.ray_address, progress=say, on_shard=partial)
+    result = got["result"]
+    if got["seconds"]:
+        print(f"loop: {got['run_steps'] / 1e6:.1f} M run-steps in {got['seconds']:.1f} s of shards' loops = "
+              f"{got['run_steps'] / got['seconds'] / 1e6:.3f} M run-steps/s per shard")
+    show(result, args)
+    print(f"{name}: done in {time.perf_counter() - start:.1f} s on {args.ray} Ray shard(s)")
     return 0
 
 
@@ -168,7 +217,8 @@ def merge(args) -> int:
 
     if not args.json:
         raise SuiteError("--merge writes the joined search: give --json")
-    given = [o for o in ("shard", "from_json", "bench", "reduced", "judged", "plot", "bench_matmul") if getattr(args, o)]
+    given = [o for o in ("shard", "from_json", "bench", "reduced", "judged", "plot", "bench_matmul", "ray_address")
+             if getattr(args, o)]
     if given:
         raise SuiteError(f"--merge takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs([Output("--json", args.json, suffix=".json")], inputs=[("shard", p) for p in args.merge],
@@ -181,9 +231,9 @@ def merge(args) -> int:
 
 
 def from_json(args) -> int:
-    given = [o for o in ("json", "shard", "reduced", "budget") if getattr(args, o)]
+    given = [o for o in ("json", "shard", "reduced", "budget", "ray_address") if getattr(args, o)]
     if given:
-        raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given)}")
+        raise SuiteError(f"--from-json takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs(_outputs(args), inputs=[("search JSON", args.from_json)], committed=_committed(args, [args.judged]))
     result = _read(args.from_json)
     if result.get("shard"):

@@ -1,10 +1,12 @@
 """The fourth study's exploratory search (studies/exploration_4.toml; issue 42 items 1, 2, 10) on the CPU: the counter
 RNG, π's per-run learning rate, the floor counters, results independent of chunking, shards that merge into the
-unsharded JSON byte for byte, the selection rule, and the CLI's one-line refusals."""
+unsharded JSON byte for byte, the selection rule, and the CLI's one-line refusals (``--ray`` among them; the shards
+on Ray themselves: test_explore_ray.py, tox -e ray)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -167,12 +169,24 @@ def test_shards_merge_into_the_unsharded_json_byte_for_byte(tiny, tmp_path, caps
     (["--declaration", "no/such.toml"], "cannot read the declaration"),
     (["--from-json", "studies/results/preregistered_3_calibration.json"], "not an exploration_4 search JSON"),
     (["--from-json", "x.json", "--bench", "8"], "give one of --from-json, --bench"),
+    (["--ray", "0"], "--ray 0: give at least 1 shard"),
+    (["--ray", "2", "--shard", "1/2"], "--ray runs every shard: give no --shard"),
+    (["--ray", "2", "--merge", "a.json"], "give one of --merge, --ray"),
+    (["--ray-address", "local"], "--ray-address picks the cluster of --ray N: give --ray"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, says, capsys):
     assert _cli(*argv) == 2
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("study: error:") and says in lines[0], err
+
+
+def test_ray_not_installed_is_one_line_naming_its_group(monkeypatch, tmp_path, capsys):
+    """Without Ray, ``--ray N`` stops before anything runs or is written, in one line that says how to install it."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert _cli("--reduced", "--ray", 2, "--json", tmp_path / "x.json") == 2
+    assert capsys.readouterr().err.strip() == "study: error: --ray needs Ray: pip install --group ray"
+    assert not (tmp_path / "x.json").exists()
 
 
 def _group(const1, const001, orig, fixed, pre):
