@@ -1,7 +1,7 @@
 """The fourth study's exploratory search (studies/exploration_4.toml; issue 42 items 1, 2, 10) on the CPU: the counter
 RNG, π's per-run learning rate, the floor counters, results independent of chunking, shards that merge into the
 unsharded JSON byte for byte, the selection rule, and the CLI's one-line refusals (``--ray`` among them; the shards
-on Ray themselves: test_explore_ray.py, tox -e ray)."""
+on Ray themselves: test_explore_ray.py, in tox -e deep)."""
 
 from __future__ import annotations
 

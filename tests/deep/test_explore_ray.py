@@ -1,7 +1,7 @@
 """The fourth study's search mapped over Ray (issue 42 item 10; repro/learning/deep/explore_ray.py) on the CPU: the
 reduced search's two shards, tasks of a local Ray of 2 CPUs, merge into the unsharded reduced JSON byte for byte
 and print the same map; Ctrl-C while they run ends the command in one line, exit 2, with the Ray it started shut
-down. ``tox -e ray`` (the ``ray`` dependency group); skipped with the reason where PyTorch or Ray is missing."""
+down. ``tox -e deep`` (its ``ray`` dependency group); skipped with the reason where PyTorch or Ray is missing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import signal
 import pytest
 
 torch = pytest.importorskip("torch", reason="the deep study needs PyTorch (pip install --group deep)")
-ray = pytest.importorskip("ray", reason="the search on Ray needs Ray (pip install --group ray; tox -e ray)")
+ray = pytest.importorskip("ray", reason="the search on Ray needs Ray (pip install --group ray; tox -e deep has it)")
 
 from analysis.cli import policy, study  # noqa: E402
 
