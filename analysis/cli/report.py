@@ -133,9 +133,9 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
         progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
         study = (preregistered_first if full else reduced_first)(
-            backend, sources={"fixed": sources["fixed"]} if candidate else None)
+            backend, contract, sources={"fixed": sources["fixed"]} if candidate else None)
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
-        study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
+        study2 = run_second(backend, contract, load_prereg2()) if full else reduced_second(backend, contract)
         where = {"first": "run here", "second": "run here"}
         exploratory = None
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
