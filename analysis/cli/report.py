@@ -142,8 +142,8 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
-                  robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  study2_exploratory=exploratory, measures=measures, design=design)
+                  robustness=robustness, header=header, contract=contract, peers=peers, peer_loop=peer_toy, study=study,
+                  study2=study2, study2_exploratory=exploratory, measures=measures, design=design)
 
 
 # --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------
