@@ -126,7 +126,7 @@ def body(argv: list[str]) -> int:
     if args.kernel:
         candidate = load_kernel(args.kernel, contract.controller("fixed").symbol)
         if check:
-            return closed_loop_check(args, candidate, prereg.endpoint.alpha, start, say)
+            return closed_loop_check(args, contract, candidate, prereg.endpoint.alpha, start, say)
         if cells is None:
             cells = ["primary"]
     backend = get_backend(args.backend)
@@ -138,7 +138,7 @@ def body(argv: list[str]) -> int:
     deadline = start + args.budget if args.budget else None
 
     def measure() -> dict:
-        return study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
+        return study.run_study(backend, contract, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
                                cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
                                progress=say, deadline=deadline)
 
@@ -238,9 +238,9 @@ def sentinel_cells(path: Path | None = None) -> tuple[dict, list[dict]]:
     return judged, found
 
 
-def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
-    """``study --deep --kernel K.cu``: the candidate beside the fixed kernel in the map's sentinel cells (the
-    module's docstring); exit 1 where it drifts in more runs (Holm p < ``alpha``), else 0."""
+def closed_loop_check(args, contract, candidate, alpha: float, start: float, say) -> int:
+    """``study --deep --kernel K.cu``: the candidate beside ``contract``'s fixed kernel in the map's sentinel cells
+    (the module's docstring); exit 1 where it drifts in more runs (Holm p < ``alpha``), else 0."""
     import torch
 
     from analysis.judge import sentinel_check
@@ -265,7 +265,7 @@ def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
     raw = confined.measure(
         "study", backend,
         lambda folder: confirm.write_measured(folder / confirm.MEASURED, confirm.run(
-            decl, backend, device=device, graph=graph, progress=say, sources={"candidate": candidate})),
+            decl, backend, contract, device=device, graph=graph, progress=say, sources={"candidate": candidate})),
         lambda folder: confirm.read_measured(folder / confirm.MEASURED, decl), require=args.require_sandbox)
     if raw is None:
         return 2
