@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     confined.require_first(args.require_sandbox)
     start = time.perf_counter()
-    contract = load()
+    contract = load(args.contracts)
     studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
     check_outputs([Output("--out", args.out, folder=True)],
                   inputs=[("kernel", args.kernel), ("contract", contract.path),
