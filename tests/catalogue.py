@@ -79,5 +79,5 @@ def mutant(contract: Contract, name: str) -> KernelSource:
 
 def contracts_file(config) -> Path:
     """The contract file a pytest session judges against: its ``--contracts FILE`` (given with ``--kernel``), else
-    the tracked one (the ``contract`` fixture, the subjects and every test that reads the contract load this)."""
+    the tracked one (what the ``contract`` fixture, the subjects and test_agreement's parameters load)."""
     return config.getoption("--contracts", default=None) or CONTRACTS
