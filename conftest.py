@@ -18,9 +18,9 @@ import pytest
 
 from repro import backends
 from repro.backends import backend_unavailable, get_backend
-from repro.core.contract import choose, load
+from repro.core.contract import load
 from repro.core.kernel_source import load_kernel
-from tests.catalogue import subjects
+from tests.catalogue import contracts_file, subjects
 
 
 def pytest_addoption(parser):
@@ -75,9 +75,7 @@ def pytest_configure(config):
     if path is None:
         return
     try:
-        if contracts is not None:
-            choose(contracts)  # for the session: load() reads it wherever the tests load the contract
-        load().source(config.getoption("--contract"), path)
+        load(contracts_file(config)).source(config.getoption("--contract"), path)
     except SuiteError as err:
         raise pytest.UsageError(f"--kernel: {err}") from None
 
@@ -153,14 +151,17 @@ def pytest_generate_tests(metafunc):
         params = backend_params(slow_on_host=marked("slow_on_host") is not None,
                                 device_only=marked("device_only") is not None)
         metafunc.parametrize("backend_name", params, scope="session")
+    by_contract = getattr(metafunc.module, "parametrize_from_contract", None)
+    if by_contract is not None:  # a test module's parameters read from the session's contract (after the backend)
+        by_contract(metafunc, load(contracts_file(metafunc.config)))
     if "subject" in metafunc.fixturenames:
         candidate = metafunc.config.getoption("--kernel")
         # the suite's own controllers, read from the contract (tests/catalogue.py): a new entry is a new subject
-        names = ["candidate"] if candidate else subjects(load())
+        contract = load(contracts_file(metafunc.config))
+        names = ["candidate"] if candidate else subjects(contract)
         if "prop" in metafunc.fixturenames:  # each subject with the properties its contract documents
             from analysis.judge.property_records import applicable
 
-            contract = load()
             judged = {n: metafunc.config.getoption("--contract") if n == "candidate" else n for n in names}
             pairs = [(n, p) for n in names for p in applicable(contract.controller(judged[n]))]
             # A candidate's ids are the gate's row names (pytest's --junitxml then lists the gate's rows).
@@ -185,8 +186,9 @@ def ctrl_c_raises():
 
 
 @pytest.fixture(scope="session")
-def contract():
-    return load()
+def contract(request):
+    """The session's contract (:func:`tests.catalogue.contracts_file`: ``--contracts FILE``, else the tracked one)."""
+    return load(contracts_file(request.config))
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repro.core.contract import Contract
+from repro.core.contract import CONTRACTS, Contract
 from repro.core.kernel_source import KernelSource
 
 CANDIDATES = sorted((Path(__file__).parent / "candidates").glob("*.cu"))
@@ -75,3 +75,9 @@ def mutant(contract: Contract, name: str) -> KernelSource:
         return src.with_defines(**how["defines"])
     old, new = how["edit"]
     return src.with_edit(old, new, name)
+
+
+def contracts_file(config) -> Path:
+    """The contract file a pytest session judges against: its ``--contracts FILE`` (given with ``--kernel``), else
+    the tracked one (what the ``contract`` fixture, the subjects and test_agreement's parameters load)."""
+    return config.getoption("--contracts", default=None) or CONTRACTS

@@ -6,16 +6,24 @@ import numpy as np
 import pytest
 
 from repro.core import spec
-from repro.core.contract import load
+from repro.core.contract import Contract
 from repro.core.f32 import bits
 from repro.core.isv import new_isv
 from repro.runners.runner import run_scenarios
 from repro.runners.scenarios import catalogue
 from tests.catalogue import subjects
 
-#: The suite's own controllers (every non-peer entry of the contract) and each one's catalogue scenarios.
-CONTROLLERS = subjects(load())
-CASES = [(c, s.name) for c in CONTROLLERS for s in catalogue(load().controller(c))]
+
+def parametrize_from_contract(metafunc, contract: Contract) -> None:
+    """``controller``: the suite's own controllers (every non-peer entry of the session's ``contract``); with
+    ``scenario``: each one's catalogue scenarios (called by the conftest's ``pytest_generate_tests``)."""
+    if "controller" not in metafunc.fixturenames:
+        return
+    if "scenario" in metafunc.fixturenames:
+        cases = [(c, s.name) for c in subjects(contract) for s in catalogue(contract.controller(c))]
+        metafunc.parametrize("controller, scenario", cases, ids=[f"{c}-{s}" for c, s in cases])
+    else:
+        metafunc.parametrize("controller", subjects(contract))
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +49,6 @@ def assert_same_bits(a, b, what):
         pytest.fail(f"{what}: first differs at step {step + 1}: {a[step]:#010x} vs {b[step]:#010x}")
 
 
-@pytest.mark.parametrize("controller, scenario", CASES, ids=[f"{c}-{s}" for c, s in CASES])
 def test_kernel_matches_spec(contract, backend, runs, controller, scenario):
     r = runs(backend, controller, "looped")[scenario]
     rule = spec.Rule.of(contract.controller(controller))
@@ -49,7 +56,6 @@ def test_kernel_matches_spec(contract, backend, runs, controller, scenario):
     assert_same_bits(r.lam, expected, f"{controller}/{scenario}: kernel vs spec")
 
 
-@pytest.mark.parametrize("controller, scenario", CASES, ids=[f"{c}-{s}" for c, s in CASES])
 def test_per_step_matches_looped(backend, runs, controller, scenario):
     looped = runs(backend, controller, "looped")[scenario]
     per_step = runs(backend, controller, "per_step")[scenario]
@@ -59,7 +65,6 @@ def test_per_step_matches_looped(backend, runs, controller, scenario):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ("looped", "per_step"))
-@pytest.mark.parametrize("controller", CONTROLLERS)
 def test_cupy_matches_host(host, runs, controller, mode):
     from repro.backends import get_backend
 

@@ -128,11 +128,11 @@ def _confined_gpu_child(conn, scratch: str) -> None:
     import socket
 
     from repro.backends import get_backend
-    from repro.core.contract import load
+    from repro.core.contract import CONTRACTS, load
     from repro.runners.campaign import run_group
 
     confine.keep_caches_in(Path(scratch))  # as repro.runners.isolation's worker: before CUDA starts
-    contract = load()
+    contract = load(CONTRACTS)
     entry = contract.controller("fixed")
     kernel = get_backend("cupy").compile(load_kernel(entry.kernel, entry.symbol), contract.slots)
     confine.confine(conn, Path(scratch), forked=False)

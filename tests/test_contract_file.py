@@ -8,7 +8,6 @@ import re
 import pytest
 
 from analysis.cli import gate, replay
-from repro.core import contract as contract_module
 from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
@@ -69,7 +68,7 @@ def test_a_copy_elsewhere_judges_the_same_kernels(tmp_path):
     copy = tmp_path / "deep" / "folder" / "contracts.toml"
     copy.parent.mkdir(parents=True)
     copy.write_text(TEXT, encoding="utf-8")
-    mine, tracked = load(copy), load()
+    mine, tracked = load(copy), load(CONTRACTS)
     assert {n: c.kernel for n, c in mine.controllers.items()} == {n: c.kernel for n, c in tracked.controllers.items()}
     assert all(c.kernel.is_relative_to(ROOT) and c.kernel.is_file() for c in mine.controllers.values())
 
@@ -83,7 +82,7 @@ def test_a_base_file_plus_what_differs(tmp_path):
                     'floor = { value = 0.06, doc = "mine" }\nceiling = { value = 1.0, doc = "x" }\n'
                     'ramp = { value = 1.2, rtol = 1e-6, doc = "x" }\ndecay = { value = 0.998, rtol = 1e-6, doc = "x" }\n'
                     'tolerance = { value = 3.0, doc = "x" }\n', encoding="utf-8")
-    c, tracked = load(mine), load()
+    c, tracked = load(mine), load(CONTRACTS)
     assert set(c.controllers) == set(tracked.controllers)
     assert (c.controller("fixed").value("floor"), c.controller("fixed")["floor"].line) == (0.06, 7)
     assert c.controller("fixed").file == mine and c.controller("original").file == CONTRACTS
@@ -105,12 +104,11 @@ def test_the_gate_judges_against_the_users_file_and_names_its_line(tmp_path, cap
     line = _line_of(text, next(x for x in text.splitlines() if x.startswith("floor = { value = 0.06")))
     assert f"{mine}:{line}" in out, out
     assert CONTRACTS.read_bytes() == before
-    assert contract_module.current() == CONTRACTS  # the choice ended with the command
     # and nothing measured under the user's values is reused for the tracked entry of the same name
     from analysis.cli.evaluate import evaluate
     from repro.backends import get_backend
 
-    tracked = load()
+    tracked = load(CONTRACTS)
     verdict = evaluate(tracked.source("fixed"), "fixed", get_backend("host"), tracked, coverage=False)
     assert [f.key for f in verdict.findings if not f.ok] == []
 

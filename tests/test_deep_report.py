@@ -25,8 +25,8 @@ def committed():
 
 
 @pytest.fixture(scope="module")
-def lv(committed):
-    return deep_section.levels(committed["pair"])
+def lv(committed, contract):
+    return deep_section.levels(committed["pair"], contract)
 
 
 @pytest.fixture
@@ -137,20 +137,20 @@ def test_a_primary_cell_at_the_floor_is_read_against_the_reference(study, lv):
                                                                           Verdict.REPRODUCED_FIX_FAILS)
 
 
-def test_in_brief_carries_the_headline_and_the_device_from_the_json(committed):
-    brief = deep_section.headline(committed)
+def test_in_brief_carries_the_headline_and_the_device_from_the_json(committed, lv):
+    brief = deep_section.headline(committed, lv)
     assert "**precondition absent**" in brief and "not reproduced" not in brief
     assert summary.map_brief(None) == []
 
 
-def test_reading_states_the_bracket_and_lost_arms_from_the_data(study, lv):
-    lines = deep_section.reading(study, lv)
+def test_reading_states_the_bracket_and_lost_arms_from_the_data(study, lv, contract):
+    lines = deep_section.reading(study, lv, contract)
     arms = study["cells"]["primary"]["arms"]
     bracket = next(line for line in lines if "constant-λ bracket" in line)
     fired = [a.split(":")[1] for a in arms if a.startswith("const:") and arms[a]["collapses"]]
     assert f"fires in some runs at λ = {', '.join(fired)}" in bracket
     arms["const:1"]["collapses"] = 1
-    bracket = next(line for line in deep_section.reading(study, lv) if "constant-λ bracket" in line)
+    bracket = next(line for line in deep_section.reading(study, lv, contract) if "constant-λ bracket" in line)
     fired = [a.split(":")[1] for a in arms if a.startswith("const:") and arms[a]["collapses"]]
     assert "1" in fired and bracket.endswith(f"fires in some runs at λ = {', '.join(fired)}.")
     for arm, v in arms.items():

@@ -385,9 +385,9 @@ def test_a_worker_let_go_without_a_stop_leaves_no_folder_when_its_process_exits(
     if confine.unavailable():
         pytest.skip(f"{confine.unavailable()}: a worker gets no scratch folder of its own")
     code = ("from repro.backends import get_backend\n"
-            "from repro.core.contract import load\n"
+            "from repro.core.contract import CONTRACTS, load\n"
             "from repro.runners.isolation import Worker\n"
-            "contract, host = load(), get_backend('host')\n"
+            "contract, host = load(CONTRACTS), get_backend('host')\n"
             # built here, as the gate builds it: a confined worker may not write the build cache
             "host.check_compiles(contract.source('fixed'), contract.slots)\n"
             "worker = Worker(host, contract.source('fixed'), contract.slots, contract.controller('fixed'))\n"

@@ -77,10 +77,10 @@ def test_cache_is_keyed_by_content_and_its_precompiled_prelude_is_speed_only(con
 
 
 def _compile_in_a_child(answers) -> None:
-    from repro.core.contract import load
+    from repro.core.contract import CONTRACTS, load
     from repro.core.kernel_source import load_kernel
 
-    c = load()
+    c = load(CONTRACTS)
     e = c.controller("fixed")
     k = HostBackend().compile(load_kernel(e.kernel, e.symbol).with_defines(MIN_LAMBDA=0.0625), c.slots)
     answers.put(k.source.sha256)

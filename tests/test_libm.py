@@ -77,11 +77,11 @@ import sys
 import numpy as np
 from repro.backends import get_backend
 from repro.core import libm
-from repro.core.contract import load
+from repro.core.contract import CONTRACTS, load
 from repro.toy import Toy, run_toy
 from repro.toy.designs import compile_subject
 
-backend, contract = get_backend("host"), load()
+backend, contract = get_backend("host"), load(CONTRACTS)
 subjects = [compile_subject(backend, contract.source(n), contract.slots, contract.controller(n).value("seed_lambda"))
             for n in ("original", "fixed", "ziegler")]
 grid = {"actor_lr": np.array([1.0, 0.25]), "kl_ema_rate": np.array([0.01, 0.03]), "kl_target": np.array([0.5, 2.0])}

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from repro.backends import get_backend
-from repro.core.contract import load
 from repro.runners import campaign, loop_traces
 
 
@@ -20,9 +19,8 @@ def test_traces_are_there():
 
 @pytest.mark.parametrize("kernel", ["original", "fixed"])
 @pytest.mark.parametrize("window", sorted(loop_traces.WINDOWS))
-def test_host_replays_the_recorded_lambda_bits(kernel, window):
+def test_host_replays_the_recorded_lambda_bits(contract, kernel, window):
     """λ the GPU loop recorded = the host build of the same .cu over the same KL, bit for bit."""
-    contract = load()
     controller = contract.controller(kernel)
     sc = next(s for s in loop_traces.scenarios(controller) if s.name == f"deep_{kernel}_{window}")
     rec = loop_traces.recorded()[(kernel, window)]
@@ -36,19 +34,19 @@ def test_host_replays_the_recorded_lambda_bits(kernel, window):
 
 
 @pytest.mark.parametrize("name", ["fixed", "original", "ppo_paper"])
-def test_gate_groups_carry_them(name):
+def test_gate_groups_carry_them(contract, name):
     """The catalogue and per-step groups hold one deep-loop scenario per recorded (kernel, window)."""
-    controller = load().controller(name)
+    controller = contract.controller(name)
     groups = campaign.scenario_groups(controller)
     for group in ("catalogue", "per_step"):
         got = [s.name for s in groups[group][0] if s.family == "deep_loop"]
         assert len(got) == len(loop_traces.recorded()) == 6
 
 
-def test_a_new_recording_alone_becomes_a_scenario(tmp_path):
+def test_a_new_recording_alone_becomes_a_scenario(contract, tmp_path):
     """The registry is the file: one more (kernel, window) in it is one more scenario, nothing else edited."""
     path = tmp_path / "t.npz"
     kl = np.full(700, 0.2, np.float32)
     np.savez(path, **{"fixed__cold__kl": kl, "fixed__cold__lambda": kl, "fixed__cold__start": np.int64(0)})
-    got = loop_traces.scenarios(load().controller("fixed"), path)
+    got = loop_traces.scenarios(contract.controller("fixed"), path)
     assert [s.name for s in got] == ["deep_fixed_cold"] and got[0].steps == loop_traces.SPANS["cold"].stop

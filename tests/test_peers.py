@@ -11,7 +11,7 @@ from analysis.cli import gate
 from analysis.cli.evaluate import evaluate
 from analysis.judge.property_records import applicable
 from repro.core import spec
-from repro.core.contract import load
+from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32, bits
 from repro.core.isv import new_isv
@@ -108,7 +108,7 @@ def test_gate_cli_exits_0_for_each_peer(contract, peer, capsys):
 
 
 def _one(name, lam, kl, target=REF_TARGET):
-    return spec.step(spec.Rule.of(load().controller(name)), F32(lam), F32(kl), F32(target))
+    return spec.step(spec.Rule.of(load(CONTRACTS).controller(name)), F32(lam), F32(kl), F32(target))
 
 
 def test_rules_follow_their_sources_one_step():
@@ -149,7 +149,7 @@ def test_none_bounds_are_explicit(contract):
 
 
 def test_malformed_rule_fields_are_rejected(tmp_path):
-    base = load().path.read_text(encoding="utf-8")
+    base = CONTRACTS.read_text(encoding="utf-8")
     bad = tmp_path / "contracts.toml"
     bad.write_text(base.replace('form = "mul_one_plus"', 'form = "times"'), encoding="utf-8")
     with pytest.raises(SuiteError, match="form 'times'"):

@@ -90,9 +90,9 @@ def test_a_new_controller_entry_alone_reaches_the_property_and_agreement_tests(c
     from repro.core.paths import ROOT
 
     path = made_up_contract(contract, tmp_path)
-    # loaded by -p before the conftest: every load() of this pytest run reads the made-up contract
+    # loaded by -p before the conftest: the tracked file's name, CONTRACTS, is the made-up contract in this pytest run
     (tmp_path / "made_up_plugin.py").write_text(
-        f"import repro.core.contract as c\nc.load.__defaults__ = ({str(path)!r},)\n")
+        f"import pathlib\nimport repro.core.contract as c\nc.CONTRACTS = pathlib.Path({str(path)!r})\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "made_up_plugin", "-p", "no:cacheprovider",
                            "tests/test_properties.py", "tests/test_agreement.py", "-k", "made_up and host", "-q",

@@ -15,7 +15,7 @@ import pytest
 from analysis.cli.evaluate import evaluate
 from analysis.judge.property_records import RATE_ROWS, applicable
 from repro.core import stateful
-from repro.core.contract import load
+from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.f32 import F32
 from repro.core.paths import ROOT
@@ -33,7 +33,7 @@ def _verdict(contract, name, source, host):
 
 
 def test_a_user_file_adds_a_stateful_entry_judged_by_default(mine):
-    assert mine.default_entry() == "log_pi" and load().default_entry() == "fixed"
+    assert mine.default_entry() == "log_pi" and load(CONTRACTS).default_entry() == "fixed"
     entry = mine.controller("log_pi")
     assert entry.stateful and [(s.name, s.slot, s.start) for s in entry.state] == [("integral", 492, 0.0)]
     assert set(applicable(entry)).isdisjoint(RATE_ROWS) and {"spec_agreement", "isolation", "floor"} <= set(applicable(entry))

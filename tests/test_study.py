@@ -17,7 +17,6 @@ from analysis.cli import study as cli  # noqa: E402
 from analysis.cli.study_runs import reduced_first, run_first  # noqa: E402
 from analysis.judge.first_study import merge  # noqa: E402
 from analysis.judge.study_stats import exact_interval  # noqa: E402
-from repro.core.contract import load  # noqa: E402
 from repro.core.errors import SuiteError  # noqa: E402
 from repro.core.isv import new_isv  # noqa: E402
 from repro.learning import agent, controllers, reference, rng  # noqa: E402
@@ -34,8 +33,8 @@ def prereg():
 
 
 @pytest.fixture(scope="module")
-def reduced(host, prereg):
-    return reduced_first(host, prereg)
+def reduced(host, contract, prereg):
+    return reduced_first(host, contract, prereg)
 
 
 @pytest.mark.parametrize("name", ENVS)
@@ -107,7 +106,7 @@ def _bits(a):
 # holds each task's stepper to gymnasium (above) and the loop to itself (same seeds, any batch: below).
 @pytest.mark.slow_on_host
 @pytest.mark.parametrize("env", [pytest.param("FrozenLake-v1", marks=pytest.mark.slow), "CliffWalking-v1"])
-def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
+def test_compiled_loop_follows_the_reference(backend, host, contract, prereg, env):
     """The compiled loop (kernels/learning_loop.cuh) against the array statement, run by run: the same
     trajectories (returns and λ bit for bit: same actions, same outcomes, same controller inputs) and
     agreement/KL within rounding: the reference uses NumPy's exp and log, the loop its own (both within 2 ulp),
@@ -115,7 +114,6 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
     from dataclasses import replace
 
     _, tables = make(env, prereg.learning.default_max_episode_steps)
-    contract = load()
     groups = [controllers.group(backend, n, contract) for n in ("fixed", "original", "const:0.001")]
     grid = {k: np.asarray(v, float) for k, v in
             {"entropy_bonus": [0.0, 0.05, 0.0], "aux_reward": [0.0, 1.0, 0.2], "pi_view": [1, 1, 4]}.items()}
@@ -133,14 +131,13 @@ def test_compiled_loop_follows_the_reference(backend, host, prereg, env):
 
 @pytest.mark.slow  # about 5 s per task
 @pytest.mark.parametrize("env", ["FrozenLake-v1", "CliffWalking-v1"])
-def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, prereg, env):
+def test_compiled_loop_follows_the_reference_on_the_second_study_axes(backend, host, contract, prereg, env):
     """The second study's axes (where and when the KL is measured, the auxiliary reward on odd states, the linear
     policy) and its measurements (ties excluded, odd states, the replay ring, the quiet-floor run) in the compiled
     loop against the array statement, as the test above."""
     from dataclasses import replace
 
     _, tables = make(env, prereg.learning.default_max_episode_steps)
-    contract = load()
     groups = [controllers.group(backend, n, contract) for n in ("fixed", "original", "const:0")]
     grid = {k: np.asarray(v, float) for k, v in
             {"entropy_bonus": [0.0, 0.05, 0.0, 0.0, 0.0], "aux_reward": [1.0, 0.2, 1.0, 1.0, 0.0],
@@ -171,9 +168,8 @@ def test_exact_interval_closed_form():
     assert hi == 1 and np.isclose(lo, 0.025 ** (1 / n))
 
 
-def test_constant_kernel_holds_lambda(backend):
+def test_constant_kernel_holds_lambda(backend, contract):
     """const:X leaves λ's bits as seeded under KL far above, inside and far below the band."""
-    contract = load()
     group = controllers.group(backend, "const:0.05", contract)
     lam0 = np.float32([0.001, 0.05, 0.1, 1.0] * 3)
     kl = np.tile(np.float32([100.0] * 4 + [0.1] * 4 + [1e-4] * 4), (300, 1))
@@ -182,23 +178,24 @@ def test_constant_kernel_holds_lambda(backend):
 
 
 def test_controller_names(host, contract):
-    names = controllers.expand(["fixed", "ablation", "fixed"])
+    names = controllers.expand(["fixed", "ablation", "fixed"], contract)
     assert names[0] == "fixed" and len(names) == 15 and len(set(names)) == 15
     # the groups the pre-registrations write: 4 fixes alone, 4 with one removed, the contract's entries
-    fixes = controllers.expand(["single_fixes", "fixes_removed"])
+    fixes = controllers.expand(["single_fixes", "fixes_removed"], contract)
     assert len(fixes) == 8 and set(fixes) <= set(names)
-    peers = controllers.expand(["peers"])
+    peers = controllers.expand(["peers"], contract)
     # as pre-registered: the entries without state of their own (the stateful peers are named one by one)
     assert set(peers) == set(contract.peers())
-    assert controllers.expand(["contract"]) == sorted(n for n, c in contract.controllers.items() if not c.stateful)
+    assert controllers.expand(["contract"], contract) == sorted(n for n, c in contract.controllers.items() if not c.stateful)
     class Unbuilt:  # names and seeds only: the ablation's learners are built where they run (the report)
         def compile_learner(self, source, slots):
             return None
 
-    assert controllers.group(Unbuilt(), "ablation:seed").seed_lambda == load().controller("fixed").value("seed_lambda")
+    seed = contract.controller("fixed").value("seed_lambda")
+    assert controllers.group(Unbuilt(), "ablation:seed", contract).seed_lambda == seed
     for bad in ("nope", "const:x", "const:1e-40", "const:-0.5", "ablation:speed"):
         with pytest.raises(SuiteError):
-            controllers.group(host, bad)
+            controllers.group(host, bad, contract)
 
 
 def test_parse_seeds():
@@ -208,17 +205,18 @@ def test_parse_seeds():
             parse_seeds(bad)
 
 
-def test_same_seeds_same_json(host, prereg):
-    args = (host, ["FrozenLake-v1"], ["fixed", "original", "const:0.1"], parse_seeds("0:3"), prereg)
+def test_same_seeds_same_json(host, contract, prereg):
+    args = (host, contract, ["FrozenLake-v1"], ["fixed", "original", "const:0.1"], parse_seeds("0:3"), prereg)
     a, b = (json.dumps(run_first(*args, grid=TINY_GRID, steps=600)) for _ in range(2))
     assert a == b
 
 
-def test_runs_do_not_depend_on_their_batch(host, prereg):
+def test_runs_do_not_depend_on_their_batch(host, contract, prereg):
     """A study split by controller and merged equals the joint study (what merge() relies on)."""
     seeds = parse_seeds("0:3")
-    joint = run_first(host, ["FrozenLake-v1"], ["fixed", "original"], seeds, prereg, grid=TINY_GRID, steps=600)
-    parts = [run_first(host, ["FrozenLake-v1"], [n], seeds, prereg, grid=TINY_GRID, steps=600) for n in ("original", "fixed")]
+    joint = run_first(host, contract, ["FrozenLake-v1"], ["fixed", "original"], seeds, prereg, grid=TINY_GRID, steps=600)
+    parts = [run_first(host, contract, ["FrozenLake-v1"], [n], seeds, prereg, grid=TINY_GRID, steps=600)
+             for n in ("original", "fixed")]
     assert merge(parts)["envs"] == joint["envs"]
 
 
@@ -244,10 +242,10 @@ def test_reduced_study(reduced):
 
 
 @pytest.mark.device_only  # on the host this would be two host runs: test_same_seeds_same_json
-def test_backends_agree_bit_for_bit(backend, host, prereg):
+def test_backends_agree_bit_for_bit(backend, host, contract, prereg):
     """The GPU and the CPU run the same loop with the same arithmetic (its own exp and log): the same JSON, bit
     for bit, apart from the backend's name."""
-    args = (["FrozenLake-v1", "CliffWalking-v1"], ["fixed", "original", "const:0.001", "ppo_paper"], parse_seeds("0:4"),
+    args = (contract, ["FrozenLake-v1", "CliffWalking-v1"], ["fixed", "original", "const:0.001", "ppo_paper"], parse_seeds("0:4"),
             prereg)
     grid = {"entropy_bonus": (0.0, 0.05), "aux_reward": (1.0,), "pi_view": (1, 4)}
     ours, ref = run_first(backend, *args, grid=grid, steps=3000), run_first(host, *args, grid=grid, steps=3000)
@@ -281,7 +279,7 @@ def test_committed_gpu_study_matches_the_cpu_one():
     compare(gpu, cpu)
 
 
-def test_elementary_functions(backend, host):
+def test_elementary_functions(backend, host, contract):
     """The loop's exp and log: within 2 ulp of NumPy's (and the same special values), and the same bits on every
     backend. The inputs have full random mantissas (``u·2^e``), over the range the loop meets: logits' differences
     for exp, sums of A probabilities in [1, A] for log, and beyond."""
@@ -289,7 +287,7 @@ def test_elementary_functions(backend, host):
     x = np.concatenate([rng.uniform(-50, 50, 20000), rng.uniform(-746, 710, 20000), rng.uniform(-1e-3, 1e-3, 5000),
                         np.exp(rng.uniform(-700, 700, 5000)), 1 + rng.random(40000) * 5,
                         [0.0, -0.0, 1.0, -1.0, 709.78, 709.79, -745.1, -745.14, np.inf, -np.inf, np.nan, 5e-324, 1e-310]])
-    learner = backend.compile_learner(load().source("fixed"), load().slots)
+    learner = backend.compile_learner(contract.source("fixed"), contract.slots)
     got = learner.elementary(x)
     with np.errstate(all="ignore"):
         want = np.exp(x), np.log(x)
@@ -297,7 +295,7 @@ def test_elementary_functions(backend, host):
         normal = np.isfinite(w) & (w != 0)
         assert np.array_equal(g[~normal], w[~normal], equal_nan=True)
         assert (np.abs(g[normal] - w[normal]) <= 2 * np.spacing(np.abs(w[normal]))).all()
-    for g, h in zip(got, host.compile_learner(load().source("fixed"), load().slots).elementary(x), strict=True):
+    for g, h in zip(got, host.compile_learner(contract.source("fixed"), contract.slots).elementary(x), strict=True):
         assert np.array_equal(g.view(np.uint64), h.view(np.uint64))
 
 
@@ -364,15 +362,16 @@ def test_cli_a_failing_write_after_the_run_is_one_error_line(capsys):
     assert lines[:-1] and all(ln.startswith("study: [1/1] FrozenLake-v1 × fixed") for ln in lines[:-1])
 
 
-def test_controller_names_are_spelled_one_way():
-    assert controllers.expand(["const:1.0", "const:1", "ablation:seed+floor", "ablation:floor+seed", "fixed"]) == [
+def test_controller_names_are_spelled_one_way(contract):
+    assert controllers.expand(["const:1.0", "const:1", "ablation:seed+floor", "ablation:floor+seed", "fixed"],
+                              contract) == [
         "const:1", "ablation:floor+seed", "fixed"]
 
 
 @pytest.mark.slow
-def test_full_preregistered_study(host, prereg):
+def test_full_preregistered_study(host, contract, prereg):
     """The pre-registered study as committed (minutes on a CPU; under a minute on the H200 with cupy)."""
-    result = run_first(host, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
+    result = run_first(host, contract, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg)
     assert result["as_preregistered"] and list(result["envs"]) == list(prereg.envs)
     _well_formed(result)
 
@@ -399,10 +398,10 @@ def prereg2():
 
 
 @pytest.fixture(scope="module")
-def reduced2(host, prereg2):
+def reduced2(host, contract, prereg2):
     from analysis.cli.study_runs import reduced_second
 
-    return reduced_second(host, prereg2)
+    return reduced_second(host, contract, prereg2)
 
 
 def test_mcnemar_and_sign_test_against_closed_forms():
@@ -465,7 +464,7 @@ def test_second_study_criteria_on_hand_made_traces(prereg2):
 
 
 @pytest.mark.slow  # 2 s; the fast run holds its judgement on hand-made traces (above)
-def test_reduced_second_study(reduced2, prereg2):
+def test_reduced_second_study(reduced2, contract, prereg2):
     """The CI-sized second study: strict JSON, intervals around their fractions, verdicts that add up, pairs paired
     on the same runs, λ = 0 held, the bracket's sign kept, the incident's series as long as its steps."""
     from repro.learning.study2 import CRITERIA, signature_steps
@@ -497,14 +496,14 @@ def test_reduced_second_study(reduced2, prereg2):
     assert all(len(s["lam"]) == len(inc["steps"]) for s in inc["series"].values())
     # the original from its cold start: seeded λ decays to its floor in the contract's steps-to-floor (±1)
     lam = np.array(inc["series"]["original"]["lam"], dtype=np.float32)
-    floor = np.float32(load().controller("original").value("floor"))
+    floor = np.float32(contract.controller("original").value("floor"))
     first = int(np.argmax(lam <= floor)) + 1
-    assert abs(first - signature_steps(prereg2)) <= 1
+    assert abs(first - signature_steps(prereg2, contract)) <= 1
 
 
 @pytest.mark.slow  # the reduced second study on both backends
 @pytest.mark.device_only
-def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
+def test_second_study_backends_agree_bit_for_bit(backend, host, contract, prereg2):
     """The second study's loop on the GPU and the CPU: the same JSON bit for bit, apart from the backend's name."""
     from analysis.cli.study_runs import run_second
 
@@ -512,7 +511,7 @@ def test_second_study_backends_agree_bit_for_bit(backend, host, prereg2):
     args = dict(envs=["FrozenLake-v1", "CliffWalking-v1"], names=["fixed", "original", "const:0", "const:0.001",
                                                                   "const:1", "ablation:floor"],
                 seeds=parse_seeds("0:3"), grid=grid, steps=7800, incident_steps=600)
-    ours, ref = run_second(backend, prereg2, **args), run_second(host, prereg2, **args)
+    ours, ref = run_second(backend, contract, prereg2, **args), run_second(host, contract, prereg2, **args)
     assert ours.pop("backend") == backend.name and ref.pop("backend") == "host"
     assert json.dumps(ours) == json.dumps(ref)
 

@@ -211,18 +211,18 @@ def test_exploratory_run_is_shown_as_exploratory_from_its_json(exploratory):
 
 
 @pytest.mark.slow  # about 20 s on 2 cores
-def test_exploratory_run_reproduces_its_committed_json(host, exploratory):
+def test_exploratory_run_reproduces_its_committed_json(host, contract, exploratory):
     from analysis.cli.study_runs import exploratory_target
 
-    assert json.loads(json.dumps(exploratory_target(host))) == exploratory
+    assert json.loads(json.dumps(exploratory_target(host, contract))) == exploratory
 
 
 @pytest.mark.slow  # about 2 s
-def test_remade_incident_is_the_committed_run(host, committed):
+def test_remade_incident_is_the_committed_run(host, contract, committed):
     """Remaking the committed incident on the host passes its own bit-for-bit check and gives the committed series."""
     from analysis.cli.study_runs import remake_incident
 
-    assert json.loads(json.dumps(remake_incident(host, committed)["incident"])) == committed["incident"]
+    assert json.loads(json.dumps(remake_incident(host, contract, committed)["incident"])) == committed["incident"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -252,22 +252,22 @@ def test_cold_start_check_is_stated_from_its_json(committed, cold):
     assert "is not reported" in "\n".join(study_section.signature_lines(committed))
 
 
-def test_cold_start_window_is_the_runs_first_steps(host, committed):
+def test_cold_start_window_is_the_runs_first_steps(host, contract, committed):
     """The cold-start check runs the first window alone: a run's first steps do not depend on its length (the
     committed incident's first 200 steps, every series, from a 200-step run)."""
     from repro.learning.incident import incident
     from repro.learning.study2 import load_prereg2
 
     inc = committed["incident"]
-    short = incident(host, load_prereg2(), inc["seed"], steps=200)
+    short = incident(host, contract, load_prereg2(), inc["seed"], steps=200)
     assert short["series"] == {a: {k: v[:200] for k, v in s.items()} for a, s in inc["series"].items()}
 
 
 @pytest.mark.slow  # about 12 s on 2 cores
-def test_cold_start_check_reproduces_its_committed_json(host, cold):
+def test_cold_start_check_reproduces_its_committed_json(host, contract, cold):
     from analysis.cli.study_runs import exploratory_cold_start
 
-    assert json.loads(json.dumps(exploratory_cold_start(host))) == cold
+    assert json.loads(json.dumps(exploratory_cold_start(host, contract))) == cold
 
 
 def test_secondary_protection_is_labelled_exploratory_with_the_other_target_beside_it():

@@ -50,7 +50,7 @@ from analysis.judge.bench_verdict import (
 )
 from analysis.present import bench_report
 from repro import bench
-from repro.core.contract import load
+from repro.core.contract import CONTRACTS, load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs
 from repro.core.paths import ROOT, shown
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true", help="show pytest's and pytest-benchmark's own report as it runs")
     args = p.parse_args(argv)
     modes, tag, folder, old = check(args)
-    rig = bench.make_rig(load())
+    rig = bench.make_rig(load(CONTRACTS))  # bench takes no --contracts: the tracked file
     skipped = {m.name: why for m in modes if (why := bench.unavailable(m, rig))}
     runs, failed, say = [], False, policy.progress("bench")
     with tempfile.TemporaryDirectory(prefix="rlq-bench-") as tmp:

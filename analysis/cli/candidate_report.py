@@ -65,7 +65,7 @@ def build(backend, contract: Contract, entry: str, kernel: Path, progress, verdi
                for s in TOY_SEEDS] for k in names}
     prereg = load_prereg(PREREGISTERED)
     progress(f"[4/4] learning loops: {', '.join(prereg.envs)} × seeds {STUDY_SEEDS}, {STUDY_STEPS} steps")
-    study = study_runs.run_first(backend, list(prereg.envs), ["fixed", entry], parse_seeds(STUDY_SEEDS), prereg,
+    study = study_runs.run_first(backend, contract, list(prereg.envs), ["fixed", entry], parse_seeds(STUDY_SEEDS), prereg,
                                  steps=STUDY_STEPS, sources={entry: sources["candidate"]})
     return {"entry": entry, "rule": contract.controller(entry).rule, "contract": shown(contract.path),
             "kernel": shown(kernel), "backend": backend.name,

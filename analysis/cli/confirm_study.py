@@ -174,6 +174,7 @@ def run(args) -> int:
     except ImportError:
         raise SuiteError("--confirm-4 needs PyTorch: pip install --group deep (or the machine's own torch)") from None
     from repro.backends import get_backend
+    from repro.core.contract import CONTRACTS, load
     from repro.learning.deep import confirm
     from repro.learning.deep.loop import device_for
 
@@ -195,7 +196,7 @@ def run(args) -> int:
         if args.json:
             write_text(args.json, render.strict_json({**head, "cells": cells}, separators=(",", ":")) + "\n")
 
-    raw = confirm.run(decl, backend, device=device, graph=device == "cuda" and not args.eager, progress=say,
+    raw = confirm.run(decl, backend, load(CONTRACTS), device=device, graph=device == "cuda" and not args.eager, progress=say,
                       on_chunk=partial)
     result = {**head, "cells": raw["cells"]}
     partial(raw["cells"])

@@ -79,14 +79,16 @@ def body(argv: list[str]) -> int:
         raise SuiteError("--deep needs PyTorch: pip install --group deep (or the machine's own torch)") from None
     from analysis.judge import deep_study as judge
     from repro.backends import get_backend
+    from repro.core.contract import CONTRACTS
     from repro.core.contract import load as load_contract
     from repro.core.kernel_source import load_kernel
     from repro.learning.deep import prereg as prereg3
     from repro.learning.deep import study
     from repro.learning.deep.loop import device_for
 
+    contract = load_contract(CONTRACTS)  # the tracked contract: the third study's controllers as pre-registered
     if args.from_json:
-        return from_json(args)
+        return from_json(args, contract)
     prereg = prereg3.load(args.prereg or prereg3.PREREGISTERED_3)
     cells = [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells is not None else None
     if cells == []:
@@ -122,9 +124,9 @@ def body(argv: list[str]) -> int:
     if args.kernel and args.markdown:
         raise SuiteError("--markdown draws the original against the fixed kernel; with --kernel write --json")
     if args.kernel:
-        candidate = load_kernel(args.kernel, load_contract().controller("fixed").symbol)
+        candidate = load_kernel(args.kernel, contract.controller("fixed").symbol)
         if check:
-            return closed_loop_check(args, candidate, prereg.endpoint.alpha, start, say)
+            return closed_loop_check(args, contract, candidate, prereg.endpoint.alpha, start, say)
         if cells is None:
             cells = ["primary"]
     backend = get_backend(args.backend)
@@ -136,7 +138,7 @@ def body(argv: list[str]) -> int:
     deadline = start + args.budget if args.budget else None
 
     def measure() -> dict:
-        return study.run_study(backend, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
+        return study.run_study(backend, contract, prereg, device=device, graph=graph, reduced=args.reduced, candidate=candidate,
                                cells=cells, seeds=args.seeds, steps=args.steps, mode=args.mode, trace_of=trace_of,
                                progress=say, deadline=deadline)
 
@@ -162,7 +164,7 @@ def body(argv: list[str]) -> int:
         if candidate is None:
             print(f"headline ({pair[0]} vs {pair[1]}, primary cell): {h['verdict']}{note}"
                   + (f" — {h['first']:.1%} vs {h['second']:.1%}, p {h['p']:.3g}" if "p" in h else ""))
-            primary = deep_section.five_words(result).get("primary", {})
+            primary = deep_section.five_words(result, deep_section.levels(result["pair"], contract)).get("primary", {})
             if primary.get("verdict"):  # the pre-registered words above; the five words (issue 42 item 4) beside them
                 k, n = primary["floor_evaluations"]
                 print(f"re-read in five words (after the fact): primary cell: {primary['verdict']} (the original's "
@@ -177,7 +179,7 @@ def body(argv: list[str]) -> int:
         if out["--traces"]:
             write_traces(out["--traces"], result_raw)
         if out["--markdown"]:
-            write_markdown(out["--markdown"], result)
+            write_markdown(out["--markdown"], result, contract)
         print(f"{backend.name}: done in {time.perf_counter() - start:.1f} s")
         return 1 if candidate is not None and judge.candidate_worse(result, prereg.endpoint.alpha) else 0
 
@@ -236,9 +238,9 @@ def sentinel_cells(path: Path | None = None) -> tuple[dict, list[dict]]:
     return judged, found
 
 
-def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
-    """``study --deep --kernel K.cu``: the candidate beside the fixed kernel in the map's sentinel cells (the
-    module's docstring); exit 1 where it drifts in more runs (Holm p < ``alpha``), else 0."""
+def closed_loop_check(args, contract, candidate, alpha: float, start: float, say) -> int:
+    """``study --deep --kernel K.cu``: the candidate beside ``contract``'s fixed kernel in the map's sentinel cells
+    (the module's docstring); exit 1 where it drifts in more runs (Holm p < ``alpha``), else 0."""
     import torch
 
     from analysis.judge import sentinel_check
@@ -263,7 +265,7 @@ def closed_loop_check(args, candidate, alpha: float, start: float, say) -> int:
     raw = confined.measure(
         "study", backend,
         lambda folder: confirm.write_measured(folder / confirm.MEASURED, confirm.run(
-            decl, backend, device=device, graph=graph, progress=say, sources={"candidate": candidate})),
+            decl, backend, contract, device=device, graph=graph, progress=say, sources={"candidate": candidate})),
         lambda folder: confirm.read_measured(folder / confirm.MEASURED, decl), require=args.require_sandbox)
     if raw is None:
         return 2
@@ -316,8 +318,9 @@ def write_traces(path: Path, raw: dict) -> None:
     path.write_bytes(buf.getvalue())
 
 
-def write_markdown(path: Path, result: dict) -> None:
-    """The report's section on the study, with its figures drawn beside ``path`` (``<stem>_<figure>``)."""
+def write_markdown(path: Path, result: dict, contract) -> None:
+    """The report's section on the study (the compared controllers' levels from ``contract``), with its figures
+    drawn beside ``path`` (``<stem>_<figure>``)."""
     from analysis.present import deep_plots, deep_section, plots
 
     drawn = {}
@@ -326,13 +329,14 @@ def write_markdown(path: Path, result: dict) -> None:
         target = path.with_name(f"{path.stem}_{name}.png")
         plots.save(draw(), target)
         drawn[name] = target.name
-    lines = deep_section.section(result, figures=False)
+    lines = deep_section.section(result, contract, figures=False)
     lines += [f"![{deep_section.FIGURES['fig_deep_' + k + '.png']}]({v})" for k, v in drawn.items()] + [""]
     write_text(path, "\n".join(lines))
 
 
-def from_json(args) -> int:
-    """``--from-json J --markdown M``: the section and figures of a study already run (no loop runs)."""
+def from_json(args, contract) -> int:
+    """``--from-json J --markdown M``: the section and figures of a study already run (no loop runs), read against
+    ``contract``."""
     import json
 
     if not args.markdown:
@@ -350,6 +354,6 @@ def from_json(args) -> int:
         raise SuiteError(f"--from-json {args.from_json}: cannot read the study JSON ({err})") from None
     if result.get("study") != "preregistered_3":
         raise SuiteError(f"--from-json {args.from_json}: not a third-study JSON")
-    write_markdown(args.markdown, result)
+    write_markdown(args.markdown, result, contract)
     print(f"wrote {args.markdown}")
     return 0

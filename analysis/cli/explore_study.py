@@ -84,6 +84,7 @@ def body(argv: list[str]) -> int:
     except ImportError:
         raise SuiteError("--explore-4 needs PyTorch: pip install --group deep (or the machine's own torch)") from None
     from repro.backends import get_backend
+    from repro.core.contract import CONTRACTS, load
     from repro.learning.deep import explore
     from repro.learning.deep.explore import parse_shard
     from repro.learning.deep.loop import device_for
@@ -110,7 +111,7 @@ def body(argv: list[str]) -> int:
         if args.json:
             write_text(args.json, dump({**head, "groups": groups, "not_run": not_run}))
 
-    raw = explore.run_search(decl, backend, device=device, graph=device == "cuda" and not args.eager,
+    raw = explore.run_search(decl, backend, load(CONTRACTS), device=device, graph=device == "cuda" and not args.eager,
                              chunk_rows=args.chunk_rows, shard=shard, progress=say, deadline=deadline,
                              on_chunk=partial)
     result = {**head, "groups": raw["groups"], "not_run": raw["not_run"]}
@@ -269,9 +270,9 @@ def bench(args, decl) -> int:
         torch.set_num_threads(1)
     graph = device == "cuda" and not args.eager
     say = policy.progress("study")
-    from repro.core.contract import load as load_contract
+    from repro.core.contract import CONTRACTS, load
 
-    contract = load_contract()
+    contract = load(CONTRACTS)
     for task in decl.tasks:
         per = decl.rows_per_group
         for size in sizes:

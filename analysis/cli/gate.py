@@ -20,7 +20,7 @@ from analysis.cli import confined, policy
 from analysis.cli.evaluate import evaluate
 from analysis.present import render
 from repro.backends import backend_names, get_backend
-from repro.core.contract import current, load
+from repro.core.contract import load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.outputs import Output, check_outputs, write_text
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_require_sandbox(help="exit 2 where the candidate's code cannot be confined here (seccomp; see docs/DESIGN.md)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    contract_file = shown(current())
+    contract_file = shown(args.contracts)
     kernel_file = shown(args.kernel) if args.kernel else "kernels"
     try:
         formats = _formats(args.format)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SuiteError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:g}, "
                              f"not {args.timeout:g}")
         confined.check(args.require_sandbox)  # a line on stderr, beside the verdict (stdout keeps the asked-for formats alone)
-        contract = load()
+        contract = load(args.contracts)
         args.contract = args.contract or contract.default_entry()
         controller = contract.controller(args.contract)
         contract_file = shown(controller.file or contract.path)  # the file whose lines the rows name

@@ -39,7 +39,8 @@ class Parser(argparse.ArgumentParser):
         self.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
 
     def add_contracts(self) -> None:
-        """``--contracts FILE``: judge against a contract file of one's own (the tracked one left as it is)."""
+        """``--contracts FILE``: judge against a contract file of one's own (the tracked one left as it is). The
+        parsed ``args.contracts`` is the file the command loads: FILE, else kernels/contracts.toml."""
         self.add_argument("--contracts", type=path, metavar="FILE",
                           help="contract file to judge against instead of kernels/contracts.toml (paths inside it "
                                "are relative to the repository; base = \"kernels/contracts.toml\" adds to that one)")
@@ -52,10 +53,10 @@ class Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         parsed = super().parse_args(args, namespace)
-        if getattr(parsed, "contracts", None) is not None:
-            from repro.core import contract  # lazily: --help costs no import
+        if hasattr(parsed, "contracts") and parsed.contracts is None:  # no --contracts: the tracked file
+            from repro.core.contract import CONTRACTS  # lazily: --help costs no import
 
-            contract.choose(parsed.contracts)  # until the command ends (run() lets go of it)
+            parsed.contracts = CONTRACTS
         return parsed
 
     def _print_message(self, message, file=None):
@@ -112,7 +113,6 @@ def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | No
     global _last_name
     _last_name = name
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
-    chosen = _contracts_chosen()
     try:
         if sys.stderr is None:  # `2>&-`: no room for an error or progress line; stdout is still empty
             print(f"{name}: error: stderr is closed: errors and progress would be lost (2>/dev/null discards them)")
@@ -134,15 +134,6 @@ def run(name: str, body: Callable[[list[str] | None], int], argv: list[str] | No
         return code if code in (0, 1, 2) else 2
     except BaseException as err:  # noqa: BLE001 - the policy: every way out is one line and exit 2
         return _fail(name, err, debug)
-    finally:
-        if "repro.core.contract" in sys.modules:  # a --contracts choice ends with its command
-            sys.modules["repro.core.contract"].unchoose(chosen)
-
-
-def _contracts_chosen() -> int:
-    """How many ``--contracts`` choices are in force before a command (none where the module is not loaded)."""
-    module = sys.modules.get("repro.core.contract")
-    return module.chosen_depth() if module is not None else 0
 
 
 #: Set once a command ended by Ctrl-C: :func:`leave` then ends the process at once.

@@ -28,7 +28,7 @@ from analysis.cli import confined, policy
 from analysis.judge.trace_moves import moves_of
 from analysis.present import render
 from repro.backends import backend_names, get_backend
-from repro.core.contract import load
+from repro.core.contract import Contract, load
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, write_text
 from repro.runners import trace_file
@@ -36,11 +36,11 @@ from repro.runners.runner import Run, run_scenarios, to_frame
 from repro.runners.scenarios import replayed
 
 
-def replay(path: Path, target: float | None, controllers: list[str], backend: str = "auto",
+def replay(path: Path, contract: Contract, target: float | None, controllers: list[str], backend: str = "auto",
            kernel: Path | None = None, contract_name: str = "fixed", allow_nonfinite: bool = False,
            max_rows: int = trace_file.MAX_ROWS, progress=None, require: bool = False) -> tuple[str, list[tuple[str, Run]]] | None:
     """(the backend's name, (controller, its run) for each controller, the candidate last); None: the candidate's
-    confined child ended with exit 2, having said why.
+    confined child ended with exit 2, having said why. Kernels and seeds are ``contract``'s entries.
 
     ``kernel``: a candidate replayed as ``candidate`` beside ``controllers``, from ``contract_name``'s seed λ, in
     a confined child (:func:`analysis.cli.confined.measure`) that hands back its λ and stray writes as plain data;
@@ -49,7 +49,6 @@ def replay(path: Path, target: float | None, controllers: list[str], backend: st
     has taken a few seconds.
     """
     start = time.monotonic()
-    contract = load()
     jobs = [(name, contract.controller(name), contract.source(name)) for name in controllers]
     if kernel is not None:
         jobs.append(("candidate", contract.controller(contract_name), contract.source(contract_name, kernel)))
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SuiteError("nothing to replay: --controller none needs --kernel")
     if args.contract is not None and args.kernel is None:
         raise SuiteError(f"--contract {args.contract} names the seed λ of a --kernel; there is none")
-    contract = load()
+    contract = load(args.contracts)
     entry = args.contract or "fixed"
     contract.controller(entry)  # the name checked before any work
     check_outputs([Output("--csv", args.csv), Output("--plot", args.plot, suffix=".png")],
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.kernel is not None:
         contract.source(entry, args.kernel)  # a missing or unreadable kernel: its one line before any work
-    got = replay(args.trace, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite, args.max_rows,
+    got = replay(args.trace, contract, args.target, names, args.backend, args.kernel, entry, args.allow_nonfinite, args.max_rows,
                  policy.progress("replay"), require=args.require_sandbox)
     if got is None:
         return 2

@@ -133,17 +133,17 @@ def measure(backend: Backend, sources: dict[str, KernelSource], contract: Contra
         full = entry(backend.name).device  # the pre-registered studies where they were made: on a device
         progress("      learning loop: " + ("both pre-registered studies" if full else "the reduced studies (CPU)"))
         study = (preregistered_first if full else reduced_first)(
-            backend, sources={"fixed": sources["fixed"]} if candidate else None)
+            backend, contract, sources={"fixed": sources["fixed"]} if candidate else None)
         # the second study runs the contract's kernels (a candidate is judged by the first study and the gate)
-        study2 = run_second(backend, load_prereg2()) if full else reduced_second(backend)
+        study2 = run_second(backend, contract, load_prereg2()) if full else reduced_second(backend, contract)
         where = {"first": "run here", "second": "run here"}
         exploratory = None
     header["studies"] = {k: f"{where[k]} (backend {s['backend']}, {'as pre-registered' if s['as_preregistered'] else 'reduced'})"
                          for k, s in (("first", study), ("second", study2))}
     return Report(evidence=evidence, verdicts=verdicts, cross=cross, trajectories=traj, noise=noise, recovery=recovery,
                   outcomes=report_measures.bad_input_outcomes(evidence), closed_loop=loops, ablation=ablation,
-                  robustness=robustness, header=header, peers=peers, peer_loop=peer_toy, study=study, study2=study2,
-                  study2_exploratory=exploratory, measures=measures, design=design)
+                  robustness=robustness, header=header, contract=contract, peers=peers, peer_loop=peer_toy, study=study,
+                  study2=study2, study2_exploratory=exploratory, measures=measures, design=design)
 
 
 # --- issue 35: cold starts and the design measures, for every controller the report runs -------------------------
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     confined.require_first(args.require_sandbox)
     start = time.perf_counter()
-    contract = load()
+    contract = load(args.contracts)
     studies = dict(zip(("first", "second"), args.studies, strict=True)) if args.studies else None
     check_outputs([Output("--out", args.out, folder=True)],
                   inputs=[("kernel", args.kernel), ("contract", contract.path),

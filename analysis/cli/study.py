@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds if args.seeds is not None else prereg.seeds)
     _check_outputs(args, [("pre-registration", args.prereg)], _as_preregistered(args), "first")
     backend = get_backend(args.backend)
-    names = ctl.expand(names)
     for env in envs:  # every environment and controller checked before the first run: no work lost to a typo
         make(env, L.default_max_episode_steps)
-    contract = load()
+    contract = load(args.contracts)
+    names = ctl.expand(names, contract)
     for name in names:
         ctl.group(backend, name, contract)  # a bad name or a kernel that does not compile, as one line
     say = policy.progress("study")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, (env, name) in enumerate(itertools.product(envs, names), start=1):
         say(f"[{n}/{blocks}] {env} × {name}: {runs} runs × {args.steps or L.steps} steps on {backend.name} …")
         began = time.perf_counter()
-        parts.append(study_runs.run_first(backend, [env], [name], seeds, prereg, steps=args.steps))
+        parts.append(study_runs.run_first(backend, contract, [env], [name], seeds, prereg, steps=args.steps))
         say(f"[{n}/{blocks}] {env} × {name} done in {time.perf_counter() - began:.1f} s "
             f"({time.perf_counter() - start:.0f} s so far)")
     result = merge(parts)
@@ -171,8 +171,8 @@ def second(args, start: float) -> int:
     if args.calibrate:
         if prereg.criteria.consecutive < 0:
             raise SuiteError("consecutive must be at least 0")
-        result = study_runs.calibrate(backend, prereg, parse_seeds(args.seeds if args.seeds is not None else "500:508"),
-                                      progress=say)
+        seeds = parse_seeds(args.seeds if args.seeds is not None else "500:508")
+        result = study_runs.calibrate(backend, load(args.contracts), prereg, seeds, progress=say)
         print(f"calibration: consecutive = {result['chosen_consecutive']}; trip rates at the effective points "
               f"{result['pooled_effective_points']}")
     else:
@@ -185,7 +185,7 @@ def second(args, start: float) -> int:
         if args.from_json:
             result = read_result(args.from_json, "second")
         else:
-            result = study_runs.run_second(backend, prereg, envs=envs, names=names,
+            result = study_runs.run_second(backend, load(args.contracts), prereg, envs=envs, names=names,
                                 seeds=parse_seeds(args.seeds) if args.seeds is not None else None, steps=args.steps,
                                 progress=say)
         for env, block in result["envs"].items():
@@ -217,9 +217,9 @@ def _rerun(args, prereg, start: float) -> int:
     backend = get_backend(args.backend)
     if args.exploratory:
         run = study_runs.exploratory_target if args.exploratory == "target" else study_runs.exploratory_cold_start
-        result = run(backend, prereg, progress=policy.progress("study"))
+        result = run(backend, load(args.contracts), prereg, progress=policy.progress("study"))
     else:
-        result = study_runs.remake_incident(backend, read_result(args.from_json, "second"), prereg)
+        result = study_runs.remake_incident(backend, load(args.contracts), read_result(args.from_json, "second"), prereg)
     if args.json:
         write_text(args.json, render.strict_json(result, separators=(",", ":")))
     print(f"{backend.name}: {flag} done in {time.perf_counter() - start:.1f} s")

@@ -3,7 +3,8 @@
 
 Called by ``python -m analysis study`` and the report. Every result is deterministic: no timings, no absolute
 paths; the parameters come from the pre-registered files, and the reduced studies change only the number of
-steps, seeds, grid points and controllers.
+steps, seeds, grid points and controllers. Every run takes the contract its controllers come from (the command's
+``--contracts`` file, or the tracked one).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from analysis.judge import first_study, second_study
 from repro.backends.base import LEARN_OUTPUTS
-from repro.core.contract import load
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.learning import controllers as ctl
 from repro.learning import prereg as first_prereg
@@ -40,13 +41,13 @@ def _check_memory(need: int, extra: str = "") -> None:
                          "fewer steps, seeds or controllers")
 
 
-def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
+def run_first(backend, contract: Contract, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dict | None = None,
               steps: int | None = None, sources: dict | None = None) -> dict:
     """The first study's JSON. ``sources`` puts a kernel source in a contract name's place (a candidate under
     "fixed")."""
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
-    names = ctl.expand(names)
+    names = ctl.expand(names, contract)
     tables = _tables(envs, prereg)
     points = grid_columns(grid or prereg.grid)
     n_runs = len(seeds) * len(points["pi_view"])
@@ -61,7 +62,6 @@ def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dic
               "run_order": "per controller: grid point-major, then seed",
               "kernels": {n: src.origin for n, src in (sources or {}).items() if n in names},
               "envs": {}}
-    contract = load()
     groups = [ctl.group(backend, n, contract, (sources or {}).get(n)) for n in names]
     for env in envs:
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, points)
@@ -70,27 +70,27 @@ def run_first(backend, envs, names, seeds: np.ndarray, prereg: Prereg, grid: dic
     return result
 
 
-def reduced_first(backend, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
+def reduced_first(backend, contract: Contract, prereg: Prereg | None = None, sources: dict | None = None) -> dict:
     """The reduced first study's JSON (:data:`repro.learning.prereg.REDUCED`: seconds on a CPU)."""
     r = first_prereg.REDUCED
-    return run_first(backend, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg or load_prereg(),
+    return run_first(backend, contract, r["envs"], r["controllers"], parse_seeds(r["seeds"]), prereg or load_prereg(),
                      grid=r["grid"], steps=r["steps"], sources=sources)
 
 
-def preregistered_first(backend, sources: dict | None = None) -> dict:
+def preregistered_first(backend, contract: Contract, sources: dict | None = None) -> dict:
     """The first study exactly as pre-registered (its environments, seeds, controllers, grid and steps)."""
     prereg = load_prereg()
-    return run_first(backend, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
+    return run_first(backend, contract, prereg.envs, prereg.controllers, parse_seeds(prereg.seeds), prereg, sources=sources)
 
 
-def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None,
+def run_second(backend, contract: Contract, prereg: Prereg2, envs=None, names=None, seeds=None, grid=None, steps=None,
                progress=None, incident_steps: int | None = None, with_incident: bool = True) -> dict:
     """The second study's JSON; arguments left None are as pre-registered. ``progress`` (a callable taking one
     line) hears when each environment starts and when it is done, with its wall time (s); ``incident_steps``: the
     incident figure's run length (steps; default pre-registered); ``with_incident=False`` runs no incident."""
     as_prereg = all(x is None for x in (envs, names, seeds, grid, steps))
     envs = list(envs or prereg.envs)
-    names = ctl.expand(names or prereg.controllers)
+    names = ctl.expand(names or prereg.controllers, contract)
     seeds = parse_seeds(prereg.seeds) if seeds is None else seeds
     if steps is not None:
         prereg = replace(prereg, learning=replace(prereg.learning, steps=steps))
@@ -108,10 +108,10 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
               "parameters": {"learning": asdict(prereg.learning), "features": prereg.features,
                              "replay_capacity": prereg.replay_capacity, "replay_sample": prereg.replay_sample,
                              "grid": {k: list(v) for k, v in prereg.grid.items()}, "criteria": asdict(c),
-                             "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}},
+                             "signature": {**asdict(measure_of(prereg, contract)),
+                                           "steps": signature_steps(prereg, contract)}},
               "as_preregistered": as_prereg, "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "controllers": names,
               "run_order": "per controller: grid point-major (regime, policy, aux), then seed", "envs": {}}
-    contract = load()
     with ThreadPoolExecutor(min(8, len(names))) as pool:  # every controller compiled at once (cached below)
         groups = list(pool.map(lambda n: ctl.group(backend, n, contract), names))
     for env in envs:
@@ -119,37 +119,37 @@ def run_second(backend, prereg: Prereg2, envs=None, names=None, seeds=None, grid
         what = f"{env}: {len(names)} controllers × {n_runs} runs × {prereg.learning.steps} steps"
         say(f"{what} …")  # the first line a user sees, before the minutes of the first task
         traces = run_loop(backend, tables[env], groups, prereg.learning, seeds, loop_grid(points, prereg.features),
-                          measure_of(prereg))
+                          measure_of(prereg, contract))
         result["envs"][env] = second_study.env_block(tables[env], names, [g.seed_lambda for g in groups], points,
-                                                     traces, len(seeds), c, signature_steps(prereg))
+                                                     traces, len(seeds), c, signature_steps(prereg, contract))
         say(f"{what} in {time.perf_counter() - start:.1f} s")
     if with_incident and prereg.incident["env"] in result["envs"] and {"original", "fixed"} <= set(names):
         seed = second_study.incident_seed(result, prereg.incident, seeds)
-        result["incident"] = incident(backend, prereg, seed, steps=incident_steps)
+        result["incident"] = incident(backend, contract, prereg, seed, steps=incident_steps)
     return result
 
 
-def reduced_second(backend, prereg: Prereg2 | None = None) -> dict:
+def reduced_second(backend, contract: Contract, prereg: Prereg2 | None = None) -> dict:
     """The reduced second study's JSON (:data:`repro.learning.study2.REDUCED`)."""
     r = study2.REDUCED
-    return run_second(backend, prereg or load_prereg2(), envs=r["envs"], names=r["controllers"],
+    return run_second(backend, contract, prereg or load_prereg2(), envs=r["envs"], names=r["controllers"],
                       seeds=parse_seeds(r["seeds"]), grid=r["grid"], steps=r["steps"], incident_steps=2000)
 
 
-def exploratory_target(backend, prereg: Prereg2 | None = None, progress=None) -> dict:
+def exploratory_target(backend, contract: Contract, prereg: Prereg2 | None = None, progress=None) -> dict:
     """The exploratory run :data:`repro.learning.study2.EXPLORATORY_TARGET` (the KL target at 1.0; not
     pre-registered): the second study's JSON of it, marked ``exploratory``, without an incident figure."""
     x = study2.EXPLORATORY_TARGET
     prereg = prereg or load_prereg2()
     prereg = replace(prereg, learning=replace(prereg.learning, kl_target=x["kl_target"]))
-    result = run_second(backend, prereg, envs=x["envs"], names=x["controllers"], seeds=parse_seeds(x["seeds"]),
+    result = run_second(backend, contract, prereg, envs=x["envs"], names=x["controllers"], seeds=parse_seeds(x["seeds"]),
                         grid=x["grid"], progress=progress, with_incident=False)
     result["exploratory"] = (f"not pre-registered: the KL target {x['kl_target']:g} instead of the learners' "
                              f"{load_prereg2().learning.kl_target:g}, declared after the study's result")
     return result
 
 
-def exploratory_cold_start(backend, prereg: Prereg2 | None = None, progress=None) -> dict:
+def exploratory_cold_start(backend, contract: Contract, prereg: Prereg2 | None = None, progress=None) -> dict:
     """The exploratory check :data:`repro.learning.study2.EXPLORATORY_COLD_START` (not pre-registered): the
     pre-registered grid and seeds for the first evaluation window, and per controller and regime the fraction of
     runs whose signature λ side is met there."""
@@ -157,27 +157,29 @@ def exploratory_cold_start(backend, prereg: Prereg2 | None = None, progress=None
     prereg = prereg or load_prereg2()
     window = replace(prereg.learning, steps=prereg.learning.eval_every * x["windows"])
     seeds, points = parse_seeds(prereg.seeds), grid_points(prereg.grid)
-    groups = [ctl.group(backend, n) for n in x["controllers"]]
+    groups = [ctl.group(backend, n, contract) for n in x["controllers"]]
     out = {"exploratory": "not pre-registered: the signature's λ side within the first evaluation window, "
                           "declared after the study's result", "backend": backend.name, "preregistration": prereg.path,
            "seeds": [int(seeds[0]), int(seeds[-1]) + 1], "steps": window.steps, "controllers": list(x["controllers"]),
-           "signature": {**asdict(measure_of(prereg)), "steps": signature_steps(prereg)}, "envs": {}}
+           "signature": {**asdict(measure_of(prereg, contract)), "steps": signature_steps(prereg, contract)},
+           "envs": {}}
     for env in prereg.envs:
         _, tables = make(env, prereg.learning.default_max_episode_steps)
-        traces = run_loop(backend, tables, groups, window, seeds, loop_grid(points, prereg.features), measure_of(prereg))
+        traces = run_loop(backend, tables, groups, window, seeds, loop_grid(points, prereg.features),
+                          measure_of(prereg, contract))
         out["envs"][env] = second_study.cold_start_block(list(x["controllers"]), points, traces, len(seeds),
-                                                         signature_steps(prereg))
+                                                         signature_steps(prereg, contract))
         if progress:
             progress(f"cold start {env}: done")
     return out
 
 
-def remake_incident(backend, result: dict, prereg: Prereg2 | None = None) -> dict:
+def remake_incident(backend, contract: Contract, result: dict, prereg: Prereg2 | None = None) -> dict:
     """``result`` (a second study's JSON) with its incident run again on ``backend`` (same seed and steps), now
     holding every series of :data:`repro.learning.incident.INCIDENT_SERIES`. Refused (:class:`SuiteError`) unless
     every series the old incident held comes back bit for bit: the new series are then the same run's."""
     old = result["incident"]
-    new = incident(backend, prereg or load_prereg2(), old["seed"], steps=len(old["steps"]))
+    new = incident(backend, contract, prereg or load_prereg2(), old["seed"], steps=len(old["steps"]))
     differ = [f"{arm}.{key}" for arm, series in old["series"].items() for key, values in series.items()
               if new["series"][arm][key] != values]
     if differ or new["steps"] != old["steps"]:
@@ -186,8 +188,8 @@ def remake_incident(backend, result: dict, prereg: Prereg2 | None = None) -> dic
     return {**result, "incident": {**new, "remade_on": backend.name}}
 
 
-def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13), false_alarm: float = 0.05,
-              progress=None) -> dict:
+def calibrate(backend, contract: Contract, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 5, 8, 13),
+              false_alarm: float = 0.05, progress=None) -> dict:
     """The calibration's JSON (constant λ only, its own seeds): :data:`analysis.judge.second_study.CALIBRATION_RULE`;
     the K chosen is the smallest with λ = 1's rate there at most ``false_alarm``, pooled over both tasks. Also: how
     many states keep a unique greedy action, λ = 0's level."""
@@ -199,11 +201,12 @@ def calibrate(backend, prereg: Prereg2, seeds: np.ndarray, candidates=(1, 2, 3, 
     for env in prereg.envs:
         start = time.perf_counter()
         _, tables = make(env, prereg.learning.default_max_episode_steps)
-        groups = [ctl.group(backend, n) for n in names]
+        groups = [ctl.group(backend, n, contract) for n in names]
         traces = run_loop(backend, tables, groups, prereg.learning, seeds, loop_grid(points, prereg.features),
-                          measure_of(prereg))
+                          measure_of(prereg, contract))
         out["envs"][env], env_trips = second_study.calibration_block(tables, names, points, traces, len(seeds),
-                                                                     prereg.criteria, signature_steps(prereg), candidates)
+                                                                     prereg.criteria, signature_steps(prereg, contract),
+                                                                     candidates)
         trips.append(env_trips)
         if progress:
             progress(f"calibration {env}: {time.perf_counter() - start:.1f} s")

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SuiteError(f"--steps must be at least 1 and at most {MAX_STEPS}, not {args.steps}")
     if not 0 <= args.seed <= MAX_SEED:
         raise SuiteError(f"--seed must be an integer from 0 to {MAX_SEED}, not {args.seed}")
-    contract = load()
+    contract = load(args.contracts)
     entry = contract.controller(args.controller)
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png")],
                   inputs=[("kernel", args.kernel or entry.kernel), ("contract", contract.path)])

@@ -18,6 +18,7 @@ from analysis.judge.property_checks import classify
 from analysis.judge.verdict import Verdict
 from repro.core import spec
 from repro.core.ablation import FACTORS
+from repro.core.contract import Contract
 from repro.runners.evidence import Evidence
 
 #: The report's two controllers, in its order.
@@ -37,6 +38,7 @@ class Report:
     ablation: pd.DataFrame
     robustness: pd.DataFrame
     header: dict
+    contract: Contract  # what the controllers were judged against (the report's --contracts file, or the tracked one)
     peers: dict[str, Verdict] = field(default_factory=dict)  # each peer against its own contract
     peer_loop: pd.DataFrame | None = None  # the toy's collapse/diverged fractions, fixed, original and peers
     study: dict | None = None  # the learning-loop study's JSON

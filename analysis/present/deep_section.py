@@ -1,7 +1,8 @@
 """The report's section on the third study (the deep loop, issue 34): markdown from the study's JSON.
 
 Pure functions of the JSON that ``python -m analysis study --deep --json`` writes (the committed H200 result is
-``studies/results/preregistered_3_cupy.json``) and of the pre-registration's primary cell; every number is read
+``studies/results/preregistered_3_cupy.json``), of the pre-registration's primary cell and of the contract the
+caller hands in (the compared controllers' floors, ceilings and tolerances: :func:`levels`); every number is read
 from them.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.core.contract import Contract
 from repro.core.paths import ROOT
 
 COMMITTED = ROOT / "studies" / "results" / "preregistered_3_cupy.json"
@@ -73,12 +75,9 @@ def cell_kl_target(name: str, prereg: dict | None = None) -> float | None:
     return None if value is None else float(value)
 
 
-def levels(names) -> dict[str, dict[str, float]]:
-    """Per controller of ``names`` that the contract documents with a floor and a ceiling: its floor, ceiling (λ)
+def levels(names, contract: Contract) -> dict[str, dict[str, float]]:
+    """Per controller of ``names`` that ``contract`` documents with a floor and a ceiling: its floor, ceiling (λ)
     and dead-zone tolerance (the original lowers λ while the KL EMA is below target/tolerance)."""
-    from repro.core.contract import load
-
-    contract = load()
     out = {}
     for n in names:
         c = contract.controllers.get(n)
@@ -88,12 +87,11 @@ def levels(names) -> dict[str, dict[str, float]]:
     return out
 
 
-def five_words(result: dict, lv: dict | None = None) -> dict[str, dict]:
+def five_words(result: dict, lv: dict) -> dict[str, dict]:
     """The study re-read in the five verdict words per cell (:func:`analysis.judge.deep_study.reread`); empty
-    where the contract documents no floor for the compared pair."""
+    where the contract documents no floor for the compared pair (``lv``: :func:`levels` of the pair)."""
     from analysis.judge.deep_study import reread
 
-    lv = levels(result["pair"]) if lv is None else lv
     if not all(n in lv for n in result["pair"]):
         return {}
     return reread(result, {n: x["floor"] for n, x in lv.items()})
@@ -171,13 +169,13 @@ def precondition_held(result: dict, cell: str, lv: dict, word) -> str:
             f"{m['only_second']}, exact McNemar p {_p(m['p'])}, Holm {_p(m.get('p_holm'))}){reading}")
 
 
-def headline(result: dict, lv: dict | None = None) -> str:
+def headline(result: dict, lv: dict) -> str:
     """A few sentences, from the primary cell: the verdict in the five words (:mod:`analysis.judge.verdict_words`)
-    with what it rests on, the primary endpoint's comparison, and the cells where the precondition occurred."""
+    with what it rests on, the primary endpoint's comparison, and the cells where the precondition occurred
+    (``lv``: :func:`levels` of the compared pair)."""
     h, c = result["headline"], result["cells"].get("primary")
     if not c or "p" not in h:
         return "The deep loop's primary cell did not run."
-    lv = levels(result["pair"]) if lv is None else lv
     words = five_words(result, lv)
     a, b = (c["arms"][x] for x in result["pair"])
     m = c["mcnemar"]
@@ -263,17 +261,16 @@ def _final(a: dict, key: str) -> float:
     return xs[-1] if xs else float("nan")
 
 
-def reading(result: dict, lv: dict | None = None) -> list[str]:
-    """What the cells say, each number read from the JSON: where λ went, the exploratory arms whose λ was lost,
-    the constant-λ bracket, the cells where the original's λ sat at its floor."""
+def reading(result: dict, lv: dict, contract: Contract) -> list[str]:
+    """What the cells say, each number read from the JSON: where λ went, the exploratory arms whose λ was lost
+    (with whether ``contract`` documents them without floor and ceiling), the constant-λ bracket, the cells where the
+    original's λ sat at its floor (``lv``: :func:`levels` of the compared pair)."""
     from analysis.judge.deep_study import median_lambda_at
-    from repro.core.contract import load
 
     first, second = result["pair"]
     p = result["cells"].get("primary")
     if not p or first not in p["arms"]:
         return []
-    lv = levels(result["pair"]) if lv is None else lv
     arms = p["arms"]
     at_floor = "; ".join(f"{x} {_of(*median_lambda_at(p, x, lv[x]['floor'], 'floor'))} (floor {lv[x]['floor']:g})"
                          for x in (first, second) if x in lv)
@@ -282,13 +279,13 @@ def reading(result: dict, lv: dict | None = None) -> list[str]:
            f"{_final(arms[first], 'kl_ema'):.3g} and {_final(arms[second], 'kl_ema'):.3g} nats (KL target "
            f"{_g(primary_kl_target())})" + (f"; evaluations after the warm-up at which the median run's λ sat at its "
                                             f"floor: {at_floor}" if at_floor else "") + "."]
-    contract = load().controllers
+    entries = contract.controllers
     for arm, v in arms.items():
         fin = _values(v["per_seed"]["final_lambda"])
         if np.isfinite(fin).any():
             continue
         geo = _values(v["per_seed"]["time_avg_geo"])
-        c = contract.get(arm)
+        c = entries.get(arm)
         unbounded = (" (its contract documents no floor and no ceiling)" if c is not None and c.has("floor")
                      and c.has("ceiling") and c.bound("floor") is None and c.bound("ceiling") is None else "")
         out.append(f"- **λ lost ({arm}, exploratory arm):** final λ not a finite float32 in "
@@ -326,14 +323,13 @@ DESCRIPTIVES = {
 }
 
 
-def descriptives(result: dict, lv: dict | None = None) -> list[str]:
+def descriptives(result: dict, lv: dict) -> list[str]:
     """The pre-registered descriptives per cell for the compared pair (median over runs), the median run's λ at
-    its floor per evaluation, the KL the controller saw; then which descriptives the JSON does not record and
-    what it holds in their place."""
+    its floor per evaluation (``lv``: :func:`levels` of the pair), the KL the controller saw; then which
+    descriptives the JSON does not record and what it holds in their place."""
     from analysis.judge.deep_study import median_lambda_at
 
     first, second = result["pair"]
-    lv = levels(result["pair"]) if lv is None else lv
     arms = [a for c in result["cells"].values() for a in (first, second) if a in c["arms"]]
     keys = {name: key for name, key in DESCRIPTIVES.items()
             if arms and all(key in c["arms"][a]["per_seed"] for c in result["cells"].values()
@@ -398,13 +394,14 @@ def caveats(result: dict, calib: dict | None, prereg: dict | None) -> str:
     return "Caveats: " + "; ".join(parts) + "."
 
 
-def section(result: dict | None, figures: bool = True, calib: dict | None = None) -> list[str]:
-    """The section's markdown lines (``calib``: the calibration's JSON, default the committed one)."""
+def section(result: dict | None, contract: Contract, figures: bool = True, calib: dict | None = None) -> list[str]:
+    """The section's markdown lines, the compared controllers' levels read from ``contract`` (``calib``: the
+    calibration's JSON, default the committed one)."""
     if not result:
         return ["## The incident end to end: the deep loop (third study)", "",
                 "No committed result (studies/results/preregistered_3_cupy.json)."]
     calib = calibration() if calib is None else calib
-    lv = levels(result["pair"])
+    lv = levels(result["pair"], contract)
     secs = result.get("loop_seconds", {})
     out = ["## The incident end to end: the deep loop (third study, pre-registered)", "",
            "In the " + headline(result, lv), "",
@@ -420,7 +417,7 @@ def section(result: dict | None, figures: bool = True, calib: dict | None = None
            f"launch {result['mode']}): " + ", ".join(f"{k} {v:.1f} s" for k, v in secs.items())
            + (f"; not run: {', '.join(result['not_run'])}" if result.get("not_run") else "") + ".", "",
            "### Per cell (primary endpoint; secondary endpoints labelled)", "", *cell_table(result), "",
-           *where_lambda_went(result), "", *fix_worse(result), "", *reading(result, lv), "",
+           *where_lambda_went(result), "", *fix_worse(result), "", *reading(result, lv, contract), "",
            caveats(result, calib, prereg_toml()), "",
            "### Pre-registered descriptives (original and fixed, every cell)", "", *descriptives(result, lv), "",
            "### Primary cell, every arm (constant λ the bracket; single fixes and peers exploratory)", "",

@@ -129,7 +129,7 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, numbers)
     lines += [""] + peers_section.markdown(report.measures, peers)
-    lines += ["", *deep_section.section(deep_section.committed(), figures=False)]  # leads the learning-loop part
+    lines += ["", *deep_section.section(deep_section.committed(), report.contract, figures=False)]  # leads the learning-loop part
     if report.design is not None:  # issue 35: cold starts and the design measures
         d = report.design
         lines += [""] + design_section.markdown(d.warm_ups, d.designs, design_section.rates_note(d))
@@ -196,7 +196,7 @@ def _in_brief(report: Report, numbers: Numbers, judged_map: dict | None = None) 
     if deep:
         gpu = deep["device"].split(" (")[0]
         out.append(f"- **In the deep loop** (third study, pre-registered; PyTorch {deep['torch']} on {gpu}), "
-                   f"{deep_section.headline(deep)}")
+                   f"{deep_section.headline(deep, deep_section.levels(deep['pair'], report.contract))}")
     if report.study2:  # the primary criterion first; the secondary one after it, labelled (sections below)
         more, fewer, cells = original_vs_fixed(report.study2, SECONDARY[:1])
         out.append(f"- **In the learning loop**: {study_section.headline2(report.study2)} On the secondary "

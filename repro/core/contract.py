@@ -20,29 +20,9 @@ from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource, load_kernel
 from repro.core.paths import ROOT, shown
 
+#: The tracked contract file: what a command judges against without ``--contracts FILE``, and the tests without
+#: pytest's ``--contracts`` (each caller names the file it loads: :func:`load` has no default).
 CONTRACTS = ROOT / "kernels" / "contracts.toml"
-#: The contract files chosen by ``--contracts FILE`` (innermost last); :func:`load` reads the last, else CONTRACTS.
-_chosen: list[Path] = []
-
-
-def choose(path: Path | str) -> None:
-    """Make ``path`` the contract :func:`load` reads until :func:`unchoose` (a pytest session, a command)."""
-    _chosen.append(Path(path))
-
-
-def chosen_depth() -> int:
-    """How many choices are in force (what :func:`unchoose` returns to)."""
-    return len(_chosen)
-
-
-def unchoose(depth: int = 0) -> None:
-    """Drop the choices made after ``depth`` of them (a command's own, leaving a pytest session's)."""
-    del _chosen[depth:]
-
-
-def current() -> Path:
-    """The contract file :func:`load` reads by default: the one chosen by ``--contracts``, else the tracked one."""
-    return _chosen[-1] if _chosen else CONTRACTS
 
 
 @dataclass(frozen=True)
@@ -374,15 +354,16 @@ def _kind(f: _File, name: str, entry: dict) -> tuple[str, Path | None, stateful.
     return rule, resolve(model), kind
 
 
-def load(path: Path | str | None = None) -> Contract:
-    """Parse the contract file (default: :func:`current`); a malformed file is a :class:`SuiteError`.
+def load(path: Path | str) -> Contract:
+    """Parse the contract file at ``path`` (:data:`CONTRACTS`, or one of one's own); a malformed file is a
+    :class:`SuiteError`.
 
     Paths inside a contract file (``kernel``, ``base``) are relative to the repository root (absolute ones
     as written), whichever folder the file lies in: a copy of the tracked file judges the same kernels.
     A file with ``base = "PATH"`` holds only what differs: its tables replace the base file's tables of
     the same name, whole, and add new entries; the rest is the base's (one fact, one place).
     """
-    path = Path(current() if path is None else path)
+    path = Path(path)
     try:
         raw_text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -16,18 +16,17 @@ import itertools
 import numpy as np
 
 from repro.core.ablation import FACTORS, variant
-from repro.core.contract import Contract, load
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.learning.agent import Arm
 
 
-def group(backend, name: str, contract: Contract | None = None, source=None) -> Arm:
-    """The :class:`Arm` for one controller name (one-line :class:`SuiteError` for a bad name or a source that
-    does not compile on ``backend``).
+def group(backend, name: str, contract: Contract, source=None) -> Arm:
+    """The :class:`Arm` for one controller name, looked up in ``contract`` (one-line :class:`SuiteError` for a bad
+    name or a source that does not compile on ``backend``).
 
     ``source`` runs that kernel source under a contract name (seeded with the entry's λ): a candidate.
     """
-    contract = contract or load()
     source, seed = source_and_seed(name, contract, source)
     # an entry's own layout: a stateful controller's slots seeded with their start values in every run
     slots = contract.slots_of(name) if name in contract.controllers else contract.slots
@@ -82,11 +81,11 @@ def canonical(name: str) -> str:
     return name
 
 
-def _group_names(name: str) -> list[str]:
+def _group_names(name: str, contract: Contract) -> list[str]:
     """A name that stands for several controllers, as the studies' pre-registrations write them (else itself):
     ``ablation`` the 14 variants strictly between the original (no fix) and the fixed kernel (all four),
-    ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract`` every contract entry,
-    ``peers`` the entries other than fixed and original."""
+    ``single_fixes`` each fix alone, ``fixes_removed`` all fixes but one, ``contract`` every entry of
+    ``contract``, ``peers`` its entries other than fixed and original."""
     if name == "ablation":
         combos = [c for c in itertools.product((False, True), repeat=len(FACTORS)) if 0 < sum(c) < len(FACTORS)]
         return ["ablation:" + "+".join(itertools.compress(FACTORS, c)) for c in combos]
@@ -95,12 +94,12 @@ def _group_names(name: str) -> list[str]:
     if name == "fixes_removed":
         return ["ablation:" + "+".join(g for g in FACTORS if g != f) for f in FACTORS]
     if name in ("contract", "peers"):  # as pre-registered: the entries without state of their own (issue 35's are new)
-        entries = sorted(n for n, c in load().controllers.items() if not c.stateful)
+        entries = sorted(n for n, c in contract.controllers.items() if not c.stateful)
         return entries if name == "contract" else [e for e in entries if e not in ("fixed", "original")]
     return [name]
 
 
-def expand(names: list[str]) -> list[str]:
-    """Names with each group (:func:`_group_names`) expanded, spelled canonically, duplicates dropped (order
-    kept)."""
-    return list(dict.fromkeys(canonical(n) for name in names for n in _group_names(name)))
+def expand(names: list[str], contract: Contract) -> list[str]:
+    """Names with each group (:func:`_group_names`, the entry groups read from ``contract``) expanded, spelled
+    canonically, duplicates dropped (order kept)."""
+    return list(dict.fromkeys(canonical(n) for name in names for n in _group_names(name, contract)))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.core.contract import load
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.learning.agent import KL_SITES, Learning, Measure
@@ -104,15 +104,16 @@ def loop_grid(points: list[dict], features: int) -> dict[str, np.ndarray]:
             "features": col(lambda p: features if p["policy"] == "linear" else 0, np.int64)}
 
 
-def measure_of(prereg: Prereg2) -> Measure:
-    """The loop-wide settings: the replay ring, and the signature's thresholds from the contract's entry."""
-    entry = load().controller(prereg.criteria.signature_of)
+def measure_of(prereg: Prereg2, contract: Contract) -> Measure:
+    """The loop-wide settings: the replay ring, and the signature's thresholds from ``contract``'s entry."""
+    entry = contract.controller(prereg.criteria.signature_of)
     quiet = np.float32(prereg.learning.kl_target) / np.float32(entry.value("tolerance"))
     return Measure(prereg.replay_capacity, prereg.replay_sample, float(quiet), float(np.float32(entry.value("floor"))))
 
 
-def signature_steps(prereg: Prereg2) -> int:
-    return int(load().controller(prereg.criteria.signature_of).value("steps_to_floor"))
+def signature_steps(prereg: Prereg2, contract: Contract) -> int:
+    """The signature's window (steps): the steps to the floor ``contract``'s entry documents."""
+    return int(contract.controller(prereg.criteria.signature_of).value("steps_to_floor"))
 
 
 #: The reduced second study (CI): fewer steps, seeds, grid points and controllers; same parameters.

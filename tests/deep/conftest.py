@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from repro.backends import get_backend
-from repro.core.contract import load
 
 
 @pytest.fixture(scope="session")
@@ -21,12 +20,7 @@ def small():
 
 
 @pytest.fixture(scope="session")
-def contract():
-    return load()
-
-
-@pytest.fixture(scope="session")
-def host_run(small):
+def host_run(small, contract):
     """One small loop on the CPU through the host backend, per-row launches, with its per-step traces: 2
     controllers × 3 seeds, a resume event at step 200."""
     import torch
@@ -34,7 +28,7 @@ def host_run(small):
     from repro.learning.deep.study import small_loop
 
     torch.set_num_threads(1)
-    loop = small_loop(get_backend("host"), ["original", "fixed"], 3, small, mode="per_row", resume=200)
+    loop = small_loop(get_backend("host"), contract, ["original", "fixed"], 3, small, mode="per_row", resume=200)
     out = loop.run()
     return loop, out
 

@@ -19,9 +19,9 @@ STEPS = 50  # steps per timed round
 
 @pytest.mark.parametrize("runs", [64, 256, 1024, 4096])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-def test_steps_per_second(benchmark, runs, graph):
+def test_steps_per_second(benchmark, contract, runs, graph):
     cfg = LoopConfig(steps=10**6, replay=20000)
-    loop = small_loop(get_backend("cupy"), ["original", "fixed"], runs // 2, cfg, device="cuda", trace=False)
+    loop = small_loop(get_backend("cupy"), contract, ["original", "fixed"], runs // 2, cfg, device="cuda", trace=False)
     if graph:
         loop.capture()
     else:

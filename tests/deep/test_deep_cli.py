@@ -201,7 +201,7 @@ def test_the_headline_is_re_read_in_the_five_words_beside_the_pre_registered_one
     rests on (the original's median λ at its floor, evaluations after the warm-up), read from the run itself."""
     import numpy as np
 
-    from repro.core.contract import load
+    from repro.core.contract import CONTRACTS, load
 
     done = _study(tmp_path, "--reduced", "--cells", "primary", "--json", "out.json")
     assert done.returncode == 0, done.stderr
@@ -210,7 +210,7 @@ def test_the_headline_is_re_read_in_the_five_words_beside_the_pre_registered_one
     lam = result["cells"]["primary"]["arms"]["original"]["median_series"]["lambda"]
     steps, warmup = result["cells"]["primary"]["eval_steps"], result["cells"]["primary"]["warmup"]
     after = [x for x, s in zip(lam, steps, strict=True) if s > warmup]
-    floor = float(np.float32(load().controller("original").value("floor")))  # the contract's, as float32
+    floor = float(np.float32(load(CONTRACTS).controller("original").value("floor")))  # the tracked contract's, as float32
     at_floor = sum(1 for x in after if x is not None and x <= floor)
     assert f"at {at_floor} of {len(after)} evaluations" in line
     assert ("precondition absent" in line) == (at_floor < 0.5 * len(after))

@@ -24,11 +24,11 @@ def bits(a) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", ["per_row", "batched"])
-def test_graph_step_without_sync_gives_the_host_bits(mode, replay_host):
+def test_graph_step_without_sync_gives_the_host_bits(mode, replay_host, contract):
     """The whole step (controller included) captured in a CUDA graph and replayed with
     ``torch.cuda.set_sync_debug_mode("error")`` (a synchronising op in the step raises); afterwards the λ the loop
     read each step equals the host build replaying the loop's KL trace, bit for bit."""
-    loop = small_loop(get_backend("cupy"), NAMES, SEEDS, CFG, device="cuda", mode=mode, resume=300)
+    loop = small_loop(get_backend("cupy"), contract, NAMES, SEEDS, CFG, device="cuda", mode=mode, resume=300)
     loop.capture()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -42,8 +42,8 @@ def test_graph_step_without_sync_gives_the_host_bits(mode, replay_host):
     np.testing.assert_array_equal(bits(lam), bits(replay_host(NAMES, SEEDS, kl)))
 
 
-def test_eager_step_has_no_sync():
-    loop = small_loop(get_backend("cupy"), NAMES, SEEDS, CFG, device="cuda", mode="batched")
+def test_eager_step_has_no_sync(contract):
+    loop = small_loop(get_backend("cupy"), contract, NAMES, SEEDS, CFG, device="cuda", mode="batched")
     loop.advance(2)  # first-use allocations and compilation outside the check
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -97,12 +97,12 @@ def test_row_adam_steps_each_run_as_adam_alone_with_its_rate():
 
 
 @pytest.fixture(scope="module")
-def search(tiny):
+def search(tiny, contract):
     """The tiny search in chunks of one group and in one chunk of both."""
     decl = explore.load(tiny)
     be = get_backend("host")
-    one = explore.run_search(decl, be, chunk_rows=decl.rows_per_group)
-    both = explore.run_search(decl, be, chunk_rows=10**6)
+    one = explore.run_search(decl, be, contract, chunk_rows=decl.rows_per_group)
+    both = explore.run_search(decl, be, contract, chunk_rows=10**6)
     return decl, one, both
 
 
@@ -116,13 +116,12 @@ def test_results_do_not_depend_on_chunking(search):
     assert len({x for xs in lam for x in xs}) > 1, "λ moved differently across runs"
 
 
-def test_floor_counters_are_the_trace_recounted(tiny):
+def test_floor_counters_are_the_trace_recounted(tiny, contract):
     """n_floor and n_pre equal the per-step λ and KL EMA traces recounted: steps after the warm-up with λ at the
     arm's floor (and the EMA below target/tolerance)."""
-    from repro.core.contract import load
     from repro.learning.deep.loop import DeepLoop
 
-    decl, contract = explore.load(tiny), load()
+    decl = explore.load(tiny)
     g = decl.groups[1]
     rows, entries = explore.build_rows(decl, [g], get_backend("host"), contract)
     cfg = decl.loop_config(g.task)
@@ -229,24 +228,24 @@ def test_a_cell_qualifies_only_where_both_conditions_hold(pre, const001, qualifi
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-def test_on_the_gpu_results_do_not_depend_on_chunking(tiny):
+def test_on_the_gpu_results_do_not_depend_on_chunking(tiny, contract):
     """The tiny search on the GPU (cupy controllers, the step in a CUDA graph) in one chunk per group and in one
     chunk of both: the same per-run measures (the batch size must not change a run's bits on the device either)."""
     decl = explore.load(tiny)
     be = get_backend("cupy")
-    one = explore.run_search(decl, be, device="cuda", graph=True, chunk_rows=decl.rows_per_group)
-    both = explore.run_search(decl, be, device="cuda", graph=True, chunk_rows=10**6)
+    one = explore.run_search(decl, be, contract, device="cuda", graph=True, chunk_rows=decl.rows_per_group)
+    both = explore.run_search(decl, be, contract, device="cuda", graph=True, chunk_rows=10**6)
     assert one["groups"] == both["groups"]
 
 
-def test_skipping_the_unused_forward_kl_changes_no_bit(small):
+def test_skipping_the_unused_forward_kl_changes_no_bit(small, contract):
     """Where no run uses the forward KL the loop does not compute it: every recorded series keeps its bits."""
     from repro.learning.deep.study import small_loop
 
     torch.set_num_threads(1)
     outs = []
     for any_forward in (False, True):
-        loop = small_loop(get_backend("host"), ["original", "fixed"], 2, small)
+        loop = small_loop(get_backend("host"), contract, ["original", "fixed"], 2, small)
         assert loop.any_forward is False
         loop.any_forward = any_forward
         outs.append(loop.run())

@@ -274,9 +274,9 @@ def test_bad_input_is_one_line_exit_2(sentinel_map, tmp_path, monkeypatch, setup
 def _held_at(value: float) -> str:
     """The fixed kernel with λ held at ``value`` from the first step its KL EMA leaves the band (the EMA starts at
     zero, below it): floor and ceiling ``value``, ramp 1, a decay that reaches the floor in one step."""
-    from repro.core.contract import load
+    from repro.core.contract import CONTRACTS, load
 
-    return load().source("fixed").with_defines(MIN_LAMBDA=value, MAX_LAMBDA=value, LAMBDA_RAMP_RATE=1.0,
+    return load(CONTRACTS).source("fixed").with_defines(MIN_LAMBDA=value, MAX_LAMBDA=value, LAMBDA_RAMP_RATE=1.0,
                                                 LAMBDA_DECAY_RATE=value / 10).text
 
 

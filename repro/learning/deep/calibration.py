@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from repro.core.contract import CONTRACTS, Contract
 from repro.core.contract import load as load_contract
 from repro.core.endpoint import runs_meeting
 from repro.learning.controllers import source_and_seed
@@ -24,9 +25,9 @@ from repro.learning.deep.controller import ArmRows
 from repro.learning.deep.loop import DeepLoop, LoopConfig, Rows
 
 
-def calibrate(backend, cfg: LoopConfig, betas, seeds: int, seed: int, threshold: float, consecutive: int,
-              device="cpu", graph=False, progress=None) -> dict:
-    contract = load_contract()
+def calibrate(backend, contract: Contract, cfg: LoopConfig, betas, seeds: int, seed: int, threshold: float,
+              consecutive: int, device="cpu", graph=False, progress=None) -> dict:
+    """The pilot: λ held at 0 (``contract``'s fixed kernel with constant rates) over ``betas`` × ``seeds`` runs."""
     source, lam0 = source_and_seed("const:0", contract)
     kernel = backend.compile(source, contract.slots)
     R = len(betas) * seeds
@@ -102,8 +103,8 @@ def main(argv=None) -> None:
     cfg = LoopConfig(env=args.env, steps=p["steps"], warmup=p["warmup"], eval_every=p["eval_every"],
                      replay=p["replay"], region_obs=task["region_obs"], region_threshold=p["region_threshold"])
     device = "cuda" if args.backend == "cupy" else "cpu"
-    result = calibrate(get_backend(args.backend), cfg, p["betas"], p["seeds"], p["seed"], p["threshold"],
-                       p["consecutive"], device=device, graph=device == "cuda",
+    result = calibrate(get_backend(args.backend), load_contract(CONTRACTS), cfg, p["betas"], p["seeds"], p["seed"],
+                       p["threshold"], p["consecutive"], device=device, graph=device == "cuda",
                        progress=lambda line: print(f"calibration: {line}", file=sys.stderr, flush=True))
     result["pilot"] = {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
     result["backend"] = args.backend

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.core.ablation import FACTORS
-from repro.core.contract import load as load_contract
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.core.toml_file import read_toml
@@ -120,14 +120,14 @@ def layout(decl: Confirm, cells: list[Cell]) -> list[tuple]:
     return [(arm, c, i) for arm in decl.arms for c in cells for i in range(c.pairs)]
 
 
-def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None, sources=None):
-    """The :class:`Rows` of one loop over ``cells`` and its entries (:func:`layout`). ``sources`` maps an arm name
+def build_rows(decl: Confirm, cells: list[Cell], backend, contract: Contract, sources=None):
+    """The :class:`Rows` of one loop over ``cells`` and its entries (:func:`layout`), each arm's kernel and seed λ
+    from ``contract``. ``sources`` maps an arm name
     to a KernelSource run under it (a candidate): seeded with the fixed kernel's λ, its time at the floor and its
     precondition read against the fixed kernel's floor and tolerance (the kernel it stands in for)."""
     from repro.learning.deep.controller import ArmRows
     from repro.learning.deep.loop import SITES, Rows
 
-    contract = contract or load_contract()
     sources = sources or {}
     entries = layout(decl, cells)
     task = decl.tasks[cells[0].task]
@@ -152,14 +152,14 @@ def build_rows(decl: Confirm, cells: list[Cell], backend, contract=None, sources
     return rows, entries
 
 
-def run_chunk(decl: Confirm, cells: list[Cell], backend, device="cpu", graph=False, progress=None, sources=None):
+def run_chunk(decl: Confirm, cells: list[Cell], backend, contract: Contract, device="cpu", graph=False, progress=None,
+              sources=None):
     """One batched loop over ``cells`` (one task): per cell its keys and, per arm, the declared measures per seed
-    (``sources``: :func:`build_rows`)."""
+    (``contract``, ``sources``: :func:`build_rows`)."""
     import torch
 
     from repro.learning.deep.loop import DeepLoop
 
-    contract = load_contract()
     rows, entries = build_rows(decl, cells, backend, contract, sources)
     cfg = decl.loop_config(cells[0].task)
     torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
@@ -189,9 +189,10 @@ def header(decl: Confirm, backend_name: str, device: str, torch_version: str) ->
             "arms": list(decl.arms), "alpha": decl.alpha, "min_precondition": decl.min_precondition}
 
 
-def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chunk=None, sources=None) -> dict:
+def run(decl: Confirm, backend, contract: Contract, device="cpu", graph=False, progress=None, on_chunk=None,
+        sources=None) -> dict:
     """Every cell, one batched loop per task; ``on_chunk(cells)`` after each (a call cut off keeps them);
-    ``sources``: :func:`build_rows`."""
+    ``contract``, ``sources``: :func:`build_rows`."""
     done, seconds, run_steps = [], 0.0, 0
     tasks = list(dict.fromkeys(c.task for c in decl.cells))
     for n, task in enumerate(tasks):
@@ -200,7 +201,7 @@ def run(decl: Confirm, backend, device="cpu", graph=False, progress=None, on_chu
         if progress:
             progress(f"[{n + 1}/{len(tasks)}] {task}: {len(cells)} cell(s), {R} runs × {decl.loop['steps']} steps …")
         began = time.perf_counter()
-        records, secs = run_chunk(decl, cells, backend, device=device, graph=graph, progress=progress,
+        records, secs = run_chunk(decl, cells, backend, contract, device=device, graph=graph, progress=progress,
                                   sources=sources)
         done = sorted(done + records, key=lambda r: r["index"])
         seconds += secs

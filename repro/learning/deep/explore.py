@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.core.contract import load as load_contract
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.core.paths import ROOT
 from repro.core.toml_file import read_toml
@@ -218,12 +218,12 @@ def layout(decl: Explore, groups: list[Group]) -> list[tuple]:
     return entries
 
 
-def build_rows(decl: Explore, groups: list[Group], backend, contract=None, limit: int | None = None):
-    """The :class:`Rows` of one chunk and its entries (``limit``: the first rows only, for the benchmark)."""
+def build_rows(decl: Explore, groups: list[Group], backend, contract: Contract, limit: int | None = None):
+    """The :class:`Rows` of one chunk and its entries, each arm's kernel, seed λ, floor and tolerance from
+    ``contract`` (``limit``: the first rows only, for the benchmark)."""
     from repro.learning.deep.controller import ArmRows
     from repro.learning.deep.loop import SITES, Rows
 
-    contract = contract or load_contract()
     entries = layout(decl, groups)[:limit]
     task = decl.tasks[groups[0].task]
     arm_rows, names = [], list(dict.fromkeys(e[0] for e in entries))
@@ -275,14 +275,14 @@ def _num(x) -> float | None:
     return float(str(x)) if math.isfinite(x) else None
 
 
-def run_chunk(decl: Explore, groups: list[Group], backend, device="cpu", graph=False, progress=None) -> tuple[list, float]:
-    """One batched loop over ``groups``; returns each group's record (see :func:`group_record`) and the loop's
-    seconds."""
+def run_chunk(decl: Explore, groups: list[Group], backend, contract: Contract, device="cpu", graph=False,
+              progress=None) -> tuple[list, float]:
+    """One batched loop over ``groups`` (arms from ``contract``); returns each group's record (see
+    :func:`group_record`) and the loop's seconds."""
     import torch
 
     from repro.learning.deep.loop import DeepLoop
 
-    contract = load_contract()
     rows, entries = build_rows(decl, groups, backend, contract)
     cfg = decl.loop_config(groups[0].task)
     torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
@@ -321,9 +321,10 @@ def header(decl: Explore, backend_name: str, device: str, torch_version: str) ->
             "selection": decl.selection, "groups_total": len(decl.groups)}
 
 
-def run_search(decl: Explore, backend, device="cpu", graph=False, chunk_rows=16384, shard=None, progress=None,
-               deadline=None, on_chunk=None) -> dict:
-    """The search (or shard ``(I, N)`` of it): ``{"groups": [...], "not_run": [group indices]}`` plus the loop
+def run_search(decl: Explore, backend, contract: Contract, device="cpu", graph=False, chunk_rows=16384, shard=None,
+               progress=None, deadline=None, on_chunk=None) -> dict:
+    """The search (or shard ``(I, N)`` of it), its arms from ``contract``: ``{"groups": [...], "not_run": [group
+    indices]}`` plus the loop
     seconds and run-steps; a chunk that would start after ``deadline`` (time.perf_counter seconds) is not run.
     ``on_chunk(groups, not_run)`` after each chunk: what is done so far (a run cut off keeps it)."""
     plan = chunks(decl, chunk_rows)
@@ -338,7 +339,7 @@ def run_search(decl: Explore, backend, device="cpu", graph=False, chunk_rows=163
         if progress:
             progress(f"[{n + 1}/{len(mine)}] {gs[0].task} groups {gs[0].index}–{gs[-1].index}: {R} runs × "
                      f"{decl.loop['steps']} steps …")
-        records, secs = run_chunk(decl, gs, backend, device=device, graph=graph, progress=progress)
+        records, secs = run_chunk(decl, gs, backend, contract, device=device, graph=graph, progress=progress)
         groups += records
         if on_chunk:
             done = {g["index"] for g in groups}

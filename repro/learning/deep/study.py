@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.core.contract import load as load_contract
+from repro.core.contract import Contract
 from repro.core.errors import SuiteError
 from repro.learning.controllers import canonical, source_and_seed
 from repro.learning.deep.controller import ArmRows
@@ -37,11 +37,10 @@ def layout(cells, seeds: int, arms_of, candidate=None):
     return arms, entries
 
 
-def build_rows(backend, cells, seeds: int, arms_of, beta: float, tau_unit: float, steps: int,
-               candidate=None, contract=None) -> tuple[Rows, list]:
-    """The :class:`Rows` of the batch and its entries; ``candidate`` (a KernelSource) runs as arm ``candidate``
-    seeded with the fixed kernel's λ."""
-    contract = contract or load_contract()
+def build_rows(backend, contract: Contract, cells, seeds: int, arms_of, beta: float, tau_unit: float, steps: int,
+               candidate=None) -> tuple[Rows, list]:
+    """The :class:`Rows` of the batch and its entries, each arm's kernel and seed λ from ``contract``; ``candidate``
+    (a KernelSource) runs as arm ``candidate`` seeded with the fixed kernel's λ."""
     arms, entries = layout(cells, seeds, arms_of)
     arm_rows = []
     for arm in arms:
@@ -62,18 +61,19 @@ def build_rows(backend, cells, seeds: int, arms_of, beta: float, tau_unit: float
     return rows, entries
 
 
-def run(backend, cfg: LoopConfig, cells, seeds: int, arms_of, beta: float, tau_unit: float, seed: int,
-        device="cpu", mode="batched", graph=False, candidate=None, trace_of=None, progress=None) -> dict:
-    """One batched loop over ``cells`` (all of one task and π width); returns its entries and per-run series.
+def run(backend, contract: Contract, cfg: LoopConfig, cells, seeds: int, arms_of, beta: float, tau_unit: float,
+        seed: int, device="cpu", mode="batched", graph=False, candidate=None, trace_of=None, progress=None) -> dict:
+    """One batched loop over ``cells`` (all of one task and π width), its arms from ``contract``; returns its
+    entries and per-run series.
 
     ``trace_of(arm, cell, i)`` picks the runs whose λ and KL EMA are kept at every step.
     """
-    rows, entries = build_rows(backend, cells, seeds, arms_of, beta, tau_unit, cfg.steps, candidate)
+    rows, entries = build_rows(backend, contract, cells, seeds, arms_of, beta, tau_unit, cfg.steps, candidate)
     trace_rows = None
     if trace_of is not None:
         trace_rows = np.array([k for k, (arm, cell, _, i) in enumerate(entries) if trace_of(arm, cell, i)], dtype=int)
         trace_rows = trace_rows if trace_rows.size else None
-    loop = DeepLoop(cfg, rows, backend, backend_slots(), device=device, mode=mode, seed=seed, trace_rows=trace_rows)
+    loop = DeepLoop(cfg, rows, backend, contract.slots, device=device, mode=mode, seed=seed, trace_rows=trace_rows)
     out = loop.run(graph=graph, progress=progress)
     series = {k: out[k] for k in KEPT if k in out}
     return {"entries": [(arm, cell.name, u, i) for arm, cell, u, i in entries], "series": series,
@@ -136,12 +136,12 @@ def plan(prereg, reduced=False, candidate=False, cells=None, seeds=None, steps=N
     return Plan(loops, arms_of, seeds or red.get("seeds") or prereg.endpoint.seeds)
 
 
-def run_study(backend, prereg, device="cpu", graph=False, reduced=False, candidate=None, cells=None,
+def run_study(backend, contract: Contract, prereg, device="cpu", graph=False, reduced=False, candidate=None, cells=None,
               seeds=None, steps=None, mode="batched", trace_of=None, progress=None, deadline=None) -> dict:
     """The pre-registered study (or its ``reduced`` form; or ``candidate`` beside the fixed kernel): one loop per
     ``task/π width`` in the pre-registered order (:func:`plan`). ``deadline`` (time.perf_counter seconds): a loop
-    that would start after it is not run (reported as such). Returns ``{loop key: run() result}`` and the loops
-    not run."""
+    that would start after it is not run (reported as such). The arms come from ``contract``. Returns ``{loop key:
+    run() result}`` and the loops not run."""
     import time
 
     planned = plan(prereg, reduced, candidate is not None, cells, seeds, steps)
@@ -154,7 +154,7 @@ def run_study(backend, prereg, device="cpu", graph=False, reduced=False, candida
             runs = sum(len(planned.arms_of(c)) for c in group) * planned.seeds
             progress(f"[{n + 1}/{len(planned.loops)}] {key}: {len(group)} cell(s), {runs} runs × {cfg.steps} steps on "
                      f"{backend.name} ({device}, {'graph' if graph else 'eager'}) …")
-        loops[key] = run(backend, cfg, group, planned.seeds, planned.arms_of, prereg.beta, prereg.tau_unit, seed,
+        loops[key] = run(backend, contract, cfg, group, planned.seeds, planned.arms_of, prereg.beta, prereg.tau_unit, seed,
                          device=device, mode=mode, graph=graph, candidate=candidate, trace_of=trace_of,
                          progress=progress)
         if progress:
@@ -229,16 +229,12 @@ def _is(a, shape: tuple[int, ...]) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
 
 
-def backend_slots():
-    return load_contract().slots
-
-
-def small_loop(backend, names, seeds: int, cfg: LoopConfig, device="cpu", mode="batched", seed: int = 0,
+def small_loop(backend, contract: Contract, names, seeds: int, cfg: LoopConfig, device="cpu", mode="batched", seed: int = 0,
                tau: float = 0.05, aux: float = 1.0, beta: float = 1e-3, target: float = 0.1, resume: int = -1,
                trace: bool = True, sources=None) -> DeepLoop:
     """A loop of ``names`` × ``seeds`` runs with the primary cell's kind of settings (tests, benchmark, traces);
-    ``sources`` maps a name to a KernelSource run under it (a candidate), seeded with the fixed kernel's λ."""
-    contract = load_contract()
+    ``sources`` maps a name to a KernelSource run under it (a candidate), seeded with the fixed kernel's λ; the
+    rest are ``contract``'s."""
     arms, start = [], 0
     for name in names:
         if sources and name in sources:
