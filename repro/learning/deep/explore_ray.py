@@ -48,6 +48,7 @@ def shard_task(decl: explore.Explore, backend_name: str, shard: tuple[int, int],
     import torch
 
     from repro.backends import get_backend
+    from repro.core.contract import CONTRACTS, load
     from repro.learning.deep.loop import device_for
 
     label = f"shard {shard[0]}/{shard[1]}"
@@ -55,7 +56,8 @@ def shard_task(decl: explore.Explore, backend_name: str, shard: tuple[int, int],
     backend = get_backend(backend_name)
     device = device_for(backend)  # cuda: the one GPU Ray gave this task (CUDA_VISIBLE_DEVICES)
     deadline = None if until is None else time.perf_counter() + (until - time.time())
-    raw = explore.run_search(decl, backend, device=device, graph=device == "cuda" and not eager,
+    # the search's arms are the tracked contract's kernels, as in an unsharded run (study --explore-4)
+    raw = explore.run_search(decl, backend, load(CONTRACTS), device=device, graph=device == "cuda" and not eager,
                              chunk_rows=chunk_rows, shard=shard, progress=say, deadline=deadline)
     head = explore.header(decl, backend.name, backend.describe(), torch.__version__)
     return {"part": {**head, "shard": f"{shard[0]}/{shard[1]}", "groups": raw["groups"], "not_run": raw["not_run"]},
