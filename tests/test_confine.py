@@ -287,6 +287,25 @@ def test_a_signal_on_a_ready_descriptor_to_another_process_is_named(sandbox, tmp
                                                "F_DUPFD_CLOEXEC, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW)")
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="arch_prctl is x86-64's")
+def test_the_cpu_state_permission_query_goes_through_and_another_arch_prctl_is_named(sandbox, tmp_path):
+    """PyTorch's oneDNN asks for the AMX tile permission (arch_prctl ARCH_GET_XCOMP_SUPP/PERM, ARCH_REQ_XCOMP_PERM)
+    in a confined study on an Intel host: those operations act on the process alone and go through (the query may
+    answer an errno on an old kernel: never an attempt); another operation (ARCH_GET_CPUID) is named with its
+    number."""
+    import ctypes
+
+    def query() -> int:
+        supported = ctypes.c_uint64(0)
+        _syscall(158, 0x1021, ctypes.byref(supported))
+        return 0
+
+    assert _confined(query, tmp_path) == (0, None)
+    assert _confined(lambda: _syscall(158, 0x1011, 0) and 0, tmp_path) == (
+        None, "the candidate tried to make arch_prctl operation 0x1011 (not among ARCH_GET_XCOMP_SUPP, "
+              "ARCH_GET_XCOMP_PERM, ARCH_REQ_XCOMP_PERM)")
+
+
 def test_the_audit_log_lists_a_call_outside_the_list_and_lets_it_go_on(sandbox, tmp_path, monkeypatch):
     """How the allow-list is measured on a new machine (RLQ_SANDBOX_AUDIT): the call is logged with its arguments and
     answered as unconfined; the run is not an attempt."""

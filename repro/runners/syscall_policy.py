@@ -54,6 +54,12 @@ _LOW32 = 0xFFFFFFFF
 #: process when its descriptor is ready), not leases, not directory notifications.
 FCNTL_COMMANDS = {0: "F_DUPFD", 1: "F_GETFD", 2: "F_SETFD", 3: "F_GETFL", 4: "F_SETFL", 5: "F_GETLK", 6: "F_SETLK",
                   7: "F_SETLKW", 1030: "F_DUPFD_CLOEXEC", 36: "F_OFD_GETLK", 37: "F_OFD_SETLK", 38: "F_OFD_SETLKW"}
+#: arch_prctl operations (arch/x86/include/uapi/asm/prctl.h) a GPU machine's PyTorch makes in a confined child (the
+#: host-backend study of study --deep --kernel on an H100's Intel host; refused, it ended the run): oneDNN asks the
+#: kernel which extended CPU state it supports and for the AMX tile data (XTILEDATA) permission — each for the
+#: calling process alone. Which of the three was made is not known: the refusal named the call only (it names the
+#: operation now).
+ARCH_PRCTL_OPERATIONS = {0x1021: "ARCH_GET_XCOMP_SUPP", 0x1022: "ARCH_GET_XCOMP_PERM", 0x1023: "ARCH_REQ_XCOMP_PERM"}
 #: ioctl requests measured by number (the low 32 bits: the kernel reads no more): TCGETS (Python asks whether a
 #: descriptor is a terminal).
 IOCTL_REQUESTS = {0x5401: "TCGETS"}
@@ -71,6 +77,7 @@ ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
     "kill": [[(0, _LOW32, None)]], "tgkill": [[(0, _LOW32, None)]],  # itself (abort() raises SIGABRT with tgkill)
     "prlimit64": [[(0, _LOW32, 0)], [(0, _LOW32, None)]],  # its own limits (glibc's getrlimit: pid 0)
     "fcntl": [[(1, _LOW32, cmd)] for cmd in FCNTL_COMMANDS],
+    "arch_prctl": [[(0, _LOW32, op)] for op in ARCH_PRCTL_OPERATIONS],
     "ioctl": [[(1, _LOW32, request)] for request in IOCTL_REQUESTS]
              + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES]
              + [[(1, mask, request)] for request, mask in IOCTL_UVM],
