@@ -163,7 +163,7 @@ def child(spec_path: str, path: str) -> None:
     cp.cuda.set_allocator(None)  # one cudaMalloc per array: the sanitizer knows each array's end
     cp.cuda.set_pinned_memory_allocator(None)
     kernel = be.compile(source, slots, options=(*NVRTC_OPTIONS, LINE_INFO))
-    # CUDA has started and NVRTC has run: from here on no new process, socket or write outside a scratch folder
+    # CUDA has started and NVRTC has run: from here on no program started, no write outside a scratch folder, no TCP
     confine.confine_alone(Path(tempfile.mkdtemp(prefix="rlq-sanitize-child-", dir=Path(spec_path).parent)))
     # KL above, below and inside the band for target 0.02, so every branch runs
     kl = np.array([0.5, 0.5, 0.001, 0.001, 0.02, 0.05, 0.007, 0.5], dtype=np.float32)
