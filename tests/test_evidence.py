@@ -276,3 +276,18 @@ def test_a_new_record_alone_reaches_every_output_and_the_diagnosis(monkeypatch, 
     gone = next(f for f in judge_rows(replace(fixed_evidence, groups_run=fixed_evidence.groups_run - {"catalogue"}))
                 if f.key == "made_up")
     assert not gone.ok and "catalogue" in gone.detail["not_measured"]
+
+
+def test_the_reports_gate_measures_outside_state_on_each_backend(backend, contract):
+    """The report judges behaviour without the gate's static rows, except where a row has no other evidence: on a
+    device backend the outside_state row reads NVRTC's PTX (a device build's data cannot be read). Without it the
+    row is not measured, and the report said the fixed kernel FAILS (an H100 run)."""
+    from analysis.cli.evaluate import evaluate, static_for_behaviour
+    from repro.backends.ptx import nvrtc_unavailable
+
+    if static_for_behaviour(backend) and nvrtc_unavailable():
+        pytest.skip(nvrtc_unavailable())
+    verdict = evaluate(contract.source("fixed"), "fixed", backend, contract, static=static_for_behaviour(backend),
+                       coverage=False)
+    row = next(f for f in verdict.findings if f.key == "outside_state")
+    assert row.ok and "not_measured" not in row.detail, row.detail

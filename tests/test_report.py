@@ -244,3 +244,4 @@ def test_cold_start_and_design_tables_read_their_data(made, contract):
                    and line.count("|") == header.count("|"))
         assert [c.strip() for c in row.strip("|").split("|")][loss_at] == f"{r.warm_up_loss:.1%}"
     assert "![" in text and "](fig15_warm_up.png)" in text and "](fig16_design_measures.png)" in text
+

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.cli import study_runs
-from analysis.cli.evaluate import evaluate
+from analysis.cli.evaluate import evaluate, static_for_behaviour
 from analysis.present import render
 from repro.core.contract import Contract
 from repro.core.paths import shown
@@ -38,7 +38,8 @@ def gate(backend, contract: Contract, entry: str, kernel: Path, progress) -> dic
     names = {"fixed": "fixed", "candidate": entry}
     sources = {"fixed": contract.source("fixed"), "candidate": contract.source(entry, kernel)}
     progress(f"[1/4] gate: the candidate against [{entry}], the fixed kernel against [fixed]")
-    return {k: evaluate(sources[k], names[k], backend, contract, static=False, coverage=False) for k in names}
+    static = static_for_behaviour(backend)  # the PTX rule for outside_state on a device backend
+    return {k: evaluate(sources[k], names[k], backend, contract, static=static, coverage=False) for k in names}
 
 
 def build(backend, contract: Contract, entry: str, kernel: Path, progress, verdicts: dict | None = None

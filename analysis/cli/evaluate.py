@@ -17,6 +17,15 @@ from repro.core.kernel_source import KernelSource
 from repro.runners.gather import gather
 
 
+def static_for_behaviour(backend: Backend) -> bool:
+    """Whether a verdict on behaviour alone (the report's: no coverage, no static rows of its own) runs the static
+    checks all the same: on a device backend, where the build's data cannot be read, NVRTC's PTX is the only
+    evidence of the ``outside_state`` row (without it the row is not measured, a failure)."""
+    from repro.backends import entry
+
+    return entry(backend.name).device
+
+
 def evaluate(source: KernelSource, contract_name: str, backend: Backend, contract: Contract,
              timeout: float | None = None, static: bool = True, coverage: bool = True,
              require_coverage: bool = False, sanitize: bool = False, isolate: bool = True,

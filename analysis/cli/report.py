@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cli import confined, policy
-from analysis.cli.evaluate import evaluate
+from analysis.cli.evaluate import evaluate, static_for_behaviour
 from analysis.cli.study_runs import preregistered_first, reduced_first, reduced_second, run_second
 from analysis.judge import bench_verdict, design_measures, peer_measures, report_measures
 from analysis.judge.report_measures import CONTROLLERS, Report
@@ -56,14 +56,17 @@ def gate_runs(backend: Backend, sources: dict[str, KernelSource], contract: Cont
     progress(f"[1/5] gate: both controllers against their contracts on {backend.name} ({backend.describe()}); "
              f"peers: {', '.join(contract.peers())}")
     evidence, verdicts = {}, {}
+    # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business, but for
+    # outside_state on a device backend (static_for_behaviour).
+    static = static_for_behaviour(backend)
     for name in CONTROLLERS:  # the gate's one gathering; the report's sections need no inference of these two
         start = time.perf_counter()
-        evidence[name] = gather(backend, sources[name], contract.slots_of(name), entries[name], static=False, coverage=False)
+        evidence[name] = gather(backend, sources[name], contract.slots_of(name), entries[name], static=static,
+                                coverage=False)
         verdicts[name] = judge(evidence[name], sources[name], name, contract, time.perf_counter() - start)
         _runs_here(sources[name], evidence[name])
-    # The report is about behaviour: the gate's static (PTX) and coverage rows are the gate's business.
-    cross = evaluate(sources["original"], "fixed", backend, contract, static=False, coverage=False)
-    own = {n: evaluate(contract.source(n), n, backend, contract, static=False, coverage=False)
+    cross = evaluate(sources["original"], "fixed", backend, contract, static=static, coverage=False)
+    own = {n: evaluate(contract.source(n), n, backend, contract, static=static, coverage=False)
            for n in (*contract.peers(), *contract.stateful_peers())}  # each against its own entry
     peers = {n: own[n] for n in contract.peers()}
     # the peers with state of their own (PID Lagrangian, GECO): their catalogue runs feed the design measures
