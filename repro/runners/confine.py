@@ -419,6 +419,8 @@ def _said(call: str, args: list[int], path: str = "") -> str:
         return f"make an ioctl the sandbox does not allow (request {args[1] & 0xFFFFFFFF:#x})"
     if call == "fcntl":
         return f"use fcntl command {args[1] & 0xFFFFFFFF} (not among {', '.join(policy.FCNTL_COMMANDS.values())})"
+    if call == "prctl":
+        return f"use prctl option {args[0] & 0xFFFFFFFF:#x} (not among {', '.join(policy.PRCTL_OPTIONS.values())})"
     if call == "arch_prctl":
         return (f"make arch_prctl operation {args[0] & 0xFFFFFFFF:#x} "
                 f"(not among {', '.join(policy.ARCH_PRCTL_OPERATIONS.values())})")

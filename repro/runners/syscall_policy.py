@@ -31,6 +31,9 @@ MEASURED = (
     "sendmsg", "getsockname",  # on the pipe to the parent (a socket pair) only: no socket can be made
     "exit", "exit_group",
     "stat",  # the CUDA driver's own (a GPU worker, measured on an H100): metadata only, as newfstatat gives
+    # the confined host-backend study on an H100 machine (its torch starts CUDA inside the sandbox): a counter
+    # descriptor of the process's own, which reaches nothing outside it
+    "eventfd2",
 )
 #: Calls a process needs to exist and wait that no measured run happened to make, allowed with the reason: a
 #: signal's return and a restarted call (the kernel's own), time and sleep (a candidate that sleeps must meet its
@@ -60,6 +63,10 @@ FCNTL_COMMANDS = {0: "F_DUPFD", 1: "F_GETFD", 2: "F_SETFD", 3: "F_GETFL", 4: "F_
 #: calling process alone. Which of the three was made is not known: the refusal named the call only (it names the
 #: operation now).
 ARCH_PRCTL_OPERATIONS = {0x1021: "ARCH_GET_XCOMP_SUPP", 0x1022: "ARCH_GET_XCOMP_PERM", 0x1023: "ARCH_REQ_XCOMP_PERM"}
+#: prctl options a thread may use on itself: its name (the CUDA driver and PyTorch name their threads). The
+#: confined host-backend study on an H100 machine made prctl (refused; the refusal named the call only, it names
+#: the option now): these are the options a thread's start makes, not yet confirmed by an audit there.
+PRCTL_OPTIONS = {15: "PR_SET_NAME", 16: "PR_GET_NAME"}
 #: ioctl requests measured by number (the low 32 bits: the kernel reads no more): TCGETS (Python asks whether a
 #: descriptor is a terminal).
 IOCTL_REQUESTS = {0x5401: "TCGETS"}
@@ -78,6 +85,7 @@ ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
     "prlimit64": [[(0, _LOW32, 0)], [(0, _LOW32, None)]],  # its own limits (glibc's getrlimit: pid 0)
     "fcntl": [[(1, _LOW32, cmd)] for cmd in FCNTL_COMMANDS],
     "arch_prctl": [[(0, _LOW32, op)] for op in ARCH_PRCTL_OPERATIONS],
+    "prctl": [[(0, _LOW32, option)] for option in PRCTL_OPTIONS],
     "ioctl": [[(1, _LOW32, request)] for request in IOCTL_REQUESTS]
              + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES]
              + [[(1, mask, request)] for request, mask in IOCTL_UVM],
