@@ -85,6 +85,30 @@ def test_subjects_split_over_threads_give_the_bits_of_one_batch(backend, contrac
     assert whole[0].trace == split[0].trace and whole[0].trace is not None
 
 
+def test_an_interrupt_ends_every_share_within_a_step(backend, contract, monkeypatch):
+    """Ctrl-C while the shares run: run_toy raises at once and the other shares stop before their next step, rather
+    than finishing a run that would take about 10 minutes here (the with-block waits for its threads)."""
+    import time
+
+    from repro.toy import model
+
+    real = model._run_batch
+
+    def first_share_interrupted(*args):
+        if args[-2] is not None:  # share 0 gets the progress callback: the user presses Ctrl-C there
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(model, "_shares", lambda n: n)
+    monkeypatch.setattr(model, "_run_batch", first_share_interrupted)
+    groups = [subject(backend, contract, n) for n in ("original", "fixed")]
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_toy(backend, groups, Toy(steps=10**7), seeds=1, progress=lambda t: None)
+    # one step of 2 runs takes well under a millisecond; 60 s leaves a loaded machine 10^4 times that
+    assert time.monotonic() - start < 60
+
+
 @pytest.mark.slow_on_host  # 1.8 s, 16 variants compiled; the report's ablation (slow) runs the full one
 def test_reduced_ablation(contract, backend):
     fixed, orig = contract.controller("fixed"), contract.controller("original")

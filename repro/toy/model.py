@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -114,10 +115,15 @@ def run_toy(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, see
     if shares == 1:
         return _run_batch(backend, subjects, toy, seeds, seed, grid, trace, stepper, progress)
     cut = [len(subjects) * i // shares for i in range(shares + 1)]
+    stop = threading.Event()  # set when this thread stops waiting (Ctrl-C): the shares end within one step
     with ThreadPoolExecutor(shares, thread_name_prefix="toy") as pool:
         parts = [pool.submit(_run_batch, backend, subjects[a:b], toy, seeds, seed, grid, trace and i == 0, None,
-                             progress if i == 0 else None) for i, (a, b) in enumerate(itertools.pairwise(cut))]
-        return [batch for part in parts for batch in part.result()]
+                             progress if i == 0 else None, stop) for i, (a, b) in enumerate(itertools.pairwise(cut))]
+        try:
+            return [batch for part in parts for batch in part.result()]
+        except BaseException:
+            stop.set()
+            raise
 
 
 def _shares(n_subjects: int) -> int:
@@ -126,8 +132,10 @@ def _shares(n_subjects: int) -> int:
 
 
 def _run_batch(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, seed: int,
-               grid: dict[str, np.ndarray] | None, trace: bool, stepper, progress) -> list[Batch]:
-    """:func:`run_toy` over ``subjects`` in one batch (every subject's runs as rows of the same arrays)."""
+               grid: dict[str, np.ndarray] | None, trace: bool, stepper, progress,
+               stop: threading.Event | None = None) -> list[Batch]:
+    """:func:`run_toy` over ``subjects`` in one batch (every subject's runs as rows of the same arrays); ``stop``,
+    once set, ends it before its next step (its result is then no batch: the caller is leaving)."""
     xp, fn = backend.xp, backend.math  # fn: exp and log (the host's are glibc's: the same bits on every CPU)
     grid = grid or {}
     n_points = len(next(iter(grid.values()))) if grid else 1
@@ -174,6 +182,8 @@ def _run_batch(backend: Backend, subjects: list[Subject], toy: Toy, seeds: int, 
     # is counted as diverged (Batch.lambda_max, q_pi_agree_final), not warned about on every step.
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(toy.steps):
+            if stop is not None and stop.is_set():
+                return []
             if progress and t and t % every == 0:
                 progress(t)
             noise = xp.asarray(np.tile(noise_rng.standard_normal((base, K)), (G, 1)))
