@@ -302,7 +302,7 @@ def test_the_cpu_state_permission_query_goes_through_and_another_arch_prctl_is_n
 
     assert _confined(query, tmp_path) == (0, None)
     assert _confined(lambda: _syscall(158, 0x1011, 0) and 0, tmp_path) == (
-        None, "the candidate tried to make arch_prctl operation 0x1011 (not among ARCH_GET_XCOMP_SUPP, "
+        None, "the candidate tried to use arch_prctl operation 0x1011 (not among ARCH_GET_XCOMP_SUPP, "
               "ARCH_GET_XCOMP_PERM, ARCH_REQ_XCOMP_PERM)")
 
 

@@ -417,13 +417,9 @@ def _said(call: str, args: list[int], path: str = "") -> str:
     """A refused call in words: what it would have done, with the argument that decided."""
     if call == "ioctl":
         return f"make an ioctl the sandbox does not allow (request {args[1] & 0xFFFFFFFF:#x})"
-    if call == "fcntl":
-        return f"use fcntl command {args[1] & 0xFFFFFFFF} (not among {', '.join(policy.FCNTL_COMMANDS.values())})"
-    if call == "prctl":
-        return f"use prctl option {args[0] & 0xFFFFFFFF:#x} (not among {', '.join(policy.PRCTL_OPTIONS.values())})"
-    if call == "arch_prctl":
-        return (f"make arch_prctl operation {args[0] & 0xFFFFFFFF:#x} "
-                f"(not among {', '.join(policy.ARCH_PRCTL_OPERATIONS.values())})")
+    if call in policy.BY_VALUE:
+        index, noun, values, written = policy.BY_VALUE[call]
+        return f"use {call} {noun} {args[index] & 0xFFFFFFFF:{written}} (not among {', '.join(values.values())})"
     return _WORDS.get(call, "make the system call {call}").format(call=call.removeprefix("system call "), path=path)
 
 

@@ -67,6 +67,13 @@ ARCH_PRCTL_OPERATIONS = {0x1021: "ARCH_GET_XCOMP_SUPP", 0x1022: "ARCH_GET_XCOMP_
 #: confined host-backend study on an H100 machine made prctl (refused; the refusal named the call only, it names
 #: the option now): these are the options a thread's start makes, not yet confirmed by an audit there.
 PRCTL_OPTIONS = {15: "PR_SET_NAME", 16: "PR_GET_NAME"}
+#: Calls allowed for the listed values of one argument: call -> (argument index, what the value is called, the
+#: allowed values and their names, how a refused value is written). A refusal names the value and the list.
+BY_VALUE: dict[str, tuple[int, str, dict[int, str], str]] = {
+    "fcntl": (1, "command", FCNTL_COMMANDS, "d"),
+    "arch_prctl": (0, "operation", ARCH_PRCTL_OPERATIONS, "#x"),
+    "prctl": (0, "option", PRCTL_OPTIONS, "#x"),
+}
 #: ioctl requests measured by number (the low 32 bits: the kernel reads no more): TCGETS (Python asks whether a
 #: descriptor is a terminal).
 IOCTL_REQUESTS = {0x5401: "TCGETS"}
@@ -83,9 +90,7 @@ ALLOWED_IF: dict[str, list[list[tuple[int, int, int | None]]]] = {
     "openat": [[(2, _WRITE_FLAGS, 0)]],  # for reading; for writing: BY_PATH
     "kill": [[(0, _LOW32, None)]], "tgkill": [[(0, _LOW32, None)]],  # itself (abort() raises SIGABRT with tgkill)
     "prlimit64": [[(0, _LOW32, 0)], [(0, _LOW32, None)]],  # its own limits (glibc's getrlimit: pid 0)
-    "fcntl": [[(1, _LOW32, cmd)] for cmd in FCNTL_COMMANDS],
-    "arch_prctl": [[(0, _LOW32, op)] for op in ARCH_PRCTL_OPERATIONS],
-    "prctl": [[(0, _LOW32, option)] for option in PRCTL_OPTIONS],
+    **{call: [[(index, _LOW32, value)] for value in values] for call, (index, _, values, _) in BY_VALUE.items()},
     "ioctl": [[(1, _LOW32, request)] for request in IOCTL_REQUESTS]
              + [[(1, 0xFF00, kind << 8)] for kind in IOCTL_TYPES]
              + [[(1, mask, request)] for request, mask in IOCTL_UVM],
