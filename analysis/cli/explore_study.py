@@ -93,16 +93,12 @@ def body(argv: list[str]) -> int:
     decl = explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced)
     if args.bench:
         return bench(args, decl)
-    decl = explore.calibrated(decl)
-    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
-                  committed=_committed(args, [args.json, args.judged]))
+    decl = _ready(args, decl)
     backend = get_backend(args.backend)
     device = device_for(backend)
     say = policy.progress("study")
     deadline = start + args.budget if args.budget else None
-    runs = len(decl.groups) * decl.rows_per_group
-    say(f"exploration_4{' (reduced)' if decl.reduced else ''}: {len(decl.groups)} groups, {runs} runs × "
-        f"{decl.loop['steps']} steps on {backend.name} ({device}), chunks of ≤ {args.chunk_rows} rows"
+    say(_announce(decl, f"{backend.name} ({device})", args.chunk_rows)
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""))
     head = {**explore.header(decl, backend.name, backend.describe(), torch.__version__),
             "shard": args.shard if shard else None}
@@ -138,15 +134,11 @@ def ray_search(args, start: float) -> int:
     if args.shard:
         raise SuiteError("--ray runs every shard: give no --shard")
     explore_ray.import_ray()  # one line where Ray is not installed, before anything is read or run
-    decl = explore.calibrated(explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced))
-    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
-                  committed=_committed(args, [args.json, args.judged]))
+    decl = _ready(args, explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced))
     # auto: what answers here (a cluster whose driver has no GPU names --backend cupy)
     name = args.backend if args.backend != "auto" else get_backend("auto").name
     say = policy.progress("study")
-    runs = len(decl.groups) * decl.rows_per_group
-    say(f"exploration_4{' (reduced)' if decl.reduced else ''}: {len(decl.groups)} groups, {runs} runs × "
-        f"{decl.loop['steps']} steps on {name}, chunks of ≤ {args.chunk_rows} rows, {args.ray} shard(s) on Ray")
+    say(_announce(decl, name, args.chunk_rows) + f", {args.ray} shard(s) on Ray")
     until = time.time() + args.budget - (time.perf_counter() - start) if args.budget else None
 
     def partial(result):  # after each shard: the shards done so far, the others' groups under not_run
@@ -162,6 +154,23 @@ def ray_search(args, start: float) -> int:
     show(result, args)
     print(f"{name}: done in {time.perf_counter() - start:.1f} s on {args.ray} Ray shard(s)")
     return 0
+
+
+def _ready(args, decl):
+    """``decl`` with its calibration read in, once the outputs are checked against the inputs (nothing run yet)."""
+    from repro.learning.deep import explore
+
+    decl = explore.calibrated(decl)
+    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
+                  committed=_committed(args, [args.json, args.judged]))
+    return decl
+
+
+def _announce(decl, where: str, chunk_rows: int) -> str:
+    """The search's first progress line: its size and where it runs."""
+    runs = len(decl.groups) * decl.rows_per_group
+    return (f"exploration_4{' (reduced)' if decl.reduced else ''}: {len(decl.groups)} groups, {runs} runs × "
+            f"{decl.loop['steps']} steps on {where}, chunks of ≤ {chunk_rows} rows")
 
 
 def dump(result: dict) -> str:
