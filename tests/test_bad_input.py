@@ -107,6 +107,19 @@ def test_unreadable_kernel_file(tmp_path):
         load_kernel(binary, "x")
 
 
+def test_a_study_may_rewrite_only_its_own_committed_results(tmp_path):
+    """The committed results a study as declared may rewrite: inside studies/results/ (through a link too) and named
+    as its own; a path elsewhere with the same name, or another study's file there, is not among them."""
+    from repro.core.outputs import committed_results
+    from repro.core.paths import RESULTS
+
+    (tmp_path / "results").symlink_to(RESULTS)
+    own, other = RESULTS / "exploration_4_search.json", RESULTS / "preregistered_3_cupy.json"
+    elsewhere, linked = tmp_path / own.name, tmp_path / "results" / own.name
+    got = committed_results([None, own, other, elsewhere, str(linked)], lambda name: name.startswith("exploration_4_"))
+    assert got == [own, str(linked)]
+
+
 KERNEL = "kernels/rl_q_distill_lambda_controller.cu"
 LONG = "a" * 300  # a file name longer than any file system takes (255 bytes)
 #: Files a bad output path could destroy: each is compared byte for byte after every case.

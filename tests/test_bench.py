@@ -100,9 +100,12 @@ def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
 
 @pytest.mark.gpu
 @TIMING
-def test_device_clock_reads_the_gpus_time_of_a_known_wait(contract, gpu_alone):
+def test_device_clock_reads_the_gpus_time_of_a_known_wait(contract):
     """The clock pytest-benchmark calls for device modes, around one launch of a controller that spins about
-    200 µs of SM cycles: it reads at least that."""
+    200 µs of SM cycles: it reads at least that.
+
+    The device is shared with the other workers' tests: their kernels time-slice the GPU and can only lengthen
+    the interval the events read, never shorten it, and the upper bound (1 s) is 5 000 times the spin."""
     spin_ns = 200_000
     rig = bench.make_rig(contract, bench.slowed(bench.sources(contract)["controller"], spin_ns,
                                                bench.gpu_info()["sm_clock_khz"]))

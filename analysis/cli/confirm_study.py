@@ -24,7 +24,7 @@ from pathlib import Path
 from analysis.cli import policy
 from analysis.present import render
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs, write_text
+from repro.core.outputs import Output, check_outputs, committed_results, write_text
 from repro.core.paths import ROOT
 
 #: The confirmation's arms: the two kernels, the constant-λ brackets, and each fix alone (exploratory).
@@ -180,8 +180,7 @@ def run(args) -> int:
 
     decl_path = args.declaration or confirm.DECLARATION
     decl = confirm.load(decl_path, reduced=args.reduced)
-    committed = [args.json] if (args.json and not args.reduced and Path(args.json).name.startswith("confirmation_4")
-                                and Path(args.json).resolve().parent == (ROOT / "studies" / "results")) else []
+    committed = [] if args.reduced else committed_results([args.json], lambda name: name.startswith("confirmation_4"))
     check_outputs([Output("--json", args.json, suffix=".json"), Output("--judged", args.judged, suffix=".json")],
                   inputs=[("pre-registration", decl_path)], committed=committed)
     backend = get_backend(args.backend)

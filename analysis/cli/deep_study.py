@@ -39,11 +39,13 @@ from pathlib import Path
 from analysis.cli import confined, policy
 from analysis.present import deep_section, render
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs, write_text
+from repro.core.outputs import Output, check_outputs, committed_results, write_text
 from repro.core.paths import JUDGED_CONFIRMATION, JUDGED_MAP, ROOT
 
-RESULTS = ROOT / "studies" / "results"
 
+def _third(name: str) -> bool:
+    """The third study's committed results by file name (studies/results/preregistered_3_*)."""
+    return name.startswith("preregistered_3_")
 
 def parser() -> policy.Parser:
     p = policy.Parser("study", description="the third pre-registered study (--deep)")
@@ -109,9 +111,7 @@ def body(argv: list[str]) -> int:
         raise SuiteError(f"the closed-loop check takes no {', '.join(extra)}: its pairs come from the power "
                          "computation, its loop from the map's search")
     as_preregistered = not (args.reduced or args.kernel or cells or args.seeds or args.steps)
-    committed = [p for p in (args.json, args.traces) if p and as_preregistered
-                 and Path(p).name.startswith("preregistered_3_")
-                 and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
+    committed = committed_results((args.json, args.traces), _third) if as_preregistered else []
     data = os.path.realpath(ROOT / "tests" / "data")
     if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
@@ -344,8 +344,7 @@ def from_json(args, contract) -> int:
     given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget", "map") if getattr(args, o)]
     if given or args.reduced:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
-    committed = [args.markdown] if Path(os.path.realpath(args.markdown)).is_relative_to(os.path.realpath(RESULTS)) \
-        and args.markdown.name.startswith("preregistered_3_") else []
+    committed = committed_results([args.markdown], _third)
     check_outputs([Output("--markdown", args.markdown, suffix=".md")], inputs=[("study JSON", args.from_json)],
                   committed=committed)
     try:

@@ -21,7 +21,6 @@ under studies/results/exploration_4_*.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,10 +28,7 @@ from pathlib import Path
 from analysis.cli import policy
 from analysis.present import render
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs, write_text
-from repro.core.paths import ROOT
-
-RESULTS = ROOT / "studies" / "results"
+from repro.core.outputs import Output, check_outputs, committed_results, write_text
 
 
 def parser() -> policy.Parser:
@@ -185,10 +181,7 @@ def _outputs(args) -> list[Output]:
 
 def _committed(args, paths) -> list:
     """Paths under studies/results/exploration_4_* that this run may write: the search as declared only."""
-    if args.reduced:
-        return []
-    return [p for p in paths if p and Path(p).name.startswith("exploration_4_")
-            and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
+    return [] if args.reduced else committed_results(paths, lambda name: name.startswith("exploration_4_"))
 
 
 def show(result: dict, args) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import time
 from pathlib import Path
 
@@ -36,14 +35,10 @@ from analysis.present import render, study_section
 from repro.backends import backend_names, get_backend
 from repro.core.contract import load
 from repro.core.errors import SuiteError
-from repro.core.outputs import Output, check_outputs, write_text
-from repro.core.paths import ROOT
+from repro.core.outputs import Output, check_outputs, committed_results, write_text
 from repro.learning import controllers as ctl
 from repro.learning.env import make
 from repro.learning.prereg import MAX_SEEDS, MAX_STEPS, PREREGISTERED, grid_columns, load_prereg, parse_seeds, read_result
-
-#: Where the committed results live (written only by the study as pre-registered).
-RESULTS = ROOT / "studies" / "results"
 
 
 @policy.command("study")
@@ -249,8 +244,7 @@ def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> 
     where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON), and only
     ``kind``'s own (:data:`RESULT_FILES`): no study writes over another's."""
     outputs = (args.json, args.plot, args.grid_plot, args.markdown)
-    committed = [p for p in outputs if p and may_rewrite_results and RESULT_FILES[kind](Path(p).name)
-                 and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(RESULTS))]
+    committed = committed_results(outputs, RESULT_FILES[kind]) if may_rewrite_results else []
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
                    Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
                   inputs=inputs, committed=committed)

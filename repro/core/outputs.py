@@ -11,12 +11,12 @@ import functools
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from repro.core.errors import SuiteError
-from repro.core.paths import ROOT
+from repro.core.paths import RESULTS, ROOT
 
 #: Without git (a tree copied without .git): the repository's files are the existing files in these folders
 #: and at its top level.
@@ -31,6 +31,13 @@ class Output:
     path: Path | None
     suffix: str = ""  # required suffix (".png"), "" for any
     folder: bool = False  # a folder the command fills with files of its own naming
+
+
+def committed_results(paths: Iterable[Path | str | None], named: Callable[[str], bool]) -> list[Path | str]:
+    """Those of ``paths`` (None skipped) inside studies/results/ (links resolved) whose file name ``named`` accepts:
+    the committed results a study run as declared may rewrite (:func:`check_outputs`'s ``committed``)."""
+    results = os.path.realpath(RESULTS)
+    return [p for p in paths if p and named(Path(p).name) and Path(os.path.realpath(p)).is_relative_to(results)]
 
 
 def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | None]] = (),

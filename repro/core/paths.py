@@ -7,10 +7,12 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The studies' committed results (JSON, figures, sections); only a study run as declared writes its own there.
+RESULTS = ROOT / "studies" / "results"
 #: The fourth study's committed judged JSONs: the collapse map (the exploratory search, judged) and the
 #: confirmation (judged); the report's In brief and the closed-loop check (study --deep --kernel) read them.
-JUDGED_MAP = ROOT / "studies" / "results" / "exploration_4_judged.json"
-JUDGED_CONFIRMATION = ROOT / "studies" / "results" / "confirmation_4_judged.json"
+JUDGED_MAP = RESULTS / "exploration_4_judged.json"
+JUDGED_CONFIRMATION = RESULTS / "confirmation_4_judged.json"
 
 
 def shown(path: Path | str) -> str:
