@@ -157,3 +157,32 @@ def test_throughput_harness_matches_spec(contract, backend):
     got = unchunked(out if xp is np else xp.asnumpy(out))
     expected = spec.run(spec.Rule.of(contract.controller("fixed")), lam0, kl, target[None, :])
     assert_same_bits(got, expected, "throughput harness vs spec")
+
+
+@pytest.mark.gpu
+def test_a_worker_loads_the_cubins_the_gate_built_and_never_writes_them(contract, tmp_path, monkeypatch):
+    """The gate's process builds the units once and keeps their CUBINs (``check_compiles``); a backend in another
+    process (a spawned worker) loads them without NVRTC, with the same bits; a build that does not keep (a
+    worker's) writes nothing."""
+    from repro.backends import cupy_backend
+
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
+    source, s = contract.source("fixed"), contract.slots
+    cupy_backend.CupyBackend().check_compiles(source, s)
+    kept = sorted(p.name for p in (tmp_path / "nvrtc").iterdir())
+    assert len(kept) == 4 and all(n.endswith(".cubin") for n in kept), kept  # controller, harness, helpers, grid
+
+    def no_nvrtc(*_args):
+        raise AssertionError("NVRTC ran though its CUBIN was kept")
+
+    monkeypatch.setattr(cupy_backend, "_nvrtc_build", no_nvrtc)
+    fresh = cupy_backend.CupyBackend().compile(source, s)  # a new backend: nothing loaded in it yet
+    sc = catalogue(contract.controller("fixed"))[0]
+    lam, _ = fresh.run_per_step(new_isv(s, sc.lambda0)[0], sc.kl, sc.target)
+    expected = spec.run(spec.Rule.of(contract.controller("fixed")), [sc.lambda0], sc.kl[:, None], sc.target[:, None])
+    assert_same_bits(lam, expected[:, 0], "from the kept CUBINs")
+
+    monkeypatch.undo()
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "worker"))
+    cupy_backend.CupyBackend().compile(source.with_defines(MIN_LAMBDA=0.06), s)
+    assert not (tmp_path / "worker").exists()

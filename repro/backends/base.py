@@ -7,14 +7,23 @@ benchmark and the closed loop keep their state where the kernel runs.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from repro.core.contract import Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
+from repro.core.paths import ROOT
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels live (``$RLQ_CACHE_DIR``, else ``.cache/rlq`` in the repo): the host's shared
+    libraries, the coverage builds, NVRTC's CUBINs."""
+    return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
 
 
 class CompiledKernel(ABC):

@@ -26,7 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.backends.base import LEARN_INPUTS, LEARN_OUTPUTS, Backend, CompiledKernel, Learner, learn_arguments
+from repro.backends.base import (
+    LEARN_INPUTS,
+    LEARN_OUTPUTS,
+    Backend,
+    CompiledKernel,
+    Learner,
+    cache_dir,
+    learn_arguments,
+)
 from repro.backends.host_state import HostState, changed_objects
 from repro.backends.kernel_entry import Entry
 from repro.backends.preprocessed import find_cxx
@@ -188,11 +196,6 @@ def build(cxx: str, unit: Path, lib: Path, source, flags: tuple[str, ...] = FLAG
             _NO_PRELUDE.add(prelude)
     if done.returncode != 0:
         raise compile_error(source.origin, Path(cxx).name, done.stderr)
-
-
-def cache_dir() -> Path:
-    """Where compiled kernels live (``$RLQ_CACHE_DIR``, else ``.cache/rlq`` in the repo)."""
-    return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
 
 
 def _void_function(lib: ctypes.CDLL, name: str, argtypes: list):

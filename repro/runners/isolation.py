@@ -544,9 +544,10 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
                    inference: bool = False, load: Callable[[], CompiledKernel] | None = None) -> tuple[dict[str, float], dict]:
     """The reference kernel's wall time (s) per request in a worker like the candidate's (``startup``: loading
     it there), and its results. The reference is the contract's own kernel: a fault in it is the suite's."""
-    if load is None and backends.entry(backend.name).start_method == "fork":
+    if load is None:
         # built here, not in the worker: a confined worker may not write the build cache (a fresh cache made every
-        # candidate's gate exit 2, "the reference kernel … did not load": the sandbox refused the cache's lock file)
+        # candidate's gate exit 2, "the reference kernel … did not load": the sandbox refused the cache's lock file);
+        # a spawned worker then loads the kept build instead of compiling it again
         backend.check_compiles(source, slots)
     seconds, results = {}, {}
     with Worker(backend, source, slots, controller, seed, load=load) as worker:
