@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from analysis.cli import policy
+from analysis.cli.study_json import judge_and_show, read_study
 from analysis.present import render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, committed_results, write_text
@@ -61,19 +62,9 @@ def body(argv: list[str]) -> int:
         raise SuiteError("--out is --plan's: the run writes --json")
     if args.from_json:
         check_outputs([Output("--judged", args.judged, suffix=".json")], inputs=[("confirmation JSON", args.from_json)])
-        show(_read(args.from_json, "confirmation_4"), args)
+        show(read_study(args.from_json, "confirmation_4"), args)
         return 0
     return run(args)
-
-
-def _read(path: Path, study: str) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SuiteError(f"{path}: cannot read the JSON ({err})") from None
-    if not isinstance(data, dict) or data.get("study") != study:
-        raise SuiteError(f"{path}: not a {study} JSON")
-    return data
 
 
 def plan(args) -> int:
@@ -86,7 +77,7 @@ def plan(args) -> int:
     if not (0 < args.alpha < 1 and 0 < args.power < 1 and args.most >= 2):
         raise SuiteError("--alpha and --power lie in (0, 1); --most is at least 2")
     check_outputs([Output("--out", args.out, suffix=".toml")], inputs=[("search JSON", args.plan)])
-    search = _read(args.plan, "exploration_4")
+    search = read_study(args.plan, "exploration_4")
     if search.get("shard"):
         raise SuiteError(f"{args.plan}: one shard ({search['shard']}): merge the shards first")
     judged = explore_study.judge(search)
@@ -209,11 +200,7 @@ def run(args) -> int:
 
 
 def show(result: dict, args) -> None:
+    """Judge ``result``, print the confirmation's lines, write ``--judged`` where given."""
     from analysis.judge import confirm_study
 
-    judged = confirm_study.judge(result)
-    judged["source"] = {k: result[k] for k in ("declaration", "backend", "device", "reduced")}
-    for line in confirm_study.lines(judged):
-        print(line)
-    if args.judged:
-        write_text(args.judged, render.strict_json(judged, indent=1) + "\n")
+    judge_and_show(result, confirm_study, args.judged)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from analysis.cli import policy
+from analysis.cli.study_json import judge_and_show, read_study
 from analysis.present import render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, committed_results, write_text
@@ -188,12 +189,7 @@ def show(result: dict, args) -> None:
     """Judge ``result``, print the map's lines, write ``--judged`` and ``--plot`` where given."""
     from analysis.judge import explore_study
 
-    judged = explore_study.judge(result)
-    judged["source"] = {k: result[k] for k in ("declaration", "backend", "device", "reduced")}
-    for line in explore_study.lines(judged):
-        print(line)
-    if args.judged:
-        write_text(args.judged, render.strict_json(judged, indent=1) + "\n")
+    judged = judge_and_show(result, explore_study, args.judged)
     if args.plot:
         from analysis.present import explore_plots, plots
         from repro.core.paths import JUDGED_CONFIRMATION
@@ -203,16 +199,6 @@ def show(result: dict, args) -> None:
             target = Path(args.plot).with_name(f"{Path(args.plot).stem}_{task}.png")
             plots.save(fig, target)
             print(f"wrote {target}")
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SuiteError(f"{path}: cannot read the search JSON ({err})") from None
-    if not isinstance(data, dict) or data.get("study") != "exploration_4":
-        raise SuiteError(f"{path}: not an exploration_4 search JSON")
-    return data
 
 
 def merge(args) -> int:
@@ -226,7 +212,7 @@ def merge(args) -> int:
         raise SuiteError(f"--merge takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs([Output("--json", args.json, suffix=".json")], inputs=[("shard", p) for p in args.merge],
                   committed=_committed(args, [args.json]))
-    result = join([_read(p) for p in args.merge])
+    result = join([read_study(p, "exploration_4") for p in args.merge])
     write_text(args.json, dump(result))
     print(f"merged {len(args.merge)} shard(s): {len(result['groups'])} of {result['groups_total']} groups"
           + (f"; not run: {len(result['not_run'])}" if result["not_run"] else ""))
@@ -238,7 +224,7 @@ def from_json(args) -> int:
     if given:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs(_outputs(args), inputs=[("search JSON", args.from_json)], committed=_committed(args, [args.judged]))
-    result = _read(args.from_json)
+    result = read_study(args.from_json, "exploration_4")
     if result.get("shard"):
         raise SuiteError(f"{args.from_json}: one shard ({result['shard']}): merge the shards first (--merge)")
     show(result, args)

@@ -166,7 +166,7 @@ def test_shards_merge_into_the_unsharded_json_byte_for_byte(tiny, tmp_path, caps
     (["--merge", "a.json"], "--merge writes the joined search: give --json"),
     (["--chunk-rows", "0"], "--chunk-rows must be at least 1"),
     (["--declaration", "no/such.toml"], "cannot read the declaration"),
-    (["--from-json", "studies/results/preregistered_3_calibration.json"], "not an exploration_4 search JSON"),
+    (["--from-json", "studies/results/preregistered_3_calibration.json"], "not a JSON of the exploration_4 study"),
     (["--from-json", "x.json", "--bench", "8"], "give one of --from-json, --bench"),
     (["--ray", "0"], "--ray 0: give at least 1 shard"),
     (["--ray", "2", "--shard", "1/2"], "--ray runs every shard: give no --shard"),
