@@ -9,8 +9,8 @@ pytest-benchmark times every round itself, with the clock the mode names (``@pyt
 --benchmark-only`` runs them as any pytest-benchmark suite (``--benchmark-autosave``, ``--benchmark-compare``,
 ``--benchmark-histogram``, ``--benchmark-json``). With ``--benchmark-disable`` (the CPU and GPU suites)
 pytest-benchmark calls each mode once, untimed, and the test checks what it must everywhere: a path that
-computes the spec model's bits. GPU tests carry ``gpu``; those that time the device share one xdist group,
-so that ``-n`` never splits them.
+computes the spec model's bits. GPU tests carry ``gpu``; those that time the device carry ``device_timing``,
+which puts them in one xdist group when they time (``-n`` never splits them then; untimed, they spread).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from repro import bench
 from repro.bench.modes import live_isv
 from repro.bench.timing import device_clock
 
-TIMING = pytest.mark.xdist_group("gpu-timing")
+TIMING = pytest.mark.device_timing
 
 
 def _mode_params():
@@ -62,6 +62,18 @@ def test_mode(benchmark, bench_rig, request, mode, which):
     assert b.ok, f"{mode.name} [{which}] timed a path that disagrees with the spec model"
     if benchmark.enabled:
         assert benchmark.stats.stats.rounds == rounds and benchmark.stats.stats.min > 0
+
+
+def test_device_timings_share_one_worker_only_where_they_time(request):
+    """The tests that time the device (``device_timing``) carry the xdist group gpu-timing in a timed run, and none
+    under --benchmark-disable (the GPU command), where they only check bits and may run side by side. Read from
+    this session's own items (the GPU modes are collected, skipped or not)."""
+    timed = not request.config.getoption("benchmark_disable")
+    marked = [i for i in request.session.items if i.get_closest_marker("device_timing")]
+    grouped = [i for i in marked if any(m.args[:1] == ("gpu-timing",) for m in i.iter_markers("xdist_group"))]
+    if not marked:
+        pytest.skip("no device_timing test in this session's selection")
+    assert len(grouped) == (len(marked) if timed else 0), (len(marked), len(grouped), timed)
 
 
 def test_slowed_controller_spins_at_least_its_time_and_keeps_the_bits(contract, host):
