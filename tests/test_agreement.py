@@ -162,11 +162,13 @@ def test_throughput_harness_matches_spec(contract, backend):
 @pytest.mark.gpu
 def test_a_worker_loads_the_cubins_the_gate_built_and_never_writes_them(contract, tmp_path, monkeypatch):
     """The gate's process builds the units once and keeps their CUBINs (``check_compiles``); a backend in another
-    process (a spawned worker) loads them without NVRTC, with the same bits; a build that does not keep (a
-    worker's) writes nothing."""
+    process (a spawned worker) loads them without NVRTC, with the same bits; a confined process
+    (``READ_ONLY_CACHE``, set by the sandbox) builds what it lacks and writes nothing."""
     from repro.backends import cupy_backend
+    from repro.backends.base import READ_ONLY_CACHE
 
     monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
     source, s = contract.source("fixed"), contract.slots
     cupy_backend.CupyBackend().check_compiles(source, s)
     kept = sorted(p.name for p in (tmp_path / "nvrtc").iterdir())
@@ -183,6 +185,7 @@ def test_a_worker_loads_the_cubins_the_gate_built_and_never_writes_them(contract
     assert_same_bits(lam, expected[:, 0], "from the kept CUBINs")
 
     monkeypatch.undo()
-    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "worker"))
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "confined"))
+    monkeypatch.setenv(READ_ONLY_CACHE, "1")
     cupy_backend.CupyBackend().compile(source.with_defines(MIN_LAMBDA=0.06), s)
-    assert not (tmp_path / "worker").exists()
+    assert not (tmp_path / "confined").exists()

@@ -1,4 +1,5 @@
-"""The host backend's compile cache: keyed by content, shared safely by concurrent workers."""
+"""The build caches: the host backend's keyed by content and shared safely by concurrent workers; NVRTC's PTX kept
+with its log, and never written by a confined process."""
 
 from __future__ import annotations
 
@@ -120,3 +121,30 @@ def test_a_controller_including_a_libstdcxx_header_compiles_under_the_shims_noin
     got = kernel.run_looped(new_isv(contract.slots, 0.1, 1), kl, np.full_like(kl, 0.02))[0]
     want = spec.run(spec.Rule.of(contract.controller("fixed")), [0.1], kl, np.full_like(kl, 0.02))
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contract, tmp_path, monkeypatch):
+    """The PTX and the ptxas report of a unit come back from the cache without NVRTC, identical; under
+    ``READ_ONLY_CACHE`` (set in a confined process) NVRTC builds it and nothing is written."""
+    from repro.backends import ptx
+    from repro.backends.base import READ_ONLY_CACHE
+
+    if ptx.nvrtc_unavailable():
+        pytest.skip(ptx.nvrtc_unavailable())
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
+    src = contract.source("fixed")
+    built = ptx.compile_ptx(src.text, src.origin)
+    assert "Used" in built[1] and ".entry" in built[0]  # the ptxas report and the entry point
+    assert len(list((tmp_path / "cache" / "ptx").glob("*.json"))) == 1
+
+    def no_nvrtc(*_args):
+        raise AssertionError("NVRTC ran though its PTX was kept")
+
+    monkeypatch.setattr(ptx, "_compile_ptx", no_nvrtc)
+    assert ptx.compile_ptx(src.text, src.origin) == built
+    monkeypatch.undo()
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "confined"))
+    monkeypatch.setenv(READ_ONLY_CACHE, "1")
+    assert ptx.compile_ptx(src.text, src.origin)[0] == built[0]  # (the log says how long ptxas took)
+    assert not (tmp_path / "confined").exists()

@@ -22,8 +22,27 @@ from repro.core.paths import ROOT
 
 def cache_dir() -> Path:
     """Where compiled kernels live (``$RLQ_CACHE_DIR``, else ``.cache/rlq`` in the repo): the host's shared
-    libraries, the coverage builds, NVRTC's CUBINs."""
+    libraries, the coverage builds, NVRTC's CUBINs and PTX."""
     return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
+
+
+#: Set in a confined process (:func:`repro.runners.confine.keep_caches_in`): there the build cache is read, never
+#: written — a write outside the scratch folder is an attempt, which ends the process.
+READ_ONLY_CACHE = "RLQ_READ_ONLY_CACHE"
+
+
+def keep_in_cache(path: Path, data: bytes) -> None:
+    """Write ``data`` to the cache file ``path`` atomically (a reader beside it sees all of it or nothing), except in
+    a confined process (:data:`READ_ONLY_CACHE`); a cache that cannot be written (a read-only checkout) is left be."""
+    if os.environ.get(READ_ONLY_CACHE):
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class CompiledKernel(ABC):

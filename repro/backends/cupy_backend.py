@@ -18,13 +18,12 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, cache_dir, learn_arguments
+from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, cache_dir, keep_in_cache, learn_arguments
 from repro.backends.translation_unit import (
     LEARNING_LOOP,
     NVRTC_OPTIONS,
@@ -70,10 +69,9 @@ def _import_cupy():
 
 
 class CupyKernel(CompiledKernel):
-    def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...], cupy_defaults: bool,
-                 store: bool = False):
+    def __init__(self, cp, source: KernelSource, slots: Slots, options: tuple[str, ...], cupy_defaults: bool):
         self.cp, self.source, self.slots = cp, source, slots
-        _module = partial(_rawmodule, cp) if cupy_defaults else partial(_nvrtc_module, cp, store=store)
+        _module = partial(_rawmodule if cupy_defaults else _nvrtc_module, cp)
         slot_defs = (
             f"#define RLQ_LAMBDA_SLOT {slots.lambda_}\n#define RLQ_KL_SLOT {slots.kl}\n"
             f"#define RLQ_TARGET_SLOT {slots.target}\n"
@@ -82,7 +80,7 @@ class CupyKernel(CompiledKernel):
             self.image = None
             self.step = _module(source.text, source.origin, options).get_function(source.symbol)
         else:  # the controller's own module; its image is what a native launcher loads too
-            self.image = _nvrtc_image(cp, source.text, source.origin, options, store)
+            self.image = _nvrtc_image(cp, source.text, source.origin, options)
             self.step = _load(self.image).get_function(source.symbol)
         harness = _module(harness_unit(source, slots, for_device=True), source.origin, options)
         self._batched = harness.get_function("rlq_batched_step")
@@ -192,9 +190,9 @@ def _grid(n_runs: int) -> tuple[int]:
     return (max(1, (n_runs + THREADS - 1) // THREADS),)
 
 
-def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...], store: bool = False):
+def _nvrtc_module(cp, code: str, origin: str, options: tuple[str, ...]):
     """NVRTC with exactly ``options`` (plus the device's architecture), loaded as a module."""
-    return _load(_nvrtc_image(cp, code, origin, options, store))
+    return _load(_nvrtc_image(cp, code, origin, options))
 
 
 def _load(image: bytes):
@@ -214,26 +212,18 @@ def _image_path(cp, code: str, origin: str, options: tuple[str, ...]) -> Path:
     return cache_dir() / "nvrtc" / f"{hashlib.sha256(inputs.encode()).hexdigest()[:40]}.cubin"
 
 
-def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...], store: bool = False) -> bytes:
+def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     """The CUBIN NVRTC builds from ``code`` with exactly ``options`` (plus the device's architecture), read from
-    the cache where an earlier build left it. ``store``: keep what NVRTC builds there — only in the gate's own
-    process (:meth:`CupyBackend.check_compiles`), never in a worker: a confined worker's write outside its scratch
-    folder is an attempt that ends it, and a spawned worker then loads the CUBIN instead of running NVRTC again
-    (about 0.15 s a unit, three units a worker)."""
+    the build cache where an earlier build left it (the gate's own process builds every unit a worker loads,
+    :meth:`CupyBackend.check_compiles`: a spawned worker then loads them instead of running NVRTC, about 0.15 s a
+    unit; a confined worker never writes there)."""
     path = _image_path(cp, code, origin, options)
     try:
         return path.read_bytes()
     except OSError:
         pass
     image = _nvrtc_build(cp, code, origin, options)
-    if store:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-            tmp.write_bytes(image)
-            os.replace(tmp, path)  # atomic: a reader beside it sees the whole image or none
-        except OSError:
-            pass  # a read-only checkout: every worker compiles, as before
+    keep_in_cache(path, image)
     return image
 
 
@@ -280,13 +270,10 @@ class CupyBackend(Backend):
         return f"{name} (CUDA driver {driver // 1000}.{driver % 1000 // 10}, CuPy {cp.__version__})"
 
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
-        """NVRTC builds and loads every unit a worker loads (no candidate code runs on the host); their CUBINs stay
-        in the cache, from which each spawned worker then loads them (``_nvrtc_image``)."""
-        entry(source)
-        key = (source.text, source.symbol, slots, NVRTC_OPTIONS, False)
-        if key not in self._loaded:
-            self._loaded[key] = CupyKernel(self.cp, source, slots, NVRTC_OPTIONS, False, store=True)
-        _nvrtc_image(self.cp, device_grid_unit(source, slots), source.origin, NVRTC_OPTIONS, store=True)
+        """NVRTC builds and loads every unit a worker loads (no candidate code runs on the host), the thread probe's
+        too: their CUBINs stay in the build cache, from which each spawned worker loads them."""
+        self.compile(source, slots)
+        _nvrtc_image(self.cp, device_grid_unit(source, slots), source.origin, NVRTC_OPTIONS)
 
     def compile(self, source: KernelSource, slots: Slots, options: tuple[str, ...] = NVRTC_OPTIONS,
                 cupy_defaults: bool = False) -> CupyKernel:

@@ -12,10 +12,13 @@ compiler's message (a :class:`SuiteError`: not CUDA, exit 2 from the gate).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from repro.backends.base import cache_dir, keep_in_cache
 from repro.backends.host_state import demangled
 from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
 from repro.core.errors import BackendUnavailable, unavailable_reason
@@ -103,14 +106,31 @@ def _check(nvrtc, result):
 
 
 def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ...] = NVRTC_OPTIONS) -> tuple[str, str]:
-    """``(PTX text, compile log)`` of ``code``; a rejected source raises a one-line :class:`SuiteError`."""
+    """``(PTX text, compile log)`` of ``code``; a rejected source raises a one-line :class:`SuiteError`.
+
+    Kept in the build cache under the hash of everything they depend on (NVRTC's version, the architecture, the
+    options, the origin, the code): about 50 ms of NVRTC a unit otherwise. The log is kept with the PTX, so the
+    ptxas report (registers, stack) is there on every run, as NVRTC's own cache would not keep it (see below)."""
     nvrtc = _nvrtc()
+    version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
+    key = hashlib.sha256((repr((version, arch, options, origin)) + "\0" + code).encode()).hexdigest()[:40]
+    path = cache_dir() / "ptx" / f"{key}.json"
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        return kept["ptx"], kept["log"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    built = _compile_ptx(nvrtc, version, code, origin, arch, options)
+    keep_in_cache(path, json.dumps({"ptx": built[0], "log": built[1]}).encode())
+    return built
+
+
+def _compile_ptx(nvrtc, version: tuple, code: str, origin: str, arch: str, options: tuple[str, ...]) -> tuple[str, str]:
     prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), origin.encode(), 0, [], []))
     try:
         # NVRTC ≥ 12.9 caches compilations, and a cached one prints no ptxas report (registers, stack):
         # the resources row would go unmeasured on a second run (seen on the H200 with NVRTC 13.0).
-        version = _check(nvrtc, nvrtc.nvrtcVersion())
-        no_cache = ("--no-cache",) if tuple(version) >= (12, 9) else ()
+        no_cache = ("--no-cache",) if version >= (12, 9) else ()
         opts = [o.encode() for o in (*options, *no_cache, f"--gpu-architecture={arch}", "--ptxas-options=--verbose")]
         status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         log = b" " * _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from repro.backends.base import READ_ONLY_CACHE
 from repro.runners import syscall_policy as policy
 
 #: Landlock's file-system rights (linux/landlock.h) by the ABI that introduced them.
@@ -213,6 +214,7 @@ def keep_caches_in(scratch: Path) -> None:
     os.environ["CUPY_CACHE_DIR"] = str(scratch)  # a kernel CuPy compiles later caches here
     os.environ["CUDA_CACHE_PATH"] = str(scratch)
     os.environ["CUDA_CACHE_DISABLE"] = "1"  # a worker's scratch is its own: nothing to reuse
+    os.environ[READ_ONLY_CACHE] = "1"  # the suite's own build cache (NVRTC's CUBINs and PTX) is read, not written
 
 
 def _first_to_go() -> None:
