@@ -148,3 +148,17 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
     monkeypatch.setenv(READ_ONLY_CACHE, "1")
     assert ptx.compile_ptx(src.text, src.origin)[0] == built[0]  # (the log says how long ptxas took)
     assert not (tmp_path / "confined").exists()
+
+
+def test_the_build_cache_lies_outside_the_checkout(tmp_path, monkeypatch):
+    """A change under review cannot bring builds of its own for the gate to load: without $RLQ_CACHE_DIR the cache
+    is the user's (``$XDG_CACHE_HOME``, else ``~/.cache``), never a folder of the repository."""
+    from repro.core.paths import ROOT
+
+    monkeypatch.delenv("RLQ_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "rlq"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "rlq"
+    assert not cache_dir().resolve().is_relative_to(ROOT.resolve())

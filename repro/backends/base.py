@@ -17,13 +17,18 @@ import numpy as np
 from repro.core.contract import Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
-from repro.core.paths import ROOT
 
 
 def cache_dir() -> Path:
-    """Where compiled kernels live (``$RLQ_CACHE_DIR``, else ``.cache/rlq`` in the repo): the host's shared
-    libraries, the coverage builds, NVRTC's CUBINs and PTX."""
-    return Path(os.environ.get("RLQ_CACHE_DIR", ROOT / ".cache" / "rlq"))
+    """Where compiled kernels live: the host's shared libraries, the coverage builds, NVRTC's CUBINs and PTX —
+    ``$RLQ_CACHE_DIR``, else ``rlq`` in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``). Never in
+    the checkout: a change under review could otherwise bring a build of its own, named by the hash of a source it
+    does not hold, for the gate to load (every entry is found by the hash of its inputs, never checked against
+    them)."""
+    given = os.environ.get("RLQ_CACHE_DIR")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlq"
 
 
 #: Set in a confined process (:func:`repro.runners.confine.keep_caches_in`): there the build cache is read, never
