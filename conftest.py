@@ -90,15 +90,9 @@ def _device_unavailable(item, reasons: dict) -> str | None:
     return None if not reasons_here or None in reasons_here else reasons_here[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist groups
 def pytest_collection_modifyitems(config, items):
-    # Device timings taken side by side would time each other: where they time, one worker runs them in turn.
-    # Untimed (--benchmark-disable, as in the GPU command) they only check bits and spread over the workers.
-    timed = not config.getoption("benchmark_disable", default=False)
     reasons = {}
     for item in items:
-        if timed and item.get_closest_marker("device_timing"):
-            item.add_marker(pytest.mark.xdist_group("gpu-timing"))
         if item.get_closest_marker("gpu"):  # a marker, not a keyword (a folder named gpu is one)
             reason = _device_unavailable(item, reasons)
             if reason and config.getoption("--require-gpu"):

@@ -9,8 +9,9 @@ pytest-benchmark times every round itself, with the clock the mode names (``@pyt
 --benchmark-only`` runs them as any pytest-benchmark suite (``--benchmark-autosave``, ``--benchmark-compare``,
 ``--benchmark-histogram``, ``--benchmark-json``). With ``--benchmark-disable`` (the CPU and GPU suites)
 pytest-benchmark calls each mode once, untimed, and the test checks what it must everywhere: a path that
-computes the spec model's bits. GPU tests carry ``gpu``; those that time the device carry ``device_timing``,
-which puts them in one xdist group when they time (``-n`` never splits them then; untimed, they spread).
+computes the spec model's bits. GPU tests carry ``gpu``. Under pytest-xdist pytest-benchmark times nothing (it
+turns itself off), so no worker of their own is needed; a test that times by its own clock holds the device alone
+(``gpu_alone``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ from repro import bench
 from repro.bench.modes import live_isv
 from repro.bench.timing import device_clock
 
-TIMING = pytest.mark.device_timing
-
 
 def _mode_params():
     for mode in bench.MODES:
         marks = [pytest.mark.benchmark(timer=mode.timer, group=mode.name)]
-        marks += [] if mode.needs == "host" else [pytest.mark.gpu, TIMING]
+        marks += [] if mode.needs == "host" else [pytest.mark.gpu]
         for which in bench.WHICH:
             yield pytest.param(mode, which, marks=marks, id=f"{mode.slug}-{which}")
 
@@ -64,18 +63,6 @@ def test_mode(benchmark, bench_rig, request, mode, which):
         assert benchmark.stats.stats.rounds == rounds and benchmark.stats.stats.min > 0
 
 
-def test_device_timings_share_one_worker_only_where_they_time(request):
-    """The tests that time the device (``device_timing``) carry the xdist group gpu-timing in a timed run, and none
-    under --benchmark-disable (the GPU command), where they only check bits and may run side by side. Read from
-    this session's own items (the GPU modes are collected, skipped or not)."""
-    timed = not request.config.getoption("benchmark_disable")
-    marked = [i for i in request.session.items if i.get_closest_marker("device_timing")]
-    grouped = [i for i in marked if any(m.args[:1] == ("gpu-timing",) for m in i.iter_markers("xdist_group"))]
-    if not marked:
-        pytest.skip("no device_timing test in this session's selection")
-    assert len(grouped) == (len(marked) if timed else 0), (len(marked), len(grouped), timed)
-
-
 def test_slowed_controller_spins_at_least_its_time_and_keeps_the_bits(contract, host):
     """The deliberate regression the gate must catch: same λ bits, each call at least the spin's length."""
     spin_ns = 2000
@@ -88,7 +75,6 @@ def test_slowed_controller_spins_at_least_its_time_and_keeps_the_bits(contract, 
 
 @pytest.mark.gpu
 @pytest.mark.slow  # device timings want a quiet host: beside 15 xdist workers the H200's graph-replay spread read 48.9 %
-@TIMING
 def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
     """A baseline pair, the same controller again, then one slowed by ~1 µs: only the slowed run fails.
 
@@ -111,7 +97,6 @@ def test_gate_catches_a_controller_slowed_on_the_gpu(contract, gpu_alone):
 
 
 @pytest.mark.gpu
-@TIMING
 def test_device_clock_reads_the_gpus_time_of_a_known_wait(contract):
     """The clock pytest-benchmark calls for device modes, around one launch of a controller that spins about
     200 µs of SM cycles: it reads at least that.

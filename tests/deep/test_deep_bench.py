@@ -11,7 +11,7 @@ from repro.backends import get_backend  # noqa: E402
 from repro.learning.deep.loop import LoopConfig  # noqa: E402
 from repro.learning.deep.study import small_loop  # noqa: E402
 
-pytestmark = [pytest.mark.gpu, pytest.mark.device_timing,
+pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")]
 
 STEPS = 50  # steps per timed round
