@@ -108,15 +108,19 @@ def test_unreadable_kernel_file(tmp_path):
 
 
 def test_a_study_may_rewrite_only_its_own_committed_results(tmp_path):
-    """The committed results a study as declared may rewrite: inside studies/results/ (through a link too) and named
-    as its own; a path elsewhere with the same name, or another study's file there, is not among them."""
+    """The committed results a study as declared may rewrite: files of studies/results/ (through a link too) named
+    as its own; a path elsewhere with the same name, another study's file there, or a link named as its own that
+    points at another study's file is not among them."""
     from repro.core.outputs import committed_results
     from repro.core.paths import RESULTS
 
     (tmp_path / "results").symlink_to(RESULTS)
     own, other = RESULTS / "exploration_4_search.json", RESULTS / "preregistered_3_cupy.json"
     elsewhere, linked = tmp_path / own.name, tmp_path / "results" / own.name
-    got = committed_results([None, own, other, elsewhere, str(linked)], lambda name: name.startswith("exploration_4_"))
+    disguised = tmp_path / "exploration_4_other.json"  # named as the search's, pointing at the third study's
+    disguised.symlink_to(other)
+    got = committed_results([None, own, other, elsewhere, str(linked), disguised],
+                            lambda name: name.startswith("exploration_4_"))
     assert got == [own, str(linked)]
 
 

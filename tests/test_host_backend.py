@@ -11,6 +11,7 @@ import pytest
 
 from repro.backends.host import FLAGS, HostBackend, cache_dir, includes_cxx_headers
 from repro.core import spec
+from repro.core.errors import SuiteError
 from repro.core.isv import new_isv
 
 
@@ -152,7 +153,7 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
 
 def test_the_build_cache_lies_outside_the_checkout(tmp_path, monkeypatch):
     """A change under review cannot bring builds of its own for the gate to load: without $RLQ_CACHE_DIR the cache
-    is the user's (``$XDG_CACHE_HOME``, else ``~/.cache``), never a folder of the repository."""
+    is the user's (``$XDG_CACHE_HOME``, else ``~/.cache``); one given inside the repository is refused."""
     from repro.core.paths import ROOT
 
     monkeypatch.delenv("RLQ_CACHE_DIR", raising=False)
@@ -162,3 +163,6 @@ def test_the_build_cache_lies_outside_the_checkout(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "rlq"
     assert not cache_dir().resolve().is_relative_to(ROOT.resolve())
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(ROOT / ".cache" / "rlq"))  # a folder of the checkout is refused
+    with pytest.raises(SuiteError, match="inside the checkout"):
+        cache_dir()

@@ -7,7 +7,9 @@ benchmark and the closed loop keep their state where the kernel runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -17,18 +19,24 @@ import numpy as np
 from repro.core.contract import Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
+from repro.core.paths import ROOT
 
 
 def cache_dir() -> Path:
     """Where compiled kernels live: the host's shared libraries, the coverage builds, NVRTC's CUBINs and PTX —
     ``$RLQ_CACHE_DIR``, else ``rlq`` in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``). Never in
-    the checkout: a change under review could otherwise bring a build of its own, named by the hash of a source it
-    does not hold, for the gate to load (every entry is found by the hash of its inputs, never checked against
-    them)."""
-    given = os.environ.get("RLQ_CACHE_DIR")
-    if given:
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlq"
+    the checkout (refused there): a change under review could otherwise bring a build of its own, named by the hash
+    of a source it does not hold, for the gate to load (every entry is found by the hash of its inputs, never
+    checked against them)."""
+    given = os.environ.get("RLQ_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    try:
+        folder = Path(given) if os.environ.get("RLQ_CACHE_DIR") else Path(given or Path.home() / ".cache") / "rlq"
+    except RuntimeError:  # no $HOME and no home in the password database
+        raise SuiteError("the build cache has no folder: set RLQ_CACHE_DIR (or HOME)") from None
+    if Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(ROOT)):
+        raise SuiteError(f"the build cache {folder} lies inside the checkout, where a change under review could "
+                         "bring builds of its own: give RLQ_CACHE_DIR a folder outside it")
+    return folder
 
 
 #: Set in a confined process (:func:`repro.runners.confine.keep_caches_in`): there the build cache is read, never
@@ -37,17 +45,27 @@ READ_ONLY_CACHE = "RLQ_READ_ONLY_CACHE"
 
 
 def keep_in_cache(path: Path, data: bytes) -> None:
-    """Write ``data`` to the cache file ``path`` atomically (a reader beside it sees all of it or nothing), except in
-    a confined process (:data:`READ_ONLY_CACHE`); a cache that cannot be written (a read-only checkout) is left be."""
+    """Write ``data`` to the cache file ``path`` atomically (a reader beside it sees all of it or nothing: a file of
+    its own, synced, then renamed), except in a confined process (:data:`READ_ONLY_CACHE`); a cache that cannot be
+    written (a read-only folder) is left be."""
     if os.environ.get(READ_ONLY_CACHE):
         return
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.stem}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        tmp = None
     except OSError:
         pass
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class CompiledKernel(ABC):

@@ -17,6 +17,7 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from functools import partial
 from pathlib import Path
@@ -31,6 +32,7 @@ from repro.backends.translation_unit import (
     device_grid_unit,
     entry,
     harness_unit,
+    nvrtc_headers,
 )
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable
@@ -208,7 +210,8 @@ def _image_path(cp, code: str, origin: str, options: tuple[str, ...]) -> Path:
     the device's architecture, the options, the origin, which line information names, and the code)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    inputs = repr((nvrtc.getVersion(), cp.cuda.Device().compute_capability, options, origin)) + "\0" + code
+    inputs = (repr((nvrtc.getVersion(), cp.cuda.Device().compute_capability, options, origin)) + "\0"
+              + nvrtc_headers() + "\0" + code)
     return cache_dir() / "nvrtc" / f"{hashlib.sha256(inputs.encode()).hexdigest()[:40]}.cubin"
 
 
@@ -218,10 +221,10 @@ def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     :meth:`CupyBackend.check_compiles`: a spawned worker then loads them instead of running NVRTC, about 0.15 s a
     unit; a confined worker never writes there)."""
     path = _image_path(cp, code, origin, options)
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        kept = path.read_bytes()
+        if kept.startswith(b"\x7fELF"):  # a CUBIN is an ELF file; anything else is built again
+            return kept
     image = _nvrtc_build(cp, code, origin, options)
     keep_in_cache(path, image)
     return image

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from repro.backends.base import cache_dir, keep_in_cache
 from repro.backends.host_state import demangled
-from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error
+from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error, nvrtc_headers
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 
@@ -113,11 +113,13 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     ptxas report (registers, stack) is there on every run, as NVRTC's own cache would not keep it (see below)."""
     nvrtc = _nvrtc()
     version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
-    key = hashlib.sha256((repr((version, arch, options, origin)) + "\0" + code).encode()).hexdigest()[:40]
+    inputs = repr((version, arch, options, origin)) + "\0" + nvrtc_headers() + "\0" + code
+    key = hashlib.sha256(inputs.encode()).hexdigest()[:40]
     path = cache_dir() / "ptx" / f"{key}.json"
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
-        return kept["ptx"], kept["log"]
+        if isinstance(kept["ptx"], str) and isinstance(kept["log"], str) and kept["ptx"]:
+            return kept["ptx"], kept["log"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
     built = _compile_ptx(nvrtc, version, code, origin, arch, options)

@@ -6,6 +6,7 @@ one-thread-per-run kernel run identical code around the controller.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from collections.abc import Callable
@@ -30,6 +31,15 @@ HOST_INCLUDE = KERNELS / "host_include"
 #: float32 (no FMA contraction, no flush to zero, correctly rounded division and square root), the stand-ins.
 NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true",
                  f"-I{HOST_INCLUDE}")
+
+
+@functools.cache
+def nvrtc_headers() -> str:
+    """The text of every header NVRTC's include path (``HOST_INCLUDE``) offers: part of what its output depends on,
+    so part of each cached NVRTC build's key."""
+    return "\0".join(p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h")))
+
+
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 
 # Inside the controller a harness thread must look like thread 0 of a (1,),(1,)

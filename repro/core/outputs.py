@@ -34,10 +34,11 @@ class Output:
 
 
 def committed_results(paths: Iterable[Path | str | None], named: Callable[[str], bool]) -> list[Path | str]:
-    """Those of ``paths`` (None skipped) inside studies/results/ (links resolved) whose file name ``named`` accepts:
-    the committed results a study run as declared may rewrite (:func:`check_outputs`'s ``committed``)."""
-    results = os.path.realpath(RESULTS)
-    return [p for p in paths if p and named(Path(p).name) and Path(os.path.realpath(p)).is_relative_to(results)]
+    """Those of ``paths`` (None skipped) that are files of studies/results/ itself whose name ``named`` accepts — both
+    read after links are resolved (a link named as one study's file that points at another's is not one): the
+    committed results a study run as declared may rewrite (:func:`check_outputs`'s ``committed``)."""
+    results = Path(os.path.realpath(RESULTS))
+    return [p for p in paths if p and (real := Path(os.path.realpath(p))).parent == results and named(real.name)]
 
 
 def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, Path | None]] = (),
