@@ -47,6 +47,7 @@ def _third(name: str) -> bool:
     """The third study's committed results by file name (studies/results/preregistered_3_*)."""
     return name.startswith("preregistered_3_")
 
+
 def parser() -> policy.Parser:
     p = policy.Parser("study", description="the third pre-registered study (--deep)")
     p.add_argument("--deep", action="store_true", required=True)

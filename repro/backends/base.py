@@ -28,11 +28,13 @@ def cache_dir() -> Path:
     the checkout (refused there): a change under review could otherwise bring a build of its own, named by the hash
     of a source it does not hold, for the gate to load (every entry is found by the hash of its inputs, never
     checked against them)."""
-    given = os.environ.get("RLQ_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    try:
-        folder = Path(given) if os.environ.get("RLQ_CACHE_DIR") else Path(given or Path.home() / ".cache") / "rlq"
-    except RuntimeError:  # no $HOME and no home in the password database
-        raise SuiteError("the build cache has no folder: set RLQ_CACHE_DIR (or HOME)") from None
+    if os.environ.get("RLQ_CACHE_DIR"):
+        folder = Path(os.environ["RLQ_CACHE_DIR"])
+    else:
+        try:
+            folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlq"
+        except RuntimeError:  # no $HOME and no home in the password database
+            raise SuiteError("the build cache has no folder: set RLQ_CACHE_DIR (or HOME)") from None
     if Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(ROOT)):
         raise SuiteError(f"the build cache {folder} lies inside the checkout, where a change under review could "
                          "bring builds of its own: give RLQ_CACHE_DIR a folder outside it")

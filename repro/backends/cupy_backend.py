@@ -18,13 +18,11 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
-from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, cache_dir, keep_in_cache, learn_arguments
+from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, keep_in_cache, learn_arguments
 from repro.backends.translation_unit import (
     LEARNING_LOOP,
     NVRTC_OPTIONS,
@@ -32,7 +30,7 @@ from repro.backends.translation_unit import (
     device_grid_unit,
     entry,
     harness_unit,
-    nvrtc_headers,
+    nvrtc_cache_file,
 )
 from repro.core.contract import Slots
 from repro.core.errors import BackendUnavailable
@@ -205,22 +203,15 @@ def _load(image: bytes):
     return module
 
 
-def _image_path(cp, code: str, origin: str, options: tuple[str, ...]) -> Path:
-    """Where the CUBIN of ``code`` is kept: named by the hash of everything NVRTC's output depends on (its version,
-    the device's architecture, the options, the origin, which line information names, and the code)."""
-    from cupy_backends.cuda.libs import nvrtc
-
-    inputs = (repr((nvrtc.getVersion(), cp.cuda.Device().compute_capability, options, origin)) + "\0"
-              + nvrtc_headers() + "\0" + code)
-    return cache_dir() / "nvrtc" / f"{hashlib.sha256(inputs.encode()).hexdigest()[:40]}.cubin"
-
-
 def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     """The CUBIN NVRTC builds from ``code`` with exactly ``options`` (plus the device's architecture), read from
     the build cache where an earlier build left it (the gate's own process builds every unit a worker loads,
     :meth:`CupyBackend.check_compiles`: a spawned worker then loads them instead of running NVRTC, about 0.15 s a
     unit; a confined worker never writes there)."""
-    path = _image_path(cp, code, origin, options)
+    from cupy_backends.cuda.libs import nvrtc
+
+    path = nvrtc_cache_file("nvrtc/{}.cubin", nvrtc.getVersion(), cp.cuda.Device().compute_capability, options,
+                            origin, code)
     with contextlib.suppress(OSError):
         kept = path.read_bytes()
         if kept.startswith(b"\x7fELF"):  # a CUBIN is an ELF file; anything else is built again

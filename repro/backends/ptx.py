@@ -12,15 +12,14 @@ compiler's message (a :class:`SuiteError`: not CUDA, exit 2 from the gate).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from repro.backends.base import cache_dir, keep_in_cache
+from repro.backends.base import keep_in_cache
 from repro.backends.host_state import demangled
-from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error, nvrtc_headers
+from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error, nvrtc_cache_file
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 
@@ -113,9 +112,7 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     ptxas report (registers, stack) is there on every run, as NVRTC's own cache would not keep it (see below)."""
     nvrtc = _nvrtc()
     version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
-    inputs = repr((version, arch, options, origin)) + "\0" + nvrtc_headers() + "\0" + code
-    key = hashlib.sha256(inputs.encode()).hexdigest()[:40]
-    path = cache_dir() / "ptx" / f"{key}.json"
+    path = nvrtc_cache_file("ptx/{}.json", version, arch, options, origin, code)
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(kept["ptx"], str) and isinstance(kept["log"], str) and kept["ptx"]:

@@ -7,11 +7,13 @@ one-thread-per-run kernel run identical code around the controller.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from repro.backends.base import cache_dir
 from repro.backends.kernel_entry import Entry, declarations, launchable
 from repro.backends.preprocessed import DEVICE_ARCHS, NVRTC_VIEW_FLAGS, TOKEN, device_macros, find_cxx, own_tokens
 from repro.core.contract import Slots
@@ -34,10 +36,17 @@ NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true"
 
 
 @functools.cache
-def nvrtc_headers() -> str:
-    """The text of every header NVRTC's include path (``HOST_INCLUDE``) offers: part of what its output depends on,
-    so part of each cached NVRTC build's key."""
+def _nvrtc_headers() -> str:
+    """The text of every header NVRTC's include path (``HOST_INCLUDE``) offers."""
     return "\0".join(p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h")))
+
+
+def nvrtc_cache_file(name: str, version: tuple, arch, options: tuple[str, ...], origin: str, code: str) -> Path:
+    """The build cache's file ``name`` (``ptx/{}.json``, ``nvrtc/{}.cubin``, the hash in its braces) for NVRTC's
+    output from ``code``: the hash of everything that output depends on — NVRTC's version, the architecture, the
+    options, the origin (line information names it), the include path's headers' text and the code."""
+    inputs = "\0".join([repr((version, arch, options, origin)), _nvrtc_headers(), code])
+    return cache_dir() / name.format(hashlib.sha256(inputs.encode()).hexdigest()[:40])
 
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
