@@ -6,9 +6,10 @@ Test modules import these from here, never from one another.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from repro.core.contract import CONTRACTS, Contract
+from repro.core.contract import CONTRACTS, ROOT, Contract
 from repro.core.kernel_source import KernelSource
 
 CANDIDATES = sorted((Path(__file__).parent / "candidates").glob("*.cu"))
@@ -81,3 +82,19 @@ def contracts_file(config) -> Path:
     """The contract file a pytest session judges against: its ``--contracts FILE`` (given with ``--kernel``), else
     the tracked one (what the ``contract`` fixture, the subjects and test_agreement's parameters load)."""
     return config.getoption("--contracts", default=None) or CONTRACTS
+
+
+def forger(tmp_path: Path, name: str, payload: str, status: int) -> Path:
+    """The fixed kernel whose host build, at load, writes ``payload`` where a confined command's child hands back
+    what it measured ($TMPDIR/out/NAME: :func:`analysis.cli.confined.measure`) and ends the child with exit status
+    ``status`` before anything runs."""
+    forge = ("#if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)\n#include <stdio.h>\n#include <stdlib.h>\n"
+             "#include <unistd.h>\n__attribute__((constructor)) static void rlq_forge() {\n"
+             '    const char* tmp = getenv("TMPDIR");\n    char path[4096];\n'
+             f'    if (tmp && snprintf(path, sizeof path, "%s/out/{name}", tmp) > 0) {{\n'
+             '        FILE* f = fopen(path, "w");\n'
+             f'        if (f) {{ fputs({json.dumps(payload)}, f); fclose(f); }}\n    }}\n    _exit({status});\n}}\n#endif\n')
+    path = tmp_path / "forger.cu"
+    fixed = (ROOT / "kernels" / "rl_q_distill_lambda_controller.cu").read_text()
+    path.write_text(fixed.replace('extern "C"', forge + 'extern "C"', 1))
+    return path

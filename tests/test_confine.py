@@ -234,7 +234,7 @@ def test_a_metadata_change_outside_the_scratch_folder_is_named_and_changes_nothi
 
 
 def test_another_process_s_limits_and_priority_are_named_and_left_alone(sandbox, tmp_path):
-    """prlimit64 on the gate (a reviewer's RLIMIT_AS of 64 MiB hung it for good), setpriority of another process."""
+    """prlimit64 on the gate (an RLIMIT_AS of 64 MiB set on it hangs it for good), setpriority of another process."""
     import resource
 
     me = os.getpid()
@@ -344,7 +344,7 @@ def _fsopen() -> None:
 
 def test_the_child_holds_no_capability_even_as_root(sandbox, tmp_path):
     """Root's capabilities let a worker make a block device and write a disk through it, or mark a file immutable
-    (a reviewer's second round did both as CI's root); the confined child gives up every one."""
+    (both work as CI's root); the confined child gives up every one."""
 
     def body() -> int:
         lines = Path("/proc/self/status").read_text().splitlines()
@@ -391,7 +391,7 @@ def test_a_terminal_push_a_file_flag_and_a_lease_are_attempts(sandbox, tmp_path)
 
 def test_a_process_group_s_priority_and_a_terminal_s_settings_are_attempts(sandbox, tmp_path):
     """setpriority(PRIO_PGRP, 0) reached the gate's whole group (who 0 is no other process, which 0 is), and a
-    terminal opened read-only took TCSETS and TIOCSWINSZ (a reviewer's third round): each named, nothing changed."""
+    terminal opened read-only took TCSETS and TIOCSWINSZ: each named, nothing changed."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -427,8 +427,8 @@ def test_the_child_is_the_out_of_memory_killer_s_first_choice(sandbox, tmp_path)
 
 
 def test_another_process_s_shared_objects_and_a_new_session_are_attempts(sandbox, tmp_path):
-    """A reviewer's fifth round wrote into another process's SysV segment, set its semaphore, deleted its POSIX queue,
-    and took a console as its own terminal after setsid: each call is named before the kernel looks at it."""
+    """Writing into another process's SysV segment, setting its semaphore, deleting its POSIX queue, and taking a
+    console as its own terminal after setsid: each call is named before the kernel looks at it."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -440,7 +440,7 @@ def test_another_process_s_shared_objects_and_a_new_session_are_attempts(sandbox
 
 def test_an_ioctl_on_a_device_opened_in_the_sandbox_is_refused(sandbox, tmp_path):
     """Landlock (ABI 5+) refuses ioctls on a device opened after the sandbox: a loop device bound to a file outside,
-    /dev/loop-control, a console (a reviewer's fifth round). /dev/null stands in: TCGETS there is ENOTTY unconfined."""
+    /dev/loop-control, a console. /dev/null stands in: TCGETS there is ENOTTY unconfined."""
     import ctypes
     import errno
 

@@ -19,6 +19,7 @@ from analysis.cli.policy import dispatch
 from repro.core.contract import ROOT
 from repro.runners import confine
 from tests import commands
+from tests.catalogue import forger
 
 CANDIDATES = Path(__file__).parent / "candidates"
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
@@ -214,21 +215,6 @@ def test_the_fixed_kernel_as_a_candidate_gives_what_it_gives_unconfined(sandbox,
     assert c.returncode == d.returncode == 0, c.stderr + d.stderr
     unconfined = re.sub(r"^fixed,", "candidate,", (tmp_path / "c.csv").read_text(), flags=re.MULTILINE)
     assert unconfined == (tmp_path / "d.csv").read_text()
-
-
-def forger(tmp_path: Path, name: str, payload: str, status: int) -> Path:
-    """The fixed kernel whose host build, at load, writes ``payload`` where a confined command's child hands back
-    what it measured ($TMPDIR/out/NAME: :func:`analysis.cli.confined.measure`) and ends the child with exit status
-    ``status`` before anything runs."""
-    forge = ("#if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)\n#include <stdio.h>\n#include <stdlib.h>\n"
-             "#include <unistd.h>\n__attribute__((constructor)) static void rlq_forge() {\n"
-             '    const char* tmp = getenv("TMPDIR");\n    char path[4096];\n'
-             f'    if (tmp && snprintf(path, sizeof path, "%s/out/{name}", tmp) > 0) {{\n'
-             '        FILE* f = fopen(path, "w");\n'
-             f'        if (f) {{ fputs({json.dumps(payload)}, f); fclose(f); }}\n    }}\n    _exit({status});\n}}\n#endif\n')
-    path = tmp_path / "forger.cu"
-    path.write_text(FIXED.read_text().replace('extern "C"', forge + 'extern "C"', 1))
-    return path
 
 
 @pytest.mark.slow  # command-line processes (2 s each)

@@ -185,9 +185,11 @@ def test_no_library_module_imports_the_tests(trees):
 def test_no_test_module_imports_another():
     """Shared test material lives in tests/catalogue.py, tests/commands.py or conftest.py's fixtures: a test module
     importing another runs that module's tests' set-up as a side effect and hides what is shared."""
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
+    modules = sorted((ROOT / "tests").rglob("test_*.py"))
+    assert (ROOT / "tests" / "deep" / "test_sentinel.py") in modules  # the folders below tests/ too
+    for path in modules:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom | ast.Import):
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 found = [n for n in names if n and n.split(".")[-1].startswith("test_")]
-                assert not found, f"{path.name} imports {found}"
+                assert not found, f"{path.relative_to(ROOT)} imports {found}"

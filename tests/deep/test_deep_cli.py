@@ -11,7 +11,7 @@ import pytest
 from repro.core.paths import ROOT
 from repro.runners import confine
 from tests import commands
-from tests.test_confined_commands import forger
+from tests.catalogue import forger
 
 pytest.importorskip("torch", reason="the deep study needs PyTorch (pip install --group deep)")
 

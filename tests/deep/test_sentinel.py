@@ -193,7 +193,7 @@ def test_the_exit_code_is_the_parents_mcnemar_rule_on_what_the_child_measured(se
     the child's own exit 0): drift in every candidate run and none of the fixed kernel's (midpoint −5) is exit 1;
     equal drift, or fewer, is exit 0 — the parent's McNemar rule, whatever the child's status."""
     from repro.runners import plain
-    from tests.test_confined_commands import forger
+    from tests.catalogue import forger
 
     if confine.unavailable():
         pytest.skip(confine.unavailable())
