@@ -4,6 +4,7 @@ arm of one seed starts from the same weights: the constant-λ arms' λ never mov
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from analysis.judge import confirm_study as cs
 from analysis.judge.verdict_words import Verdict as V
+from repro.backends import get_backend
 
 
 def test_power_matches_a_simulated_mcnemar():
@@ -155,3 +157,65 @@ def test_bad_input_is_one_line_exit_2(argv, says, capsys):
     assert _cli(*argv) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def _two_task_plan(tiny_declaration, tmp_path):
+    """A closed-loop plan over both tasks of a tiny search (one cell each, 2 pairs, 200 steps)."""
+    from repro.learning.deep import confirm
+
+    cartpole = '[tasks."CartPole-v1"]\nregion_obs = 3\nregion_threshold = 0.5\ntau_unit = 0.5\nbeta = 0.001\n'
+    grid = ('tasks = ["Acrobot-v1", "CartPole-v1"]\nkl_target = [1.0]\ntau = [1.0]\nkl_site = ["minibatch"]\n'
+            'aux_reward = [1.0]\npi_lr = [1e-3]\narms = ["original", "fixed"]\nconstants = [0.001, 1.0]\nseeds = 2\n')
+    path = tmp_path / "two_tasks.toml"
+    text = tiny_declaration(grid).read_text()
+    path.write_text(text.replace("[grid]", cartpole + "[grid]", 1))
+    cells = [{"task": t, "tau": 1.0, "aux_reward": 1.0, "pi_lr": 1e-3, "kl_target": 1.0, "kl_site": "minibatch",
+              "midpoint": -5.0, "pairs": 2} for t in ("Acrobot-v1", "CartPole-v1")]
+    return confirm.closed_loop(path, cells, 11, 0.05)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")])])
+def test_loops_side_by_side_give_the_bits_of_one_after_another(tiny_declaration, tmp_path, contract, device):
+    """The tasks' loops in threads (on CUDA, a stream each: what run does there) hand back, run for run, the
+    measures the same loops give one after another; on_chunk sees each task's cells as it ends."""
+    from repro.learning.deep import confirm
+
+    decl = _two_task_plan(tiny_declaration, tmp_path)
+    backend = get_backend("cupy" if device == "cuda" else "host")
+    per_task = [[c] for c in decl.cells]
+    graph = device == "cuda"
+    sources = {"candidate": contract.source("original")}  # the candidate's rows: the original kernel
+    apart = [confirm.run_chunk(decl, cells, backend, contract, device=device, graph=graph, sources=sources)[0]
+             for cells in per_task]
+    seen = []
+    together = confirm.side_by_side(decl, per_task, backend, contract, device, graph, None,
+                                    lambda done: seen.append([r["index"] for r in done]), sources)
+    assert together["cells"] == [r for part in apart for r in part]
+    assert together["run_steps"] == 2 * 2 * 2 * 200 and sorted(map(len, seen)) == [1, 2] and seen[-1] == [0, 1]
+
+
+def test_an_interrupt_stops_the_loops_side_by_side(tiny_declaration, tmp_path, contract, monkeypatch):
+    """Ctrl-C while the loops run (here: the first loop's progress raises it): side_by_side raises at once and the
+    other loop stops at its next evaluation instead of running its remaining steps."""
+    from repro.learning.deep import confirm
+    from repro.learning.deep.loop import DeepLoop
+
+    decl = _two_task_plan(tiny_declaration, tmp_path)
+    real, steps = DeepLoop.run, []
+
+    def watched(loop, graph=False, progress=None, stop=None):
+        if loop.env.spec.name == "Acrobot-v1":
+            raise KeyboardInterrupt
+        stop.wait(30)  # the other loop starts once the interrupt has been raised
+        out = None
+        with contextlib.suppress(KeyboardInterrupt):
+            out = real(loop, graph=graph, progress=progress, stop=stop)
+        steps.append(int(loop.t.item()))
+        return out
+
+    monkeypatch.setattr(DeepLoop, "run", watched)
+    with pytest.raises(KeyboardInterrupt):
+        confirm.side_by_side(decl, [[c] for c in decl.cells], get_backend("host"), contract, "cpu", False, None,
+                             None, {"candidate": contract.source("fixed")})
+    assert steps == [0]

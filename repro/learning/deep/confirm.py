@@ -152,32 +152,42 @@ def build_rows(decl: Confirm, cells: list[Cell], backend, contract: Contract, so
     return rows, entries
 
 
-def run_chunk(decl: Confirm, cells: list[Cell], backend, contract: Contract, device="cpu", graph=False, progress=None,
-              sources=None):
-    """One batched loop over ``cells`` (one task): per cell its keys and, per arm, the declared measures per seed
-    (``contract``, ``sources``: :func:`build_rows`)."""
+def prepare(decl: Confirm, cells: list[Cell], backend, contract: Contract, device="cpu", graph=False, sources=None):
+    """One task's batched loop over ``cells``, built (and on CUDA with ``graph``, its step captured), not run:
+    ``(loop, entries)`` (``contract``, ``sources``: :func:`build_rows`)."""
     import torch
 
     from repro.learning.deep.loop import DeepLoop
 
     rows, entries = build_rows(decl, cells, backend, contract, sources)
-    cfg = decl.loop_config(cells[0].task)
     torch.backends.cuda.matmul.allow_tf32 = decl.matmul == "high"
     torch.set_float32_matmul_precision(decl.matmul)
-    loop = DeepLoop(cfg, rows, backend, contract.slots, device=device, minibatch_stats=False)
-    out = loop.run(graph=graph, progress=progress)
-    got = explore.per_run(out, cfg)
+    loop = DeepLoop(decl.loop_config(cells[0].task), rows, backend, contract.slots, device=device,
+                    minibatch_stats=False)
+    if graph:
+        loop.capture()
+    return loop, entries
+
+
+def records(decl: Confirm, cells: list[Cell], entries: list[tuple], out: dict) -> list[dict]:
+    """Per cell of one task's loop output ``out``: its keys and, per arm, the declared measures per seed."""
+    got = explore.per_run(out, decl.loop_config(cells[0].task))
     where: dict[tuple, list[int]] = {}
     for k, (arm, c, _i) in enumerate(entries):
         where.setdefault((arm, c.index), []).append(k)
-    records = []
-    for c in cells:
-        records.append({"index": c.index, "task": c.task, "tau": c.tau, "aux_reward": c.aux, "pi_lr": c.pi_lr,
-                        "kl_target": c.kl_target, "kl_site": c.kl_site, "midpoint": c.midpoint, "pairs": c.pairs,
-                        "keys": [run_key(decl.seed, c, i) for i in range(c.pairs)],
-                        "arms": {arm: {m: [explore._num(got[m][k]) for k in where[(arm, c.index)]]
-                                       for m in explore.MEASURES} for arm in decl.arms}})
-    return records, float(out["seconds"])
+    return [{"index": c.index, "task": c.task, "tau": c.tau, "aux_reward": c.aux, "pi_lr": c.pi_lr,
+             "kl_target": c.kl_target, "kl_site": c.kl_site, "midpoint": c.midpoint, "pairs": c.pairs,
+             "keys": [run_key(decl.seed, c, i) for i in range(c.pairs)],
+             "arms": {arm: {m: [explore._num(got[m][k]) for k in where[(arm, c.index)]] for m in explore.MEASURES}
+                      for arm in decl.arms}} for c in cells]
+
+
+def run_chunk(decl: Confirm, cells: list[Cell], backend, contract: Contract, device="cpu", graph=False, progress=None,
+              sources=None):
+    """One batched loop over ``cells`` (one task): :func:`records` and the loop's seconds."""
+    loop, entries = prepare(decl, cells, backend, contract, device, graph, sources)
+    out = loop.run(graph=graph, progress=progress)
+    return records(decl, cells, entries, out), float(out["seconds"])
 
 
 def header(decl: Confirm, backend_name: str, device: str, torch_version: str) -> dict:
@@ -192,18 +202,22 @@ def header(decl: Confirm, backend_name: str, device: str, torch_version: str) ->
 def run(decl: Confirm, backend, contract: Contract, device="cpu", graph=False, progress=None, on_chunk=None,
         sources=None) -> dict:
     """Every cell, one batched loop per task; ``on_chunk(cells)`` after each (a call cut off keeps them);
-    ``contract``, ``sources``: :func:`build_rows`."""
-    done, seconds, run_steps = [], 0.0, 0
+    ``contract``, ``sources``: :func:`build_rows`. On CUDA the tasks' loops run side by side (:func:`side_by_side`);
+    elsewhere one after another. ``seconds``: the loops' time (side by side: from their start to the last's end)."""
     tasks = list(dict.fromkeys(c.task for c in decl.cells))
-    for n, task in enumerate(tasks):
-        cells = [c for c in decl.cells if c.task == task]
+    per_task = [[c for c in decl.cells if c.task == task] for task in tasks]
+    if device == "cuda" and len(tasks) > 1:
+        return side_by_side(decl, per_task, backend, contract, device, graph, progress, on_chunk, sources)
+    done, seconds, run_steps = [], 0.0, 0
+    for n, cells in enumerate(per_task):
         R = len(decl.arms) * sum(c.pairs for c in cells)
         if progress:
-            progress(f"[{n + 1}/{len(tasks)}] {task}: {len(cells)} cell(s), {R} runs × {decl.loop['steps']} steps …")
+            progress(f"[{n + 1}/{len(tasks)}] {cells[0].task}: {len(cells)} cell(s), {R} runs × "
+                     f"{decl.loop['steps']} steps …")
         began = time.perf_counter()
-        records, secs = run_chunk(decl, cells, backend, contract, device=device, graph=graph, progress=progress,
-                                  sources=sources)
-        done = sorted(done + records, key=lambda r: r["index"])
+        got, secs = run_chunk(decl, cells, backend, contract, device=device, graph=graph, progress=progress,
+                              sources=sources)
+        done = sorted(done + got, key=lambda r: r["index"])
         seconds += secs
         run_steps += R * decl.loop["steps"]
         if on_chunk:
@@ -211,6 +225,56 @@ def run(decl: Confirm, backend, contract: Contract, device="cpu", graph=False, p
         if progress:
             progress(f"[{n + 1}/{len(tasks)}] done in {time.perf_counter() - began:.1f} s")
     return {"cells": done, "seconds": seconds, "run_steps": run_steps}
+
+
+def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: Contract, device: str, graph: bool,
+                 progress, on_chunk, sources) -> dict:
+    """The tasks' loops at once on one GPU, each on a CUDA stream of its own from a thread of its own: a loop of a
+    few hundred runs is bound by its kernels' latency, not the GPU's throughput, so two overlap almost fully. Each
+    loop's runs are the bits they are alone (the same kernels on the same inputs; no tensor is shared). The loops
+    are built and captured one after another in this thread first (a capture must be the only work on the
+    device). Ctrl-C here stops every loop at its next evaluation. On the CPU (the tests) the threads share the
+    cores; :func:`run` runs the loops there one after another."""
+    import contextlib
+    import threading
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    import torch
+
+    built = []
+    for n, cells in enumerate(per_task):
+        if progress:
+            progress(f"[{n + 1}/{len(per_task)}] {cells[0].task}: {len(cells)} cell(s), "
+                     f"{len(decl.arms) * sum(c.pairs for c in cells)} runs × {decl.loop['steps']} steps …")
+        built.append(prepare(decl, cells, backend, contract, device, graph, sources))
+    cuda = device == "cuda"
+    streams = [torch.cuda.Stream() if cuda else None for _ in built]
+    for s in streams:
+        if s is not None:
+            s.wait_stream(torch.cuda.current_stream())  # the loops' tensors were made on this thread's stream
+    stop = threading.Event()
+
+    def go(n: int) -> dict:
+        with torch.cuda.stream(streams[n]) if cuda else contextlib.nullcontext():
+            return built[n][0].run(graph=graph, progress=progress, stop=stop)
+
+    done, began = [], time.perf_counter()
+    with ThreadPoolExecutor(len(built), thread_name_prefix="loop") as pool:
+        futures = {pool.submit(go, n): n for n in range(len(built))}
+        try:
+            for future in as_completed(futures):
+                n = futures[future]
+                done = sorted(done + records(decl, per_task[n], built[n][1], future.result()),
+                              key=lambda r: r["index"])
+                if on_chunk:
+                    on_chunk(done)
+                if progress:
+                    progress(f"[{n + 1}/{len(per_task)}] done in {time.perf_counter() - began:.1f} s")
+        except BaseException:
+            stop.set()
+            raise
+    run_steps = sum(len(decl.arms) * sum(c.pairs for c in cells) for cells in per_task) * decl.loop["steps"]
+    return {"cells": done, "seconds": time.perf_counter() - began, "run_steps": run_steps}
 
 
 #: The arms of the closed-loop check (``study --deep --kernel``, issue 42 item 6): the candidate beside the fixed

@@ -407,9 +407,10 @@ class DeepLoop:
         self.isv[rows, self.slots.kl] = 0.0
         self.started[rows] = ~self.ema_first[rows]
 
-    def run(self, graph: bool = False, progress=None) -> dict[str, np.ndarray]:
+    def run(self, graph: bool = False, progress=None, stop=None) -> dict[str, np.ndarray]:
         """Every step of every run; returns ``{field: [n_evals, R]}`` plus ``eval_steps`` and (with trace rows)
-        ``trace_kl``/``trace_lambda`` ``[steps, k]``."""
+        ``trace_kl``/``trace_lambda`` ``[steps, k]``. ``stop`` (a ``threading.Event``), once set, ends the loop at
+        its next evaluation with :class:`KeyboardInterrupt` (another thread was interrupted)."""
         cfg = self.cfg
         resume = np.asarray(self.rows.resume)
         records, steps_at = [], []
@@ -418,6 +419,8 @@ class DeepLoop:
         if graph and self.graph is None:
             done += self.capture()
         while done < cfg.steps:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             n = min(cfg.eval_every - done % cfg.eval_every, cfg.steps - done)
             self.advance(n)
             done += n
