@@ -151,6 +151,27 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
     assert not (tmp_path / "confined").exists()
 
 
+def test_another_nvrtc_library_of_the_same_version_builds_again(contract, tmp_path, monkeypatch):
+    """The PTX kept for one NVRTC library file is not read for another that reports the same major.minor (a patch
+    release): the key names the mapped library's path, size and modification time."""
+    from repro.backends import ptx, translation_unit
+    from repro.backends.base import READ_ONLY_CACHE
+
+    if ptx.nvrtc_unavailable():
+        pytest.skip(ptx.nvrtc_unavailable())
+    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
+    src = contract.source("fixed")
+    ptx.compile_ptx(src.text, src.origin)
+    assert "libnvrtc" in translation_unit.nvrtc_libraries()  # the library NVRTC runs from is found
+    real = translation_unit.nvrtc_libraries()
+    monkeypatch.setattr(translation_unit, "nvrtc_libraries", lambda: real.replace(":", ":1", 1))
+    ran = []
+    monkeypatch.setattr(ptx, "_compile_ptx", lambda *a: ran.append(1) or ("ptx", "log"))
+    ptx.compile_ptx(src.text, src.origin)
+    assert ran == [1] and len(list((tmp_path / "cache" / "ptx").glob("*.json"))) == 2
+
+
 def test_the_build_cache_lies_outside_the_checkout(tmp_path, monkeypatch):
     """A change under review cannot bring builds of its own for the gate to load: without $RLQ_CACHE_DIR the cache
     is the user's (``$XDG_CACHE_HOME``, else ``~/.cache``); one given inside the repository is refused."""

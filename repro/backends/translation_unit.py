@@ -41,11 +41,35 @@ def _nvrtc_headers() -> str:
     return "\0".join(p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h")))
 
 
+def nvrtc_libraries() -> str:
+    """Every NVRTC library this process has mapped, each as its resolved path, size (bytes) and modification time
+    (ns): ``nvrtcVersion`` says major.minor only, and a patch release of the library (the same name) builds other
+    code. Read from /proc/self/maps (empty where there is none) once NVRTC is loaded; libnvrtc-builtins, which it
+    maps at its first compilation only, is left out (the key must be the same before and after)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
+    found = sorted({line.split(None, 5)[5] for line in maps.splitlines()
+                    if line.count(" ") >= 5 and line.rsplit("/", 1)[-1].startswith("libnvrtc.so")})
+    return "\0".join(_file_identity(p) for p in found)
+
+
+@functools.cache
+def _file_identity(path: str) -> str:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return path
+    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def nvrtc_cache_file(name: str, version: tuple, arch, options: tuple[str, ...], origin: str, code: str) -> Path:
     """The build cache's file ``name`` (``ptx/{}.json``, ``nvrtc/{}.cubin``, the hash in its braces) for NVRTC's
-    output from ``code``: the hash of everything that output depends on — NVRTC's version, the architecture, the
-    options, the origin (line information names it), the include path's headers' text and the code."""
-    inputs = "\0".join([repr((version, arch, options, origin)), _nvrtc_headers(), code])
+    output from ``code``: the hash of everything that output depends on — NVRTC's version and library files
+    (:func:`nvrtc_libraries`), the architecture, the options, the origin (line information names it), the include
+    path's headers' text and the code."""
+    inputs = "\0".join([repr((version, arch, options, origin)), nvrtc_libraries(), _nvrtc_headers(), code])
     return cache_dir() / name.format(hashlib.sha256(inputs.encode()).hexdigest()[:40])
 
 
