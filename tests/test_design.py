@@ -44,6 +44,7 @@ REGISTRIES = {
     "a scenario": [_where(scenarios.catalogue)],
     "a benchmark mode": [_where(modes)],
     "a command": ["analysis/cli/__init__.py", "analysis/cli/policy.py", "docs/commands.md"],
+    "a study": ["analysis/cli/studies.py", "tests/test_studies.py"],
     "a timed command": [_where(command_times)],
 }
 

@@ -52,8 +52,10 @@ def parser() -> policy.Parser:
     return p
 
 
-def body(argv: list[str]) -> int:
+def body(argv: list[str], owns) -> int:
+    """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
+    args.owns = owns
     if args.plan and args.from_json:
         raise SuiteError("give one of --plan, --from-json")
     if args.plan:
@@ -171,7 +173,7 @@ def run(args) -> int:
 
     decl_path = args.declaration or confirm.DECLARATION
     decl = confirm.load(decl_path, reduced=args.reduced)
-    committed = [] if args.reduced else committed_results([args.json], lambda name: name.startswith("confirmation_4"))
+    committed = [] if args.reduced else committed_results([args.json], args.owns)
     check_outputs([Output("--json", args.json, suffix=".json"), Output("--judged", args.judged, suffix=".json")],
                   inputs=[("pre-registration", decl_path)], committed=committed)
     backend = get_backend(args.backend)

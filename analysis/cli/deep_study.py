@@ -43,11 +43,6 @@ from repro.core.outputs import Output, check_outputs, committed_results, write_t
 from repro.core.paths import JUDGED_CONFIRMATION, JUDGED_MAP, ROOT
 
 
-def _third(name: str) -> bool:
-    """The third study's committed results by file name (studies/results/preregistered_3_*)."""
-    return name.startswith("preregistered_3_")
-
-
 def parser() -> policy.Parser:
     p = policy.Parser("study", description="the third pre-registered study (--deep)")
     p.add_argument("--deep", action="store_true", required=True)
@@ -71,8 +66,10 @@ def parser() -> policy.Parser:
     return p
 
 
-def body(argv: list[str]) -> int:
+def body(argv: list[str], owns) -> int:
+    """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
+    args.owns = owns
     confined.require_first(args.require_sandbox)
     start = time.perf_counter()
     say = policy.progress("study")
@@ -112,7 +109,7 @@ def body(argv: list[str]) -> int:
         raise SuiteError(f"the closed-loop check takes no {', '.join(extra)}: its pairs come from the power "
                          "computation, its loop from the map's search")
     as_preregistered = not (args.reduced or args.kernel or cells or args.seeds or args.steps)
-    committed = committed_results((args.json, args.traces), _third) if as_preregistered else []
+    committed = committed_results((args.json, args.traces), args.owns) if as_preregistered else []
     data = os.path.realpath(ROOT / "tests" / "data")
     if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
@@ -345,7 +342,7 @@ def from_json(args, contract) -> int:
     given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget", "map") if getattr(args, o)]
     if given or args.reduced:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
-    committed = committed_results([args.markdown], _third)
+    committed = committed_results([args.markdown], args.owns)
     check_outputs([Output("--markdown", args.markdown, suffix=".md")], inputs=[("study JSON", args.from_json)],
                   committed=committed)
     try:

@@ -59,8 +59,10 @@ def parser() -> policy.Parser:
     return p
 
 
-def body(argv: list[str]) -> int:
+def body(argv: list[str], owns) -> int:
+    """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
+    args.owns = owns
     start = time.perf_counter()
     if args.chunk_rows < 1:
         raise SuiteError("--chunk-rows must be at least 1")
@@ -182,7 +184,7 @@ def _outputs(args) -> list[Output]:
 
 def _committed(args, paths) -> list:
     """Paths under studies/results/exploration_4_* that this run may write: the search as declared only."""
-    return [] if args.reduced else committed_results(paths, lambda name: name.startswith("exploration_4_"))
+    return [] if args.reduced else committed_results(paths, args.owns)
 
 
 def show(result: dict, args) -> None:

@@ -29,7 +29,7 @@ import itertools
 import time
 from pathlib import Path
 
-from analysis.cli import policy, study_runs
+from analysis.cli import policy, studies, study_runs
 from analysis.judge.first_study import merge
 from analysis.present import render, study_section
 from repro.backends import backend_names, get_backend
@@ -43,18 +43,9 @@ from repro.learning.prereg import MAX_SEEDS, MAX_STEPS, PREREGISTERED, grid_colu
 
 @policy.command("study")
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None and "--deep" in argv:  # the third study: a parser of its own (analysis/cli/deep_study.py)
-        from analysis.cli import deep_study
-
-        return deep_study.body(argv)
-    if argv is not None and "--explore-4" in argv:  # the fourth study's search: analysis/cli/explore_study.py
-        from analysis.cli import explore_study
-
-        return explore_study.body(argv)
-    if argv is not None and "--confirm-4" in argv:  # the fourth study's confirmation: analysis/cli/confirm_study.py
-        from analysis.cli import confirm_study
-
-        return confirm_study.body(argv)
+    own = studies.chosen(argv)  # a study with a parser of its own (analysis/cli/studies.py)
+    if own is not None:
+        return own.run(argv)
     parser = policy.Parser("study", description=__doc__.splitlines()[0])
     parser.add_argument("--env", help="gymnasium environment id(s), comma-separated (default: pre-registered)")
     parser.add_argument("--controllers", help="comma-separated controller names (default: pre-registered)")
@@ -67,13 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="override the pre-registered steps per run (not the pre-registered "
                         f"study; at most {MAX_STEPS})")
     parser.add_argument("--prereg", type=policy.path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--second", action="store_true", help="the second pre-registered study")
-    parser.add_argument("--deep", action="store_true", help="the third pre-registered study, PyTorch (its own options: "
-                        "--deep --help)")
-    parser.add_argument("--explore-4", action="store_true", help="the fourth study's exploratory regime search, "
-                        "PyTorch (its own options: --explore-4 --help)")
-    parser.add_argument("--confirm-4", action="store_true", help="the fourth study's confirmatory replication, "
-                        "PyTorch (its own options: --confirm-4 --help)")
+    for study in studies.STUDIES.values():
+        if study.flag:
+            parser.add_argument(study.flag, action="store_true", help=study.what + (
+                f" (its own options: {study.flag} --help)" if study.run else ""))
     parser.add_argument("--calibrate", action="store_true", help="with --second: its calibration (constant λ only)")
     parser.add_argument("--from-json", type=policy.path, help="with --second: draw --plot/--grid-plot/--markdown from "
                         "this study JSON instead of running (the committed H200 result)")
@@ -232,19 +220,12 @@ def _as_preregistered(args) -> bool:
     return all(v is None for v in (args.env, args.controllers, args.seeds, args.steps))
 
 
-#: The committed results (studies/results/) each kind of run may rewrite, by file name.
-RESULT_FILES = {"first": lambda name: name.startswith("preregistered_") and not name.startswith("preregistered_2"),
-                "second": lambda name: name.startswith("preregistered_2_") and "calibration" not in name,
-                "calibration": lambda name: name == "preregistered_2_calibration.json",
-                "exploratory": lambda name: name.startswith("exploratory_2_")}
-
-
 def _check_outputs(args, inputs: list, may_rewrite_results: bool, kind: str) -> None:
     """The four output flags checked before any work; the committed results (studies/results/) are written only
     where ``may_rewrite_results`` (the study as pre-registered, or figures redrawn from its JSON), and only
-    ``kind``'s own (:data:`RESULT_FILES`): no study writes over another's."""
+    ``kind``'s own (:func:`analysis.cli.studies.owns`): no study writes over another's."""
     outputs = (args.json, args.plot, args.grid_plot, args.markdown)
-    committed = committed_results(outputs, RESULT_FILES[kind]) if may_rewrite_results else []
+    committed = committed_results(outputs, studies.owns(kind)) if may_rewrite_results else []
     check_outputs([Output("--json", args.json), Output("--plot", args.plot, suffix=".png"),
                    Output("--grid-plot", args.grid_plot, suffix=".png"), Output("--markdown", args.markdown)],
                   inputs=inputs, committed=committed)
