@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from analysis.judge.findings import Difference, Finding
 from analysis.judge.property_records import RECORDS, Property
-from analysis.judge.reading import g
+from analysis.judge.reading import significant
 from analysis.judge.source_lines import code_lines
 from repro.core.contract import Contract, Controller
 from repro.core.f32 import F32, same
@@ -121,17 +121,17 @@ def behaves_as(b: Behaviour, ctrl: Controller, contract: Contract) -> list[tuple
     for name, prefix in (("floor", ""), ("ceiling", ""), ("ramp", "×"), ("decay", "×")):
         measured, doc = getattr(b, name), ctrl.value(name)
         if measured is None:
-            out.append(item(name, "none", g(F32(doc), 7), False))
+            out.append(item(name, "none", significant(F32(doc), 7), False))
             continue
         agrees = same(measured, doc) if not prefix else ctrl[name].accepts(measured)
-        out.append(item(name, prefix + g(F32(measured), 7), prefix + g(F32(doc), 7), agrees))
+        out.append(item(name, prefix + significant(F32(measured), 7), prefix + significant(F32(doc), 7), agrees))
     tol = ctrl.value("tolerance")
     for name, edge, op, sym in (("ramp above", b.upper, "·", ">"), ("decay below", b.lower, "/", "<")):
         if edge is None:
-            out.append(item(name, "unmeasured", f"target{op}{g(F32(tol), 7)}", False))
+            out.append(item(name, "unmeasured", f"target{op}{significant(F32(tol), 7)}", False))
             continue
-        shown = f"target{op}{g(F32(edge.factor), 7)}" + (" (edge inclusive)" if edge.inclusive else "")
-        out.append(item(name, shown, f"target{op}{g(F32(tol), 7)} (strict {sym})",
+        shown = f"target{op}{significant(F32(edge.factor), 7)}" + (" (edge inclusive)" if edge.inclusive else "")
+        out.append(item(name, shown, f"target{op}{significant(F32(tol), 7)} (strict {sym})",
                         same(edge.factor, tol) and not edge.inclusive))
     return out
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from analysis.judge import design_measures
 from analysis.judge.findings import Difference, Finding, Where
-from analysis.judge.reading import g
+from analysis.judge.reading import significant
 from analysis.judge.source_lines import code_lines
 from repro.core import spec
 from repro.core.contract import Controller
@@ -269,7 +269,7 @@ def band_onset(ev: Evidence, which: str) -> Finding:
     where = None
     if not ok:
         i = np.flatnonzero(bits(found) != bits(expected))[0]
-        where = Where(scenario=f"onset probe, target {g(ev.probe_targets[i])}", event="onset",
+        where = Where(scenario=f"onset probe, target {significant(ev.probe_targets[i])}", event="onset",
                       expected=_float_or_none(expected[i]), reference="contract", kl=_float_or_none(found[i]),
                       target=_float_or_none(ev.probe_targets[i]))
     documented = float(np.median(expected.astype(np.float64) / ev.probe_targets))
@@ -335,8 +335,8 @@ def _start_differences(row: Finding, kind: str) -> list[Difference]:
     from the seed λ is said once, by the pinned case)."""
     named_cases = {case for case, _, _ in (row.where.cases if row.where else ())} | set(row.detail.get("broken", []))
     return [Difference(kind=kind, name=b["case"], documented=b["spec"], measured=b["lambda"],
-                       note=f"from λ0 {g(b['lambda0'])} ({b['start']}): λ {g(b['lambda'])} at step {b['step']} where the "
-                       f"spec model gives {g(b['spec'])}")
+                       note=f"from λ0 {significant(b['lambda0'])} ({b['start']}): λ {significant(b['lambda'])} at step "
+                       f"{b['step']} where the spec model gives {significant(b['spec'])}")
             for b in row.detail.get("start_broken", []) if b["case"] not in named_cases][:3]
 
 
@@ -436,7 +436,7 @@ def classify(lam0: np.float32, lam1: np.float32, rule: spec.Rule) -> str:
         if value is not None and same(value, lam1):
             return name
     # A NaN's payload is the backend's (the GPU returns its canonical NaN): any NaN λ is "nan".
-    return "nan" if np.isnan(lam1) else f"other ({g(lam1)})"
+    return "nan" if np.isnan(lam1) else f"other ({significant(lam1)})"
 
 
 def nonfinite(ev: Evidence) -> Finding:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.judge.peer_measures import NOISE_SIGMAS, PeerMeasures
-from analysis.judge.reading import g
+from analysis.judge.reading import significant
 from analysis.present import render
 
 
@@ -22,7 +22,7 @@ def _peers(measures: dict[str, PeerMeasures]) -> list[str]:
 
 def _declared(m: PeerMeasures, key: str) -> str:
     bound = m.controller.bound(key)
-    return "none" if bound is None else g(bound, 4)
+    return "none" if bound is None else significant(bound, 4)
 
 
 def _dead_zone_cell(m: PeerMeasures) -> str:
@@ -40,14 +40,14 @@ def _to_bottom_cell(m: PeerMeasures) -> str:
         if m.first_zero:
             held = "frozen by the λ ≤ 0 guard" if m.controller.guarded else "0·factor stays 0"
             return f"{sub}0 at step {m.first_zero} ({held})"
-        return f"{sub}stuck at {g(m.stuck_at, 4)} from step {m.stuck_from} (never 0)"
+        return f"{sub}stuck at {significant(m.stuck_at, 4)} from step {m.stuck_from} (never 0)"
     return f"floor at step {m.floor_step}" if m.floor_step else f"not reached in {m.aligned_steps} steps"
 
 
 def _recovery_cell(m: PeerMeasures) -> str:
     """Steps of high KL (100·target) that bring λ from where aligned KL left it back to the seed λ."""
     if m.unfloored:
-        return f"{m.recovery} steps" if m.recovery else f"never (stays {g(m.final, 4)})"
+        return f"{m.recovery} steps" if m.recovery else f"never (stays {significant(m.final, 4)})"
     return f"{m.recovery} steps (from the floor)" if m.recovery else f"not within {m.recovery_window} steps"
 
 
@@ -72,8 +72,8 @@ def table(measures: dict[str, PeerMeasures], toy: dict[str, tuple[float, float] 
             "own contract": "FAIL " + ", ".join(m.failed) if m.failed else "pass",
             "steps to double": "never" if m.steps_to_double is None else m.steps_to_double,
             "steps to halve": "never" if m.steps_to_halve is None else m.steps_to_halve,
-            "floor": f"{_declared(m, 'floor')} (lowest λ {g(m.lowest, 4)})",
-            "ceiling": f"{_declared(m, 'ceiling')} (highest λ {g(m.highest, 4)} in {m.high_steps} steps of high KL)",
+            "floor": f"{_declared(m, 'floor')} (lowest λ {significant(m.lowest, 4)})",
+            "ceiling": f"{_declared(m, 'ceiling')} (highest λ {significant(m.highest, 4)} in {m.high_steps} steps of high KL)",
             "dead zone (measured onsets)": _dead_zone_cell(m),
             "aligned KL: steps to the bottom": _to_bottom_cell(m),
             "λ held under noise σ=" + "/".join(f"{s:g}" for s in NOISE_SIGMAS):

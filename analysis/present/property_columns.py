@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from analysis.judge import reading
 from analysis.judge.findings import Finding
-from analysis.judge.reading import g, rate_form
+from analysis.judge.reading import rate_form, significant
 
 
 def _starts_measured(f: Finding) -> str:
@@ -22,7 +22,8 @@ def _starts_measured(f: Finding) -> str:
     if not d.get("start_cases"):
         return ""
     n = d["start_cases"]
-    return f", {n - len(d['start_broken'])}/{n} from λ0 {', '.join(g(x) for x in d['starts'].values())} as the spec model"
+    starts = ", ".join(significant(x) for x in d["starts"].values())
+    return f", {n - len(d['start_broken'])}/{n} from λ0 {starts} as the spec model"
 
 
 def _steps_documented(f: Finding) -> str:
@@ -35,7 +36,7 @@ def _steps_documented(f: Finding) -> str:
 def _bound_measured(f: Finding) -> str:
     d = f.detail
     held = ", ".join(f"step {s} ({n})" if s is not None else f"never ({n})" for n, s in d["held_from"].items())
-    return f"{d['extreme']} λ {g(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
+    return f"{d['extreme']} λ {significant(f.measured)}" + (f"; held from {held}" if held else " over the catalogue")
 
 
 def _state_measured(f: Finding) -> str:
@@ -63,9 +64,9 @@ def _dead_zone_documented(f: Finding) -> str:
 def _floor_steps_measured(f: Finding) -> str:
     d = f.detail
     if f.measured is None:
-        return f"never clamped at {g(d['floor'])}"
-    before = f"; λ after {int(f.measured) - 1} steps = {g(d['lambda_before'])}" if d["lambda_before"] else ""
-    return f"clamped at {g(d['floor'])} from step {f.measured:g}{before}"
+        return f"never clamped at {significant(d['floor'])}"
+    before = f"; λ after {int(f.measured) - 1} steps = {significant(d['lambda_before'])}" if d["lambda_before"] else ""
+    return f"clamped at {significant(d['floor'])} from step {f.measured:g}{before}"
 
 
 def _resources_measured(f: Finding) -> str:
@@ -104,16 +105,17 @@ def _same_as_documented(f: Finding) -> str:
     return COLUMNS[f.key].documented(f)
 
 
-_BOUND = Reads(documented=lambda f: g(f.documented), predicted=lambda f: g(f.predicted), measured=_bound_measured)
+_BOUND = Reads(documented=lambda f: significant(f.documented), predicted=lambda f: significant(f.predicted),
+               measured=_bound_measured)
 _RATE = Reads(documented=lambda f: rate_form(f.detail.get("form"), f.documented),
-              predicted=lambda f: f"×{g(f.predicted)}",
+              predicted=lambda f: f"×{significant(f.predicted)}",
               measured=_rate_measured)
 _COUNT = Reads(documented=_steps_documented, predicted=lambda f: f"{f.predicted:g}",
-               measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {g(f.detail['lambda0'][n])}"
+               measured=lambda f: ", ".join(f"{'never' if c is None else c} from λ0 {significant(f.detail['lambda0'][n])}"
                                             for n, c in f.detail["counts"].items()))
 _ONSET = Reads(documented=lambda f: f"KL {f.detail['relation']} {f.detail['edge']}",
                predicted=lambda f: f"next float {'above' if f.key == 'ramp_onset' else 'below'} fl32({f.detail['edge']})",
-               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else g(x)
+               measured=lambda f: ", ".join("none" if x is None or math.isnan(x) else significant(x)
                                             for x in f.detail["ratios"]) + " × target")
 _IDENTICAL = Reads(documented=lambda f: "identical", predicted=_same_as_documented,
                    measured=lambda f: "identical" if f.ok else "differs")

@@ -14,7 +14,7 @@ import math
 from xml.etree import ElementTree as ET
 
 from analysis.judge.findings import Difference, Finding, Where
-from analysis.judge.reading import g
+from analysis.judge.reading import significant
 from analysis.judge.trace_moves import Moves
 from analysis.judge.verdict import Verdict
 from analysis.present.property_columns import COLUMNS
@@ -42,21 +42,21 @@ def where(w: Where | None) -> str:
         return ""
     at = f"{w.scenario}, step {w.step}" if w.step is not None else w.scenario
     if w.event == "crossed":
-        return f"{at}: λ = {g(w.lam)} (bound {g(w.expected)})"
+        return f"{at}: λ = {significant(w.lam)} (bound {significant(w.expected)})"
     if w.event == "never_settles":
-        return f"{w.scenario}: λ never settles at {g(w.expected)} (ends at {g(w.lam)})"
+        return f"{w.scenario}: λ never settles at {significant(w.expected)} (ends at {significant(w.lam)})"
     if w.event == "ratio":
-        return f"{at}: step ratio {g(w.expected)}"
+        return f"{at}: step ratio {significant(w.expected)}"
     if w.event == "no_free_step":
         return f"{w.scenario}: λ never moves freely"
     if w.event == "count":
         return f"{w.scenario}: {'never' if w.step is None else w.step}"
     if w.event == "onset":
-        return f"{w.scenario}: λ first moves at KL {g(w.kl)}, documented {g(w.expected)}"
+        return f"{w.scenario}: λ first moves at KL {significant(w.kl)}, documented {significant(w.expected)}"
     if w.event == "moved":
-        return f"{at}: λ {g(w.expected)} → {g(w.lam)}"
+        return f"{at}: λ {significant(w.expected)} → {significant(w.lam)}"
     if w.event == "differs":
-        return f"{at}: kernel {g(w.lam)}, {w.reference} {g(w.expected)}"
+        return f"{at}: kernel {significant(w.lam)}, {w.reference} {significant(w.expected)}"
     if w.event == "stray":  # ``expected`` carries the ISV's length: an index outside it is a write outside the ISV
         n = int(w.expected) if w.expected else None
         shown = [str(i) if n is None or 0 <= i < n else f"{i} (outside the {n}-float ISV)" for i in w.slots]
@@ -90,12 +90,13 @@ def difference(d: Difference) -> str:
         return f"the {side} edge is inclusive (the edge value itself moves λ; {d.note})"
     shown = {"upper": "ramp above target·", "lower": "decay below target/"}.get(d.name)
     if d.measured is None:
-        return f"{d.name}: {d.note} (contract {g(d.documented)})"
+        return f"{d.name}: {d.note} (contract {significant(d.documented)})"
     if shown:
-        return f"{shown}{g(d.measured)} (contract {g(d.documented)}{', edge inclusive' if d.note == 'inclusive' else ''})"
+        edge = ", edge inclusive" if d.note == "inclusive" else ""
+        return f"{shown}{significant(d.measured)} (contract {significant(d.documented)}{edge})"
     prefix = "×" if d.unit == "×/step" else ""
     extra = f"; {d.note}" if d.note else ""
-    return f"{d.name} {prefix}{g(d.measured)} (contract {prefix}{g(d.documented)}{extra})"
+    return f"{d.name} {prefix}{significant(d.measured)} (contract {prefix}{significant(d.documented)}{extra})"
 
 
 def hints(f: Finding, contract_file: str) -> list[str]:
