@@ -151,10 +151,10 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
     assert not (tmp_path / "confined").exists()
 
 
-def test_another_nvrtc_library_of_the_same_version_builds_again(contract, tmp_path, monkeypatch):
-    """The PTX kept for one NVRTC library file is not read for another that reports the same major.minor (a patch
-    release): the key names the mapped library's path, size and modification time."""
-    from repro.backends import ptx, translation_unit
+def test_another_nvrtc_build_of_the_same_version_builds_again(contract, tmp_path, monkeypatch):
+    """The PTX kept for one NVRTC build is not read for another that reports the same major.minor (a patch
+    release): the key holds the build NVRTC writes above its PTX (Compiler Build ID, release and V-number)."""
+    from repro.backends import ptx
     from repro.backends.base import READ_ONLY_CACHE
 
     if ptx.nvrtc_unavailable():
@@ -162,10 +162,12 @@ def test_another_nvrtc_library_of_the_same_version_builds_again(contract, tmp_pa
     monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
     src = contract.source("fixed")
-    ptx.compile_ptx(src.text, src.origin)
-    assert "libnvrtc" in translation_unit.nvrtc_libraries()  # the library NVRTC runs from is found
-    real = translation_unit.nvrtc_libraries()
-    monkeypatch.setattr(translation_unit, "nvrtc_libraries", lambda: real.replace(":", ":1", 1))
+    built = ptx.compile_ptx(src.text, src.origin)
+    identity = ptx._compiler()
+    assert "Compiler Build ID" in identity and "Cuda compilation tools, release" in identity, identity
+    assert all(line.strip() in built[0] for line in identity.splitlines())  # the unit's own PTX says the same
+    patched = identity.replace("Build ID: CL-", "Build ID: CL-1")
+    monkeypatch.setattr(ptx, "_compiler", lambda: patched)
     ran = []
     monkeypatch.setattr(ptx, "_compile_ptx", lambda *a: ran.append(1) or ("ptx", "log"))
     ptx.compile_ptx(src.text, src.origin)

@@ -32,6 +32,16 @@ def test_every_committed_result_has_exactly_one_owner():
     assert len(KINDS) == len(set(KINDS))
 
 
+@pytest.mark.parametrize("kind, name", [
+    ("first", "preregistered_3_cupy.json"), ("first", "preregistered_2_cupy.json"),
+    ("third", "preregistered_3_power.json"), ("third", "preregistered_3_calibration.json"),
+    ("search", "exploration_4_calibration_CartPole-v1.json"), ("confirmation", "confirmation_4.log"),
+    ("second", "preregistered_2_calibration.json"), ("calibration", "preregistered_2_cupy.json")])
+def test_a_kind_owns_none_of_what_its_run_does_not_write(kind, name):
+    """Too broad a name rule gives a run files it never writes: a pilot's or a calibration's, another study's."""
+    assert not studies.owns(kind)(name)
+
+
 def test_a_run_of_one_study_refuses_another_studys_committed_result(monkeypatch):
     """The first study as pre-registered, its --json at the third study's committed JSON: refused before any run
     (the file is tracked and not the first study's; a prefix rule let the study run 6 minutes and write it)."""

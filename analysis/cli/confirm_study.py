@@ -63,7 +63,8 @@ def body(argv: list[str], owns) -> int:
     if args.out:
         raise SuiteError("--out is --plan's: the run writes --json")
     if args.from_json:
-        check_outputs([Output("--judged", args.judged, suffix=".json")], inputs=[("confirmation JSON", args.from_json)])
+        check_outputs([Output("--judged", args.judged, suffix=".json")], inputs=[("confirmation JSON", args.from_json)],
+                      committed=committed_results([args.judged], args.owns))
         show(read_study(args.from_json, "confirmation_4"), args)
         return 0
     return run(args)

@@ -30,6 +30,7 @@ from analysis.cli.study_json import judge_and_show, read_study
 from analysis.present import render
 from repro.core.errors import SuiteError
 from repro.core.outputs import Output, check_outputs, committed_results, write_text
+from repro.core.paths import ROOT
 
 
 def parser() -> policy.Parser:
@@ -160,7 +161,8 @@ def _ready(args, decl):
     from repro.learning.deep import explore
 
     decl = explore.calibrated(decl)
-    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION)],
+    calibrations = [("calibration", ROOT / t.calibration) for t in decl.tasks.values() if t.calibration]
+    check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION), *calibrations],
                   committed=_committed(args, [args.json, args.judged]))
     return decl
 

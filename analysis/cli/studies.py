@@ -40,20 +40,25 @@ def _body(module: str, kind: str) -> Callable[[list[str]], int]:
     return lambda argv: importlib.import_module(module).body(argv, owns(kind))
 
 
+#: The studies. A kind no command is given (``…_inputs``) names the files of a study's pilots, calibrations and
+#: logs: made by other tools or by hand, read or recorded by the study, rewritten by no ``study`` run.
 STUDIES: dict[str, Study] = {
     "first": Study(None, "the first pre-registered study (the default)",
-                   {"first": r"preregistered_[a-z][a-z_]*\.[a-z]+"}, None),
+                   {"first": r"preregistered_(host|cupy)(_[a-z]+)?\.(json|md|png)"}, None),
     "second": Study("--second", "the second pre-registered study",
-                    {"second": r"preregistered_2_(?!calibration\.)[a-z][a-z_]*\.[a-z]+",
+                    {"second": r"preregistered_2_(host|cupy)(_[a-z]+)?\.(json|md|png)",
                      "calibration": r"preregistered_2_calibration\.json",
                      "exploratory": r"exploratory_2_[a-z0-9_]+\.json"}, None),
     "third": Study("--deep", "the third pre-registered study, PyTorch",
-                   {"third": r"preregistered_3_[a-z0-9_]+\.[a-z]+"}, _body("analysis.cli.deep_study", "third")),
+                   {"third": r"preregistered_3_(host|cupy)(_[a-z]+)?\.(json|md|png|npz)",
+                    "third_inputs": r"preregistered_3_(calibration|power|probe_bench)\.json|preregistered_3_[a-z]+\.log"},
+                   _body("analysis.cli.deep_study", "third")),
     "search": Study("--explore-4", "the fourth study's exploratory regime search, PyTorch",
-                    {"search": r"exploration_4_[A-Za-z0-9_.-]+\.[a-z]+"},
+                    {"search": r"exploration_4_(search|judged|map_[A-Za-z0-9-]+)\.(json|png)",
+                     "search_inputs": r"exploration_4_calibration_[A-Za-z0-9-]+\.json"},
                     _body("analysis.cli.explore_study", "search")),
     "confirmation": Study("--confirm-4", "the fourth study's confirmatory replication, PyTorch",
-                          {"confirmation": r"confirmation_4(_[a-z]+)?\.[a-z]+"},
+                          {"confirmation": r"confirmation_4(_judged)?\.json", "confirmation_inputs": r"confirmation_4\.log"},
                           _body("analysis.cli.confirm_study", "confirmation")),
 }
 

@@ -18,15 +18,18 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 from __future__ import annotations
 
 import contextlib
+import functools
 from functools import partial
 
 import numpy as np
 
 from repro.backends.base import LEARN_OUTPUTS, Backend, CompiledKernel, Learner, keep_in_cache, learn_arguments
 from repro.backends.translation_unit import (
+    IDENTITY_PROGRAM,
     LEARNING_LOOP,
     NVRTC_OPTIONS,
     compile_error,
+    compiler_identity,
     device_grid_unit,
     entry,
     harness_unit,
@@ -210,8 +213,8 @@ def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     unit; a confined worker never writes there)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    path = nvrtc_cache_file("nvrtc/{}.cubin", nvrtc.getVersion(), cp.cuda.Device().compute_capability, options,
-                            origin, code)
+    path = nvrtc_cache_file("nvrtc/{}.cubin", nvrtc.getVersion(), _compiler(), cp.cuda.Device().compute_capability,
+                            options, origin, code)
     with contextlib.suppress(OSError):
         kept = path.read_bytes()
         if kept.startswith(b"\x7fELF"):  # a CUBIN is an ELF file; anything else is built again
@@ -219,6 +222,25 @@ def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     image = _nvrtc_build(cp, code, origin, options)
     keep_in_cache(path, image)
     return image
+
+
+@functools.cache
+def _compiler() -> str:
+    """The NVRTC build CuPy calls in this process (translation_unit.compiler_identity, read from the PTX of a
+    one-line program: about 10 ms once per process), the same in the gate and in its workers; empty where that
+    program does not build (the unit's own build then says why)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    try:
+        prog = nvrtc.createProgram(IDENTITY_PROGRAM, "identity.cu", (), ())
+        try:
+            nvrtc.compileProgram(prog, [])
+            ptx = nvrtc.getPTX(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+    except Exception:  # noqa: BLE001 — NVRTCError or a binding without these calls: the key keeps the version alone
+        return ""
+    return compiler_identity(ptx.decode(errors="replace") if isinstance(ptx, bytes) else str(ptx))
 
 
 def _nvrtc_build(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:

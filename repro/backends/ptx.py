@@ -15,11 +15,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from repro.backends.base import keep_in_cache
 from repro.backends.host_state import demangled
-from repro.backends.translation_unit import NVRTC_OPTIONS, compile_error, nvrtc_cache_file
+from repro.backends.translation_unit import (
+    IDENTITY_PROGRAM,
+    NVRTC_OPTIONS,
+    compile_error,
+    compiler_identity,
+    nvrtc_cache_file,
+)
 from repro.core.errors import BackendUnavailable, unavailable_reason
 from repro.core.kernel_source import KernelSource
 
@@ -112,7 +118,7 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     ptxas report (registers, stack) is there on every run, as NVRTC's own cache would not keep it (see below)."""
     nvrtc = _nvrtc()
     version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
-    path = nvrtc_cache_file("ptx/{}.json", version, arch, options, origin, code)
+    path = nvrtc_cache_file("ptx/{}.json", version, _compiler(), arch, options, origin, code)
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(kept["ptx"], str) and isinstance(kept["log"], str) and kept["ptx"]:
@@ -122,6 +128,15 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     built = _compile_ptx(nvrtc, version, code, origin, arch, options)
     keep_in_cache(path, json.dumps({"ptx": built[0], "log": built[1]}).encode())
     return built
+
+
+@cache
+def _compiler() -> str:
+    """The NVRTC build this process's cuda.bindings calls (translation_unit.compiler_identity; one small
+    compilation per process, about 10 ms)."""
+    nvrtc = _nvrtc()
+    version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
+    return compiler_identity(_compile_ptx(nvrtc, version, IDENTITY_PROGRAM, "identity.cu", ARCH, ())[0])
 
 
 def _compile_ptx(nvrtc, version: tuple, code: str, origin: str, arch: str, options: tuple[str, ...]) -> tuple[str, str]:

@@ -41,35 +41,26 @@ def _nvrtc_headers() -> str:
     return "\0".join(p.read_text() for p in sorted(HOST_INCLUDE.glob("*.h")))
 
 
-def nvrtc_libraries() -> str:
-    """Every NVRTC library this process has mapped, each as its resolved path, size (bytes) and modification time
-    (ns): ``nvrtcVersion`` says major.minor only, and a patch release of the library (the same name) builds other
-    code. Read from /proc/self/maps (empty where there is none) once NVRTC is loaded; libnvrtc-builtins, which it
-    maps at its first compilation only, is left out (the key must be the same before and after)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return ""
-    found = sorted({line.split(None, 5)[5] for line in maps.splitlines()
-                    if line.count(" ") >= 5 and line.rsplit("/", 1)[-1].startswith("libnvrtc.so")})
-    return "\0".join(_file_identity(p) for p in found)
+#: A program for :func:`compiler_identity`: NVRTC writes its own build above the PTX of any code.
+IDENTITY_PROGRAM = 'extern "C" __global__ void rlq_identity() {}\n'
 
 
-@functools.cache
-def _file_identity(path: str) -> str:
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return path
-    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+def compiler_identity(ptx_header: str) -> str:
+    """The lines of a PTX text that name the compiler that wrote it (``// Compiler Build ID: CL-…``, ``// Cuda
+    compilation tools, release 13.0, V13.0.88``): the patch release, which ``nvrtcVersion`` (major.minor) does not
+    say. Each NVRTC client (cuda.bindings for the static checks, CuPy for the GPU's builds) reads it from the
+    library it calls, so that parent and worker agree whatever else the process has mapped."""
+    return "\n".join(line.strip() for line in ptx_header.splitlines()[:12]
+                     if line.startswith(("// Compiler Build ID", "// Cuda compilation tools", "// Based on")))
 
 
-def nvrtc_cache_file(name: str, version: tuple, arch, options: tuple[str, ...], origin: str, code: str) -> Path:
+def nvrtc_cache_file(name: str, version: tuple, compiler: str, arch, options: tuple[str, ...], origin: str,
+                     code: str) -> Path:
     """The build cache's file ``name`` (``ptx/{}.json``, ``nvrtc/{}.cubin``, the hash in its braces) for NVRTC's
-    output from ``code``: the hash of everything that output depends on — NVRTC's version and library files
-    (:func:`nvrtc_libraries`), the architecture, the options, the origin (line information names it), the include
-    path's headers' text and the code."""
-    inputs = "\0".join([repr((version, arch, options, origin)), nvrtc_libraries(), _nvrtc_headers(), code])
+    output from ``code``: the hash of everything that output depends on — NVRTC's version and build
+    (``compiler``: :func:`compiler_identity`), the architecture, the options, the origin (line information names
+    it), the include path's headers' text and the code."""
+    inputs = "\0".join([repr((version, arch, options, origin)), compiler, _nvrtc_headers(), code])
     return cache_dir() / name.format(hashlib.sha256(inputs.encode()).hexdigest()[:40])
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.judge import confirm_study as cs
 from analysis.judge.verdict_words import Verdict as V
-from repro.backends import get_backend
+from repro.backends import backend_unavailable, get_backend
 
 
 def test_power_matches_a_simulated_mcnemar():
@@ -174,17 +174,22 @@ def _two_task_plan(tiny_declaration, tmp_path):
     return confirm.closed_loop(path, cells, 11, 0.05)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")])])
-def test_loops_side_by_side_give_the_bits_of_one_after_another(tiny_declaration, tmp_path, contract, device):
-    """The tasks' loops in threads (on CUDA, a stream each: what run does there) hand back, run for run, the
-    measures the same loops give one after another; on_chunk sees each task's cells as it ends."""
+_CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")]
+
+
+@pytest.mark.parametrize("device, graph", [("cpu", False), pytest.param("cuda", True, marks=_CUDA),
+                                           pytest.param("cuda", False, marks=_CUDA)])
+def test_loops_side_by_side_give_the_bits_of_one_after_another(tiny_declaration, tmp_path, contract, device, graph):
+    """The tasks' loops in threads (on CUDA, a stream each: what run does there; graphs or eager) hand back, run
+    for run, the measures the same loops give one after another; on_chunk sees each task's cells as it ends."""
     from repro.learning.deep import confirm
 
     decl = _two_task_plan(tiny_declaration, tmp_path)
-    backend = get_backend("cupy" if device == "cuda" else "host")
+    name = "cupy" if device == "cuda" else "host"
+    if backend_unavailable(name):
+        pytest.skip(backend_unavailable(name))
+    backend = get_backend(name)
     per_task = [[c] for c in decl.cells]
-    graph = device == "cuda"
     sources = {"candidate": contract.source("original")}  # the candidate's rows: the original kernel
     apart = [confirm.run_chunk(decl, cells, backend, contract, device=device, graph=graph, sources=sources)[0]
              for cells in per_task]

@@ -184,8 +184,8 @@ def records(decl: Confirm, cells: list[Cell], entries: list[tuple], out: dict) -
 
 def run_chunk(decl: Confirm, cells: list[Cell], backend, contract: Contract, device="cpu", graph=False, progress=None,
               sources=None):
-    """One batched loop over ``cells`` (one task): :func:`records` and the loop's seconds."""
-    loop, entries = prepare(decl, cells, backend, contract, device, graph, sources)
+    """One batched loop over ``cells`` (one task): :func:`records` and the loop's seconds (its capture included)."""
+    loop, entries = prepare(decl, cells, backend, contract, device, False, sources)
     out = loop.run(graph=graph, progress=progress)
     return records(decl, cells, entries, out), float(out["seconds"])
 
@@ -233,8 +233,10 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
     few hundred runs is bound by its kernels' latency, not the GPU's throughput, so two overlap almost fully. Each
     loop's runs are the bits they are alone (the same kernels on the same inputs; no tensor is shared). The loops
     are built and captured one after another in this thread first (a capture must be the only work on the
-    device). Ctrl-C here stops every loop at its next evaluation. On the CPU (the tests) the threads share the
-    cores; :func:`run` runs the loops there one after another."""
+    device; each is captured on a stream of its own, so no two share cuBLAS's workspace). All loops are in memory
+    at once. Ctrl-C here, or an error in one loop, stops every loop at its next evaluation (the cells of loops that
+    ended before are kept through ``on_chunk``). On the CPU (the tests) the threads share the cores; :func:`run`
+    runs the loops there one after another."""
     import contextlib
     import threading
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -256,7 +258,11 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
 
     def go(n: int) -> dict:
         with torch.cuda.stream(streams[n]) if cuda else contextlib.nullcontext():
-            return built[n][0].run(graph=graph, progress=progress, stop=stop)
+            try:
+                return built[n][0].run(graph=graph, progress=progress, stop=stop)
+            finally:  # stopped or failed: its queued work ends before its tensors can be freed and handed out
+                if cuda:
+                    streams[n].synchronize()
 
     done, began = [], time.perf_counter()
     with ThreadPoolExecutor(len(built), thread_name_prefix="loop") as pool:

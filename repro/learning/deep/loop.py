@@ -355,7 +355,10 @@ class DeepLoop:
                 self.step()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # A capture stream of its own (not torch's shared default): cuBLAS's workspace is kept per (handle, stream),
+        # so graphs captured on one stream share it, and two loops replayed side by side would both write it.
+        self.capture_stream = torch.cuda.Stream()
+        with torch.cuda.graph(self.graph, stream=self.capture_stream):
             self.step()
         return warm_steps
 
