@@ -259,8 +259,8 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
     def go(n: int) -> dict:
         with torch.cuda.stream(streams[n]) if cuda else contextlib.nullcontext():
             try:
-                said = progress and (lambda text, task=per_task[n][0].task: progress(f"{task}: {text}"))
-                return built[n][0].run(graph=graph, progress=said, stop=stop)
+                tagged = progress and (lambda text, task=per_task[n][0].task: progress(f"{task}: {text}"))
+                return built[n][0].run(graph=graph, progress=tagged, stop=stop)
             finally:  # stopped or failed: its queued work ends before its tensors can be freed and handed out
                 if cuda:
                     streams[n].synchronize()
