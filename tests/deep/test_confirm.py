@@ -224,3 +224,15 @@ def test_an_interrupt_stops_the_loops_side_by_side(tiny_declaration, tmp_path, c
         confirm.side_by_side(decl, [[c] for c in decl.cells], get_backend("host"), contract, "cpu", False, None,
                              None, {"candidate": contract.source("fixed")})
     assert steps == [0]
+
+
+def test_on_cuda_run_puts_each_tasks_cells_side_by_side(tiny_declaration, tmp_path, contract, monkeypatch):
+    """run on CUDA hands every task's cells, in the plan's order, to side_by_side; elsewhere the loops run one after
+    another (the CPU cases above)."""
+    from repro.learning.deep import confirm
+
+    decl = _two_task_plan(tiny_declaration, tmp_path)
+    seen = []
+    monkeypatch.setattr(confirm, "side_by_side", lambda d, per_task, *a: seen.append(per_task) or {"cells": []})
+    confirm.run(decl, get_backend("host"), contract, device="cuda")
+    assert seen == [[[decl.cells[0]], [decl.cells[1]]]]
