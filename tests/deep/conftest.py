@@ -11,6 +11,22 @@ import pytest
 from repro.backends import get_backend
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Each test's PyTorch CPU work in one thread: under xdist every worker is a process, and torch's default of a
+    thread per core in each put 16 workers × 16 threads on the 16-core GPU machine, where a two-task loop of 200
+    steps took over 120 s (6 s on 2 cores with 2 workers)."""
+    try:
+        import torch
+    except ImportError:  # each test module skips itself, with the reason
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def small():
     """Small enough for the CPU suite: 400 steps, warm-up 200, 16-unit nets."""
