@@ -308,17 +308,20 @@ def test_the_cpu_state_permission_query_goes_through_and_another_arch_prctl_is_n
 
 def test_a_thread_names_itself_and_makes_an_event_counter_but_another_prctl_is_named(sandbox, tmp_path):
     """A thread's start (the CUDA driver's, PyTorch's) names the thread (prctl PR_SET_NAME) and may make an event
-    counter (eventfd2): both act on the process alone and go through; another prctl option (PR_SET_PTRACER, which
-    would let another process trace this one) is named with its number."""
+    counter (eventfd2) and a pipe (pipe2, O_CLOEXEC: PyTorch's CUDA start in the confined study on an H100): each
+    acts on the process alone and goes through; another prctl option (PR_SET_PTRACER, which would let another
+    process trace this one) is named with its number."""
     import ctypes
 
-    def own_name_and_counter() -> int:
+    def own_name_counter_and_pipe() -> int:
         libc = ctypes.CDLL(None, use_errno=True)
         named = libc.prctl(15, b"rlq-test", 0, 0, 0) == 0
         os.close(os.eventfd(0))
+        for fd in os.pipe2(os.O_CLOEXEC):
+            os.close(fd)
         return 0 if named else 3
 
-    assert _confined(own_name_and_counter, tmp_path) == (0, None)
+    assert _confined(own_name_counter_and_pipe, tmp_path) == (0, None)
     tracer = lambda: ctypes.CDLL(None).prctl(0x59616D61, 0, 0, 0, 0) and 0  # noqa: E731
     assert _confined(tracer, tmp_path) == (
         None, "the candidate tried to use prctl option 0x59616d61 (not among PR_SET_NAME, PR_GET_NAME)")

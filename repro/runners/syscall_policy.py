@@ -32,8 +32,8 @@ MEASURED = (
     "exit", "exit_group",
     "stat",  # the CUDA driver's own (a GPU worker, measured on an H100): metadata only, as newfstatat gives
     # the confined host-backend study on an H100 machine (its torch starts CUDA inside the sandbox): a counter
-    # descriptor of the process's own, which reaches nothing outside it
-    "eventfd2",
+    # descriptor and a pipe of the process's own (pipe2 with O_CLOEXEC, twice), which reach nothing outside it
+    "eventfd2", "pipe2",
 )
 #: Calls a process needs to exist and wait that no measured run happened to make, allowed with the reason: a
 #: signal's return and a restarted call (the kernel's own), time and sleep (a candidate that sleeps must meet its
