@@ -124,9 +124,10 @@ def test_a_controller_including_a_libstdcxx_header_compiles_under_the_shims_noin
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
 
 
-def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contract, tmp_path, monkeypatch):
-    """The PTX and the ptxas report of a unit come back from the cache without NVRTC, identical; under
-    ``READ_ONLY_CACHE`` (set in a confined process) NVRTC builds it and nothing is written."""
+@pytest.fixture()
+def ptx_cache(tmp_path, monkeypatch):
+    """:mod:`repro.backends.ptx` with a writable build cache of this test's own (``tmp_path / "cache"``); a skip
+    where NVRTC is not installed."""
     from repro.backends import ptx
     from repro.backends.base import READ_ONLY_CACHE
 
@@ -134,6 +135,16 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
         pytest.skip(ptx.nvrtc_unavailable())
     monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
+    return ptx
+
+
+def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contract, ptx_cache, tmp_path,
+                                                                              monkeypatch):
+    """The PTX and the ptxas report of a unit come back from the cache without NVRTC, identical; under
+    ``READ_ONLY_CACHE`` (set in a confined process) NVRTC builds it and nothing is written."""
+    from repro.backends.base import READ_ONLY_CACHE
+
+    ptx = ptx_cache
     src = contract.source("fixed")
     built = ptx.compile_ptx(src.text, src.origin)
     assert "Used" in built[1] and ".entry" in built[0]  # the ptxas report and the entry point
@@ -151,16 +162,10 @@ def test_nvrtc_ptx_is_kept_with_its_log_and_a_confined_process_writes_none(contr
     assert not (tmp_path / "confined").exists()
 
 
-def test_another_nvrtc_build_of_the_same_version_builds_again(contract, tmp_path, monkeypatch):
+def test_another_nvrtc_build_of_the_same_version_builds_again(contract, ptx_cache, tmp_path, monkeypatch):
     """The PTX kept for one NVRTC build is not read for another that reports the same major.minor (a patch
     release): the key holds the build NVRTC writes above its PTX (Compiler Build ID, release and V-number)."""
-    from repro.backends import ptx
-    from repro.backends.base import READ_ONLY_CACHE
-
-    if ptx.nvrtc_unavailable():
-        pytest.skip(ptx.nvrtc_unavailable())
-    monkeypatch.setenv("RLQ_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(READ_ONLY_CACHE, raising=False)
+    ptx = ptx_cache
     src = contract.source("fixed")
     built = ptx.compile_ptx(src.text, src.origin)
     identity = ptx._compiler()

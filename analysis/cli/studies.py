@@ -1,4 +1,4 @@
-"""The learning-loop studies, one record each: the ``study`` option that runs it, its declaration, and the
+"""The learning-loop studies, one record each: the ``study`` option that runs it, its help line, and the
 committed results (``studies/results/``) each kind of its runs may rewrite.
 
 Every study goes the same way — a declaration committed before its runs (``studies/*.toml``) → the runs (the
@@ -11,10 +11,11 @@ Adding a study:
 1. Its declaration under ``studies/`` and its runs in a module of this folder whose ``body(argv, owns) -> int``
    parses its own options (``policy.Parser``) and returns the exit code; ``owns(name)`` says which files of
    studies/results/ its run as declared may rewrite (the entry's names, handed over by the registry).
-2. One entry in :data:`STUDIES`: its option, a line for ``study --help``, the names of the
-   committed results it may rewrite (a regular expression per kind of run, matched against the whole name) and
-   ``run`` (``_body("analysis.cli.MODULE")``). ``tests/test_studies.py`` checks that every committed result has
-   exactly one owner, and registers a made-up study, and nothing else, to see ``study`` run it.
+2. One entry in :data:`STUDIES`: its option, a line for ``study --help``, the names of the committed results it
+   may rewrite (a regular expression per kind of run, matched against the whole name) and ``run``
+   (``_body("analysis.cli.MODULE", KIND)``: the module's ``body`` given ``owns(KIND)``). ``tests/test_studies.py``
+   checks that every committed result has exactly one owner, and registers a made-up study, and nothing else, to
+   see ``study`` run it.
 3. Its options in ``docs/commands.md``.
 """
 

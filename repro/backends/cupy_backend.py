@@ -18,8 +18,7 @@ subnormals. ``compile(..., cupy_defaults=True)`` builds the RawModule way.
 from __future__ import annotations
 
 import contextlib
-import functools
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 
@@ -224,7 +223,7 @@ def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     return image
 
 
-@functools.cache
+@cache
 def _compiler() -> str:
     """The NVRTC build CuPy calls in this process (translation_unit.compiler_identity, read from the PTX of a
     one-line program: about 10 ms once per process), the same in the gate and in its workers; empty where that

@@ -210,20 +210,17 @@ def run(decl: Confirm, backend, contract: Contract, device="cpu", graph=False, p
         return side_by_side(decl, per_task, backend, contract, device, graph, progress, on_chunk, sources)
     done, seconds, run_steps = [], 0.0, 0
     for n, cells in enumerate(per_task):
-        R = len(decl.arms) * sum(c.pairs for c in cells)
-        if progress:
-            progress(f"[{n + 1}/{len(tasks)}] {cells[0].task}: {len(cells)} cell(s), {R} runs × "
-                     f"{decl.loop['steps']} steps …")
+        _announce(decl, n, per_task, progress)
         began = time.perf_counter()
         got, secs = run_chunk(decl, cells, backend, contract, device=device, graph=graph, progress=progress,
                               sources=sources)
         done = sorted(done + got, key=lambda r: r["index"])
         seconds += secs
-        run_steps += R * decl.loop["steps"]
+        run_steps += _runs(decl, cells) * decl.loop["steps"]
         if on_chunk:
             on_chunk(done)
         if progress:
-            progress(f"[{n + 1}/{len(tasks)}] done in {time.perf_counter() - began:.1f} s")
+            progress(f"[{n + 1}/{len(per_task)}] done in {time.perf_counter() - began:.1f} s")
     return {"cells": done, "seconds": seconds, "run_steps": run_steps}
 
 
@@ -245,9 +242,7 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
 
     built = []
     for n, cells in enumerate(per_task):
-        if progress:
-            progress(f"[{n + 1}/{len(per_task)}] {cells[0].task}: {len(cells)} cell(s), "
-                     f"{len(decl.arms) * sum(c.pairs for c in cells)} runs × {decl.loop['steps']} steps …")
+        _announce(decl, n, per_task, progress)
         built.append(prepare(decl, cells, backend, contract, device, graph, sources))
     cuda = device == "cuda"
     streams = [torch.cuda.Stream() if cuda else None for _ in built]
@@ -280,8 +275,21 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
         except BaseException:
             stop.set()
             raise
-    run_steps = sum(len(decl.arms) * sum(c.pairs for c in cells) for cells in per_task) * decl.loop["steps"]
+    run_steps = sum(_runs(decl, cells) for cells in per_task) * decl.loop["steps"]
     return {"cells": done, "seconds": time.perf_counter() - began, "run_steps": run_steps}
+
+
+def _runs(decl: Confirm, cells: list[Cell]) -> int:
+    """The runs of one task's loop: every arm on every pair of its cells."""
+    return len(decl.arms) * sum(c.pairs for c in cells)
+
+
+def _announce(decl: Confirm, n: int, per_task: list[list[Cell]], progress) -> None:
+    """The progress line before task ``n``'s loop: its cells and runs."""
+    if progress:
+        cells = per_task[n]
+        progress(f"[{n + 1}/{len(per_task)}] {cells[0].task}: {len(cells)} cell(s), {_runs(decl, cells)} runs × "
+                 f"{decl.loop['steps']} steps …")
 
 
 #: The arms of the closed-loop check (``study --deep --kernel``, issue 42 item 6): the candidate beside the fixed
