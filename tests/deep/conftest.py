@@ -27,6 +27,32 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+#: ``python -c`` driver of :func:`study_apart`: argv[1] the deep study's map, the rest the command's arguments.
+_STUDY_APART = ("import sys; from pathlib import Path; from analysis.cli import deep_study, study; "
+                "deep_study.MAP = Path(sys.argv[1]); sys.exit(study.main(sys.argv[2:]))")
+
+
+@pytest.fixture
+def study_apart():
+    """``f(map_path, *argv, cwd=ROOT)``: ``study ARGV`` in a new Python process whose deep study reads
+    ``map_path`` as its map; the ``subprocess.CompletedProcess``. A command that forks a confined child where
+    PyTorch trains needs a process in which autograd never ran: on a machine with a GPU, the first backward
+    starts autograd's device threads, and PyTorch refuses backward in any child forked after that ("Unable to
+    handle autograd's threading in combination with fork-based multiprocessing"), which an xdist worker that
+    ran another deep test first would give."""
+    import subprocess
+    import sys
+
+    from repro.core.paths import ROOT
+    from tests.commands import environment
+
+    def run(map_path, *argv, cwd=ROOT):
+        return subprocess.run([sys.executable, "-c", _STUDY_APART, str(map_path), *map(str, argv)], cwd=cwd,
+                              capture_output=True, text=True, timeout=300, env=environment(cwd))
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def small():
     """Small enough for the CPU suite: 400 steps, warm-up 200, 16-unit nets."""

@@ -151,15 +151,17 @@ def _run(*argv) -> int:
     return study.main(["--deep", "--backend", "host", *map(str, argv)])
 
 
-def test_the_check_runs_the_candidate_confined_on_powered_pairs(sentinel_map, tmp_path, capsys):
+def test_the_check_runs_the_candidate_confined_on_powered_pairs(sentinel_map, study_apart, tmp_path):
     """The fixed kernel as the candidate, in the synthetic map's one sentinel cell: the candidate's runs are the
     fixed kernel's bit for bit on the same fresh seeds (paired), so no discordant pair, exit 0; the cell runs the
     pairs the power computation gives; the JSON and the figure land."""
     if confine.unavailable():
         pytest.skip(confine.unavailable())
     judged = sentinel_map()
-    assert _run("--kernel", FIXED, "--json", tmp_path / "check.json", "--map", tmp_path / "check.png") == 0
-    out = capsys.readouterr().out
+    done = study_apart(deep_study.MAP, "--deep", "--backend", "host", "--kernel", FIXED,
+                       "--json", tmp_path / "check.json", "--map", tmp_path / "check.png")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     (planned,) = sentinel_check.plan(judged, explore_study.sentinels(judged), 0.05)
     got = json.loads((tmp_path / "check.json").read_text())
     (cell,) = got["cells"]
@@ -171,17 +173,17 @@ def test_the_check_runs_the_candidate_confined_on_powered_pairs(sentinel_map, tm
     assert (tmp_path / "check.png").stat().st_size > 10_000
 
 
-def test_the_candidates_host_build_runs_in_the_confined_child(sentinel_map, tmp_path, monkeypatch, capsys):
+def test_the_candidates_host_build_runs_in_the_confined_child(sentinel_map, study_apart, tmp_path):
     """A candidate that opens a file for writing in $PWD ends the check with one line, exit 2, nothing written."""
     if confine.unavailable():
         pytest.skip(confine.unavailable())
     sentinel_map()
     run_in = tmp_path / "cwd"
     run_in.mkdir()
-    monkeypatch.chdir(run_in)
-    monkeypatch.setenv("PWD", str(run_in))
-    assert _run("--kernel", CANDIDATES / "escape_write.cu", "--json", "out.json") == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("study: error:")]
+    done = study_apart(deep_study.MAP, "--deep", "--backend", "host", "--kernel", CANDIDATES / "escape_write.cu",
+                       "--json", "out.json", cwd=run_in)
+    assert done.returncode == 2, done.stderr
+    err = [line for line in done.stderr.splitlines() if line.startswith("study: error:")]
     assert len(err) == 1 and "the candidate tried to open" in err[0] and "the run was ended" in err[0], err
     assert list(run_in.iterdir()) == []
 
