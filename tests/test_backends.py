@@ -78,8 +78,8 @@ def test_a_registered_entry_alone_is_a_backend_with_the_hosts_bits(alias, contra
 def test_a_name_twice_or_an_unknown_start_method_is_refused(alias):
     with pytest.raises(backends.SuiteError, match="already registered"):
         backends.register(backends.BackendEntry("alias", f"{__name__}:_Alias", start_method="fork"))
-    with pytest.raises(backends.SuiteError, match="start_method must be fork or spawn"):
-        backends.register(backends.BackendEntry("other", f"{__name__}:_Alias", start_method="forkserver"))
+    with pytest.raises(backends.SuiteError, match="start_method must be one of fork, forkserver, spawn"):
+        backends.register(backends.BackendEntry("other", f"{__name__}:_Alias", start_method="thread"))
     with pytest.raises(backends.SuiteError, match="unknown backend 'nope'"):
         backends.get_backend("nope")
 

@@ -202,15 +202,17 @@ def test_a_crash_while_loading_the_kernel_is_an_execution_row(contract, host):
     assert all(f.scenario == "" for f in verdict.evidence.faults)
 
 
-def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host):
-    """The cupy backend's workers are spawned (CUDA does not survive a fork): the same path, tried on the host."""
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_spawned_worker_compiles_and_answers_like_a_forked_one(contract, host, method):
+    """A device backend's workers are not forked from the gate (CUDA does not survive a fork): they come from a
+    forkserver (cupy) or a spawn and compile the kernel themselves: the same paths, tried on the host."""
     from repro.runners.campaign import run_group
     from repro.runners.isolation import Worker
 
     entry = contract.controller("fixed")
     src = load_kernel(entry.kernel, entry.symbol)
     worker = Worker(host, src, contract.slots, entry)
-    worker.method = "spawn"
+    worker.method = method
     try:
         answer = worker.ask(("nonfinite", None), timeout=60)
     finally:
@@ -250,10 +252,11 @@ def test_a_ctrl_c_while_a_worker_starts_is_answered_and_the_worker_ignores_it(co
 
 
 @pytest.mark.slow  # a fresh interpreter (multiprocessing's resource tracker not yet running) and a spawn: 1 s
-def test_a_spawned_worker_starts_with_ctrl_c_blocked():
-    """The first spawned (GPU) worker of a process inherits SIGINT blocked too: starting multiprocessing's
-    resource tracker, which a spawn does first, unblocks it, and the worker then started with Ctrl-C live
-    (a traceback of its own during its imports)."""
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_spawned_worker_starts_with_ctrl_c_blocked(method):
+    """The first spawned or forkserver's (GPU) worker of a process inherits SIGINT blocked too: starting
+    multiprocessing's resource tracker, which either does first, unblocks it, and the worker then started with
+    Ctrl-C live (a traceback of its own during its imports)."""
     import subprocess
     import sys
 
@@ -262,7 +265,7 @@ def test_a_spawned_worker_starts_with_ctrl_c_blocked():
     code = ("import multiprocessing as mp, signal\n"
             "from repro.runners.isolation import _start_deaf_to_ctrl_c\n"
             "probe = 'import signal, sys; sys.exit(0 if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []) else 3)'\n"
-            "p = mp.get_context('spawn').Process(target=exec, args=(probe,))\n"
+            f"p = mp.get_context({method!r}).Process(target=exec, args=(probe,))\n"
             "_start_deaf_to_ctrl_c(p)\n"
             "p.join(60)\n"
             "raise SystemExit(p.exitcode)\n")
@@ -284,6 +287,51 @@ def test_a_forked_worker_ends_when_its_parent_does(contract, host):
         assert worker.proc.exitcode == 0
     finally:
         worker.discard()  # killed if still alive; its scratch folder removed
+
+
+def test_a_forkserver_worker_ends_when_the_command_is_killed(tmp_path):
+    """A command killed from outside (SIGKILL: no stop) takes its forkserver's workers with it, a worker hung in
+    the candidate's loop (which never reads its pipe's end) included: the server ends at the end of its pipe from
+    the command, and each worker dies with the server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from repro.core.paths import ROOT
+
+    code = ("import os, time\n"
+            "from repro.backends import get_backend\n"
+            "from repro.core.contract import CONTRACTS, load\n"
+            "from repro.core.kernel_source import load_kernel\n"
+            "from repro.runners.isolation import Worker\n"
+            "contract = load(CONTRACTS); entry = contract.controller('fixed')\n"
+            "hangs = load_kernel('tests/candidates/hang_always.cu', entry.symbol)\n"
+            "w = Worker(get_backend('host'), hangs, contract.slots, entry)\n"
+            "w.method = 'forkserver'\n"
+            "assert w.send(('nonfinite', None)) is None\n"
+            "print(w.proc.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    from tests.commands import environment
+
+    # its scratch folder in tmp_path: a command killed by SIGKILL removes nothing
+    command = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                               env=environment(ROOT, TMPDIR=str(tmp_path)))
+    try:
+        worker = int(command.stdout.readline())
+        assert Path(f"/proc/{worker}").exists()
+    finally:
+        command.kill()
+        command.wait()
+    from repro.runners.isolation import _state
+
+    deadline = time.monotonic() + 10
+    while _state(worker) not in ("", "Z", "X") and time.monotonic() < deadline:  # gone, or dead and not yet reaped
+        time.sleep(0.02)
+    outlived = _state(worker) not in ("", "Z", "X")
+    if outlived:  # not left spinning a core after the test
+        os.kill(worker, signal.SIGKILL)
+    assert not outlived, "the worker outlived the command"
 
 
 def _hang_in_a_worker(answers, host, source, slots, entry, scratch_in: str) -> None:

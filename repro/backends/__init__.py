@@ -14,7 +14,9 @@ A backend is one :class:`BackendEntry` in :data:`REGISTRY` and its classes; noth
    backend and what it lacks.
 2. Add its :class:`BackendEntry` to :data:`REGISTRY` below (or call :func:`register` from a plugin): the name,
    where its class lives, how isolated workers start (``fork`` where the loaded kernel survives a fork,
-   ``spawn`` for a device runtime that does not, as CUDA), the pytest markers its tests carry (``gpu`` for a
+   ``forkserver`` for a device runtime that does not, as CUDA, but whose import starts nothing (workers forked
+   from a server that imported it once), ``spawn`` for one whose import starts it), the pytest markers its tests
+   carry (``gpu`` for a
    device: skipped with the reason where it does not answer) and whether it is a device (the report runs the
    full pre-registered studies on a device, the reduced ones elsewhere; ``auto`` prefers a device).
 
@@ -39,7 +41,7 @@ class BackendEntry:
 
     name: str
     cls: str  # "module:Class", imported on first use (a device runtime is imported only where it is asked for)
-    start_method: str  # multiprocessing start method of the gate's isolated workers: "fork" or "spawn"
+    start_method: str  # multiprocessing start method of the gate's isolated workers: START_METHODS
     marks: tuple[str, ...] = ()  # pytest markers its backend-parametrised tests carry (registered in pyproject.toml)
     device: bool = False  # an accelerator: "auto" prefers it; the report runs the full studies on it
 
@@ -49,21 +51,25 @@ class BackendEntry:
 
 
 REGISTRY: dict[str, BackendEntry] = {}
+#: How a backend's isolated workers may start (multiprocessing's start methods).
+START_METHODS = ("fork", "forkserver", "spawn")
 
 
 def register(entry: BackendEntry) -> BackendEntry:
     """Add ``entry`` (a name already registered is a :class:`SuiteError`); returns it."""
     if entry.name in REGISTRY or entry.name == "auto":
         raise SuiteError(f"backend {entry.name!r} is already registered")
-    if entry.start_method not in ("fork", "spawn"):
-        raise SuiteError(f"backend {entry.name!r}: start_method must be fork or spawn, not {entry.start_method!r}")
+    if entry.start_method not in START_METHODS:
+        raise SuiteError(f"backend {entry.name!r}: start_method must be one of {', '.join(START_METHODS)}, "
+                         f"not {entry.start_method!r}")
     REGISTRY[entry.name] = entry
     return entry
 
 
 register(BackendEntry("host", "repro.backends.host:HostBackend", start_method="fork"))
-# CUDA does not survive a fork: its workers are spawned and compile the kernel themselves.
-register(BackendEntry("cupy", "repro.backends.cupy_backend:CupyBackend", start_method="spawn", marks=("gpu",),
+# CUDA does not survive a fork: its workers come from a forkserver (CuPy imported, CUDA never started there) and
+# load the kernel themselves.
+register(BackendEntry("cupy", "repro.backends.cupy_backend:CupyBackend", start_method="forkserver", marks=("gpu",),
                       device=True))
 
 _cache: dict[str, Backend] = {}

@@ -12,8 +12,10 @@ gate still judges what it can.
 
 Host workers are forked from the process that loaded the compiled library
 (cheap: no import, no recompilation). CUDA does not survive a fork, so cupy
-workers are spawned and compile the kernel themselves; a device fault
-(illegal address) kills that worker with its CUDA context, which is never reused.
+workers are forked from a server process that imported CuPy and never started
+CUDA (multiprocessing's ``forkserver``: no interpreter start or import per
+worker) and load the kernel themselves; a device fault (illegal address) kills
+that worker with its CUDA context, which is never reused.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import multiprocessing.reduction as reduction
@@ -134,8 +137,8 @@ def _start_deaf_to_ctrl_c(proc) -> None:
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         proc.start()
         return
-    if getattr(proc, "_start_method", None) == "spawn":  # its first start would unblock SIGINT inside ours
-        mp_resource_tracker.ensure_running()
+    if getattr(proc, "_start_method", None) in ("spawn", "forkserver"):  # its first start would unblock SIGINT
+        mp_resource_tracker.ensure_running()  # inside ours (a forkserver started here inherits SIGINT blocked)
     pressed = []
     previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -151,12 +154,29 @@ def _start_deaf_to_ctrl_c(proc) -> None:
         signal.raise_signal(signal.SIGINT)  # to the handler restored above, as the Ctrl-C would have come
 
 
+#: What a forkserver imports once, before its first fork, in this order: the module that ties the server's life to
+#: the command's, then the heavy imports of a device backend's worker (CuPy's own import starts no CUDA). The
+#: suite's other modules are imported by each worker, so that a module-level value read from the environment is
+#: the gate's of the moment.
+FORKSERVER_PRELOAD = ("repro.runners.forkserver_start", "numpy", "cupy")
+
+
+@functools.cache
+def _context(method: str):
+    """The multiprocessing context of ``method``; a forkserver's imports :data:`FORKSERVER_PRELOAD` first."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))  # a module it cannot import is skipped
+    return ctx
+
+
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def _die_with(parent: int) -> None:
-    """Linux: this worker is killed when its parent dies. A candidate hung in its loop never reads the end of
-    the pipe, so a gate killed from outside (a CI job's time limit) would leave it spinning a core."""
+    """Linux: this worker is killed when its parent dies (``parent``: its pid; a forkserver's worker's parent is
+    the server, which ends when the process that started it does). A candidate hung in its loop never reads the
+    end of the pipe, so a gate killed from outside (a CI job's time limit) would leave it spinning a core."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the end of the pipe alone
@@ -166,11 +186,14 @@ def _die_with(parent: int) -> None:
         os._exit(0)  # the parent died before the call above
 
 
-def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | None, backend_name: str,
-           source: KernelSource, slots: Slots, controller: Controller, seed: int, scratch: str | None = None) -> None:
+def _serve(conn, parents_end, parent: int | None, load: Callable[[], CompiledKernel] | None, backend_name: str,
+           source: KernelSource, slots: Slots, controller: Controller, seed: int, scratch: str | None = None,
+           environ: dict[str, str] | None = None) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
-    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`);
+    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`), None: the
+    process that forked this one (a forkserver); ``environ``: the environment of the gate at the worker's start
+    (a forkserver's worker inherits the server's, as it was when the server started);
     ``scratch``: the folder the worker is confined to (:mod:`repro.runners.confine`), None: not confined.
     A forked worker is confined before it loads the candidate's library (its load-time code is the
     candidate's); a spawned (GPU) one after NVRTC and CUDA's start-up, which run none of its code."""
@@ -178,7 +201,10 @@ def _serve(conn, parents_end, parent: int, load: Callable[[], CompiledKernel] | 
     with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _die_with(parent)
+    _die_with(os.getppid() if parent is None else parent)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     if parents_end is not None:
         parents_end.close()
     faulthandler.disable()  # a crash here is the candidate's, reported by the parent; no Python dump
@@ -257,7 +283,7 @@ class Worker:
         self.load = load or (lambda: backend.compile(source, slots))
         self.proc, self.conn = None, None
         self.method = backends.entry(backend.name).start_method  # the registry's: CUDA does not survive a fork
-        # A spawned worker takes seconds to start (CuPy's import, NVRTC): once one has been lost to a fault,
+        # A spawned or forkserver's worker takes a while to start (CUDA, NVRTC): once one has been lost to a fault,
         # a spare is kept starting in the background, so that the next replacement is (nearly) ready.
         self.spare = None
         self.lost = False
@@ -274,14 +300,16 @@ class Worker:
     def _launch(self):
         """A new worker process and its pipe, not yet waited for."""
         forkable = self.method == "fork"
-        ctx = mp.get_context(self.method)
+        ctx = _context(self.method)
         parent, child = ctx.Pipe()
         folder = made = None
         if confine.unavailable() is None:
             folder = str(self.scratch) if self.scratch is not None else str(scratch.make("rlq-worker-"))
             made = folder if self.scratch is None else None
-        args = (child, parent if forkable else None, os.getpid(), self.load if forkable else None, self.backend.name,
-                self.source, self.slots, self.controller, self.seed, folder)
+        served = self.method == "forkserver"
+        args = (child, parent if forkable else None, None if served else os.getpid(), self.load if forkable else None,
+                self.backend.name, self.source, self.slots, self.controller, self.seed, folder,
+                dict(os.environ) if served else None)
         proc = ctx.Process(target=_serve, args=args, daemon=True)
         try:
             _start_deaf_to_ctrl_c(proc)
@@ -300,7 +328,7 @@ class Worker:
         self._asked = "load"
         self._cpu_sent = _cpu_seconds(self.proc.pid) if self.cpu_time else None
         answer = self._receive(time.monotonic() + self.startup, self.startup)
-        if answer is None and self.lost and self.method == "spawn":
+        if answer is None and self.lost and self.method != "fork":
             self.spare = self._launch()
         return answer
 
