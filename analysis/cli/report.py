@@ -176,13 +176,68 @@ def _runs_here(source: KernelSource, evidence: Evidence) -> None:
                          f"`python -m analysis gate {source.origin}` shows every row")
 
 
-def draw(report: Report, out: Path, progress=print) -> list[Path]:
-    """Write every figure into ``out``; the paths written."""
+def draw(report: Report, out: Path, progress=print, processes: int = 1) -> list[Path]:
+    """Write every figure into ``out``; the paths written. ``processes`` > 1: drawn side by side in that many
+    forked children (each figure is drawn from this process's data alone: the same bytes as drawn here); a
+    figure a child did not write is then drawn here, so that its error is this process's, as one line."""
     figures = summary.figures(report)
-    for i, (name, make) in enumerate(figures.items(), start=1):
-        plots.save(make(), out / name)
-        progress(f"      figure {i}/{len(figures)}: {name}")
+    done: list[str] = []
+
+    def drawn(name: str) -> None:
+        done.append(name)
+        progress(f"      figure {len(done)}/{len(figures)}: {name}")
+
+    if processes > 1:
+        _draw_forked(figures, out, processes, drawn)
+    for name, make in figures.items():
+        if name not in done:
+            plots.save(make(), out / name)
+            drawn(name)
     return [out / name for name in figures]
+
+
+def _draw_forked(figures: dict, out: Path, processes: int, drawn) -> None:
+    """``figures`` shared round-robin among ``processes`` forked children; ``drawn(name)`` as each lands. A child
+    ignores Ctrl-C (this process answers it and kills them) and leaves by ``os._exit``: nothing of this process's
+    (its atexit handlers, CUDA's state) runs twice. A child that fails stops there, silently: its figures left
+    undrawn are drawn by :func:`draw` in this process."""
+    import signal
+
+    names = list(figures)
+    read, write = os.pipe()
+    children = []
+    try:
+        for first in range(min(processes, len(names))):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                code = 1
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    os.close(read)
+                    for name in names[first::processes]:
+                        plots.save(figures[name](), out / name)
+                        os.write(write, b"%d\n" % names.index(name))
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        os.close(write)
+        write = None
+        with os.fdopen(read) as lines:
+            read = None
+            for line in lines:  # ends when every child has closed its end: done or gone
+                drawn(names[int(line)])
+    finally:
+        for fd in (read, write):
+            if fd is not None:
+                os.close(fd)
+        for pid in children:  # Ctrl-C or an error here: the children go too
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
@@ -208,13 +263,14 @@ def write_data(report: Report, out: Path, peers: pd.DataFrame) -> list[Path]:
     return sorted(data.iterdir())
 
 
-def write(report: Report, out: Path, progress=print, at: Path | None = None) -> list[Path]:
+def write(report: Report, out: Path, progress=print, at: Path | None = None, processes: int = 1) -> list[Path]:
     """Figures, ``data/`` and ``summary.md`` into ``out``; the paths written. ``at``: where they will live, when
-    ``out`` is a confined run's scratch folder (the summary's links and benchmark section are made for it)."""
+    ``out`` is a confined run's scratch folder (the summary's links and benchmark section are made for it).
+    ``processes``: how many forked children draw the figures (:func:`draw`; 1: this process alone)."""
     out.mkdir(parents=True, exist_ok=True)
     home = Path(os.path.realpath(at or out))
     progress(f"[4/5] figures → {shown(at or out)}")
-    written = draw(report, out, progress)
+    written = draw(report, out, progress, processes)
     progress(f"[5/5] data and summary → {shown(at or out)}")
     toy = None if report.peer_loop is None else peer_measures.toy_outcomes(report.measures, report.peer_loop)
     peers = peers_section.table(report.measures, toy)
@@ -284,9 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     backend = get_backend(args.backend)
     gated = gate_runs(backend, sources, contract, progress) if args.kernel else None  # workers: before the fork
 
+    # The figures side by side, a process per core, where the contract's own kernels run here; a confined run
+    # (--kernel) may start no process: one after another there.
+    processes = 1 if args.kernel else len(os.sched_getaffinity(0))
+
     def work(out: dict) -> int:
         report = measure(backend, sources, contract, progress=progress, studies=studies, gated=gated)
-        figs = sum(p.suffix == ".png" for p in write(report, out["--out"], progress=progress, at=args.out))
+        figs = sum(p.suffix == ".png" for p in write(report, out["--out"], progress=progress, at=args.out,
+                                                     processes=processes))
         print(f"done in {time.perf_counter() - start:.1f} s: {shown(args.out / 'summary.md')}, {figs} figures, "
               f"data in {shown(args.out / 'data')}")
         return 0
