@@ -208,7 +208,7 @@ def _load(image: bytes):
 def _nvrtc_image(cp, code: str, origin: str, options: tuple[str, ...]) -> bytes:
     """The CUBIN NVRTC builds from ``code`` with exactly ``options`` (plus the device's architecture), read from
     the build cache where an earlier build left it (the gate's own process builds every unit a worker loads,
-    :meth:`CupyBackend.check_compiles`: a spawned worker then loads them instead of running NVRTC, about 0.15 s a
+    :meth:`CupyBackend.check_compiles`: a worker then loads them instead of running NVRTC, about 0.15 s a
     unit; a confined worker never writes there)."""
     from cupy_backends.cuda.libs import nvrtc
 
@@ -286,7 +286,7 @@ class CupyBackend(Backend):
 
     def check_compiles(self, source: KernelSource, slots: Slots) -> None:
         """NVRTC builds and loads every unit a worker loads (no candidate code runs on the host), the thread probe's
-        too: their CUBINs stay in the build cache, from which each spawned worker loads them."""
+        too: their CUBINs stay in the build cache, from which each worker loads them."""
         self.compile(source, slots)
         _nvrtc_image(self.cp, device_grid_unit(source, slots), source.origin, NVRTC_OPTIONS)
 

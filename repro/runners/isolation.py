@@ -74,7 +74,8 @@ INFERENCE = "inference"
 #: from holds (the reference's read 0.071 s in one CI-like run, 1.24 s in a fresh process; 1.3 s of CPU is a
 #: cold candidate's on 2 cores): a candidate whose inference ran past 0.71 s failed as a hang.
 INFERENCE_FLOOR = 5.0
-#: How long a spawned (cupy) worker may take to import and compile before its first request.
+#: How long a worker not forked from this process (cupy's) may take to start and load the kernel before its
+#: first request.
 STARTUP_LIMIT = 120.0
 #: How long a reply may take to arrive whole once its first byte has (s), whenever that came: the worker writes a
 #: reply at once, but the largest (1.2 MB) passes the pipe in pieces, each waiting for the worker to be scheduled,
@@ -196,7 +197,8 @@ def _serve(conn, parents_end, parent: int | None, load: Callable[[], CompiledKer
     (a forkserver's worker inherits the server's, as it was when the server started);
     ``scratch``: the folder the worker is confined to (:mod:`repro.runners.confine`), None: not confined.
     A forked worker is confined before it loads the candidate's library (its load-time code is the
-    candidate's); a spawned (GPU) one after NVRTC and CUDA's start-up, which run none of its code."""
+    candidate's); a GPU one (from a forkserver or a spawn) after NVRTC and CUDA's start-up, which run none of
+    its code."""
     # Ignore SIGINT, then unblock it (a Ctrl-C pending since the start is discarded).
     with contextlib.suppress(ValueError):  # not the main thread: a worker started from another thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -211,7 +213,7 @@ def _serve(conn, parents_end, parent: int | None, load: Callable[[], CompiledKer
     with contextlib.suppress(ValueError, OSError):  # nor a core file: it would land in the user's folder, and a
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core handler (systemd-coredump) takes seconds a crash
     try:
-        # forked: the parent's loader (a cached build, loaded here); spawned: compile here
+        # forked: the parent's loader (a cached build, loaded here); else: compile here (NVRTC's cached build)
         if scratch is not None and load is not None:
             confine.confine(conn, Path(scratch), forked=True)
         if scratch is not None and load is None:  # CUDA starts in the compile below, before the sandbox
@@ -575,7 +577,7 @@ def time_reference(backend: Backend, source: KernelSource, slots: Slots, control
     if load is None:
         # built here, not in the worker: a confined worker may not write the build cache (a fresh cache made every
         # candidate's gate exit 2, "the reference kernel … did not load": the sandbox refused the cache's lock file);
-        # a spawned worker then loads the kept build instead of compiling it again
+        # a GPU worker then loads the kept build instead of compiling it again
         backend.check_compiles(source, slots)
     seconds, results = {}, {}
     with Worker(backend, source, slots, controller, seed, load=load) as worker:
@@ -624,7 +626,7 @@ class GroupRunner:
         """The first request of each group at once, each in a forked worker of its own under its own limit:
         group → (:meth:`_first`'s answer as sent, the answer). Once the candidate has hung, the groups left
         then cost one limit in all rather than one each. A group past the budget when its turn to be sent
-        comes gets none (:meth:`run` says so). Spawned (GPU) workers are not started side by side: their
+        comes gets none (:meth:`run` says so). GPU workers are not started side by side: their
         start-ups compete (a trial: the gate on trap.cu 13.7 s against 8.6 s)."""
         if self.worker.method != "fork":
             return {}
