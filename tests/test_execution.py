@@ -637,3 +637,50 @@ def test_a_worker_whose_pipe_lies_past_fd_setsize_answers(contract, host):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert answer.ok, answer.fault
     assert [r[1] for r in answer.value] == [r[1] for r in run_group(host.compile(src, contract.slots), entry, "nonfinite")]
+
+
+@pytest.fixture
+def served_backend(monkeypatch):
+    """A backend entry whose workers come from a forkserver (the host's class), registered for one test."""
+    from repro import backends
+
+    monkeypatch.setattr(backends, "REGISTRY", dict(backends.REGISTRY))
+    backends.register(backends.BackendEntry("served", "repro.backends.host:HostBackend", start_method="forkserver"))
+    return "served"
+
+
+def test_the_forkserver_starts_early_deaf_to_ctrl_c(served_backend):
+    """``start_server`` starts a forkserver backend's server before any worker, with SIGINT blocked in it (its
+    workers inherit it so); a fork backend's is nothing to start."""
+    from multiprocessing import forkserver
+
+    from repro.runners import isolation
+
+    forkserver._forkserver._stop()  # one an earlier test started would say nothing of this start
+    isolation.start_server("host")
+    assert forkserver._forkserver._forkserver_pid is None
+    isolation.start_server(served_backend)
+    pid = forkserver._forkserver._forkserver_pid
+    blocked = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("SigBlk:"))
+    assert blocked & (1 << (2 - 1)), "SIGINT is not blocked in the forkserver"
+
+
+def test_a_ctrl_c_while_the_forkserver_starts_is_answered_after(served_backend, monkeypatch, ctrl_c_raises):
+    """A Ctrl-C pressed while the server starts is held, then raised once it has started (never lost)."""
+    import os
+    import signal
+    from multiprocessing import forkserver
+
+    from repro.runners import isolation
+
+    started = []
+
+    def ensure_running():
+        os.kill(os.getpid(), signal.SIGINT)
+        started.append(True)
+
+    monkeypatch.setattr(forkserver, "ensure_running", ensure_running)
+    with pytest.raises(KeyboardInterrupt):
+        isolation.start_server(served_backend)
+    assert started == [True]

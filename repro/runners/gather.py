@@ -26,7 +26,15 @@ from repro.runners import sanitize as san
 from repro.runners.campaign import assemble, collect
 from repro.runners.evidence import GROUPS, Evidence, Fault
 from repro.runners.inference import infer
-from repro.runners.isolation import INFERENCE, Clock, collect_isolated, derive_budget, reference_limits, time_reference
+from repro.runners.isolation import (
+    INFERENCE,
+    Clock,
+    collect_isolated,
+    derive_budget,
+    reference_limits,
+    start_server,
+    time_reference,
+)
 
 #: s per launch path under compute-sanitizer (asked for explicitly; slow by nature, outside the budget).
 SANITIZER_TIMEOUT = 600.0
@@ -61,6 +69,8 @@ def gather(backend: Backend, source: KernelSource, slots: Slots, controller: Con
     receives one line per experiment group.
     """
     say = progress or (lambda _line: None)
+    if isolate:
+        start_server(backend.name)  # a GPU worker's forkserver imports CuPy while the checks below run
     slots = slots.with_state(controller.state)  # a stateful entry's own slots: seeded, and its writes allowed
     notes, unavailable = [], set()
     backend.check_compiles(source, slots)  # the backend's compiler speaks first on a broken source

@@ -140,19 +140,52 @@ def _start_deaf_to_ctrl_c(proc) -> None:
         return
     if getattr(proc, "_start_method", None) in ("spawn", "forkserver"):  # its first start would unblock SIGINT
         mp_resource_tracker.ensure_running()  # inside ours (a forkserver started here inherits SIGINT blocked)
+    with _ctrl_c_held() as pressed:
+        proc.start()
+    if pressed and proc.pid is not None:
+        proc.kill()
+        proc.join()
+    _answer(pressed)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """SIGINT blocked in this (the main) thread, so that a process started meanwhile inherits it blocked, and
+    noted if pressed: the list yielded is non-empty then (:func:`_answer` answers it after)."""
     pressed = []
     previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        proc.start()
+        yield pressed
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending for this thread is recorded here
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)  # None: set in C
-    if pressed and previous is not signal.SIG_IGN:
-        if proc.pid is not None:
-            proc.kill()
-            proc.join()
-        signal.raise_signal(signal.SIGINT)  # to the handler restored above, as the Ctrl-C would have come
+        if previous is signal.SIG_IGN:  # Ctrl-C was ignored here: nothing to answer
+            pressed.clear()
+
+
+def _answer(pressed: list) -> None:
+    """A Ctrl-C noted by :func:`_ctrl_c_held`, raised now to the handler restored, as it would have come."""
+    if pressed:
+        signal.raise_signal(signal.SIGINT)
+
+
+def start_server(backend_name: str) -> None:
+    """Start now the forkserver that ``backend_name``'s workers come from, where its entry says they do: CuPy's
+    import there then overlaps what the command does before its first worker (the compile, the static checks).
+    Started deaf to Ctrl-C, as a worker is (:func:`_start_deaf_to_ctrl_c`); a Ctrl-C pressed meanwhile is
+    answered after. Elsewhere (another start method, a thread other than the main one) nothing: the first worker
+    starts the server."""
+    if backends.entry(backend_name).start_method != "forkserver" \
+            or threading.current_thread() is not threading.main_thread():
+        return
+    from multiprocessing import forkserver
+
+    _context("forkserver")  # its preload set
+    mp_resource_tracker.ensure_running()
+    with _ctrl_c_held() as pressed:
+        forkserver.ensure_running()
+    _answer(pressed)
 
 
 #: What a forkserver imports once, before its first fork, in this order: the module that ties the server's life to
