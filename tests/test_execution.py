@@ -684,3 +684,28 @@ def test_a_ctrl_c_while_the_forkserver_starts_is_answered_after(served_backend, 
     with pytest.raises(KeyboardInterrupt):
         isolation.start_server(served_backend)
     assert started == [True]
+
+
+@pytest.mark.parametrize("candidate", ["device_helpers", pytest.param("crash_null_write", marks=pytest.mark.slow)])
+def test_the_gate_through_a_forkserver_judges_as_through_forks(contract, host, monkeypatch, candidate):
+    """The GPU backend's way (a forkserver started as the gate begins, its workers confined after they load the
+    kernel, a crashed worker replaced from it), tried on the host: the same rows, the same verdict as forked
+    workers give, for a refactor and for a candidate that crashes."""
+    from dataclasses import replace
+
+    from analysis.cli.evaluate import evaluate
+    from repro import backends
+    from repro.core.paths import ROOT
+    from repro.runners import isolation
+
+    source = load_kernel(ROOT / "tests" / "candidates" / f"{candidate}.cu", contract.controller("fixed").symbol)
+    judged = lambda: evaluate(source, "fixed", host, contract, static=False, coverage=False)  # noqa: E731
+    forked = judged()
+    monkeypatch.setitem(backends.REGISTRY, "host", replace(backends.REGISTRY["host"], start_method="forkserver"))
+    methods = []
+    launch = isolation.Worker._launch
+    monkeypatch.setattr(isolation.Worker, "_launch", lambda self: methods.append(self.method) or launch(self))
+    served = judged()
+    assert methods and set(methods) == {"forkserver"}
+    assert [(f.key, f.ok) for f in served.findings] == [(f.key, f.ok) for f in forked.findings]
+    assert served.ok == (candidate == "device_helpers")
