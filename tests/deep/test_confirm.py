@@ -226,6 +226,29 @@ def test_an_interrupt_stops_the_loops_side_by_side(tiny_declaration, tmp_path, c
     assert steps == [0]
 
 
+def test_an_error_in_one_loop_side_by_side_keeps_the_others_cells(tiny_declaration, tmp_path, contract, monkeypatch):
+    """One loop fails (here: Acrobot's raises at its start): the other runs to its end, its cells reach on_chunk
+    (what the confirmation writes), and the error is raised after, not lost and not in the other's place."""
+    from repro.learning.deep import confirm
+    from repro.learning.deep.loop import DeepLoop
+
+    decl = _two_task_plan(tiny_declaration, tmp_path)
+    real = DeepLoop.run
+
+    def failing(loop, graph=False, progress=None, stop=None):
+        if loop.env.spec.name == "Acrobot-v1":
+            raise RuntimeError("a loop's own failure")
+        return real(loop, graph=graph, progress=progress, stop=stop)
+
+    monkeypatch.setattr(DeepLoop, "run", failing)
+    seen = []
+    with pytest.raises(RuntimeError, match="a loop's own failure"):
+        confirm.side_by_side(decl, [[c] for c in decl.cells], get_backend("host"), contract, "cpu", False, None,
+                             lambda done: seen.append([(r["index"], r["task"]) for r in done]),
+                             {"candidate": contract.source("fixed")})
+    assert seen == [[(1, decl.cells[1].task)]] and decl.cells[1].task != "Acrobot-v1"
+
+
 def test_on_cuda_run_puts_each_tasks_cells_side_by_side(tiny_declaration, tmp_path, contract, monkeypatch):
     """run on CUDA hands every task's cells, in the plan's order, to side_by_side; elsewhere the loops run one after
     another (the CPU cases above)."""

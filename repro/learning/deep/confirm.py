@@ -231,9 +231,10 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
     loop's runs are the bits they are alone (the same kernels on the same inputs; no tensor is shared). The loops
     are built and captured one after another in this thread first (a capture must be the only work on the
     device; each is captured on a stream of its own, so no two share cuBLAS's workspace). All loops are in memory
-    at once. Ctrl-C here, or an error in one loop, stops every loop at its next evaluation (the cells of loops that
-    ended before are kept through ``on_chunk``). On the CPU (the tests) the threads share the cores; :func:`run`
-    runs the loops there one after another."""
+    at once. Ctrl-C here stops every loop at its next evaluation; an error in one loop lets the others run to their
+    end, their cells kept through ``on_chunk``, and is raised then (the cells of loops that ended before either are
+    kept too). On the CPU (the tests) the threads share the cores; :func:`run` runs the loops there one after
+    another."""
     import contextlib
     import threading
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -260,21 +261,27 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
                 if cuda:
                     streams[n].synchronize()
 
-    done, began = [], time.perf_counter()
+    done, began, failed = [], time.perf_counter(), None
     with ThreadPoolExecutor(len(built), thread_name_prefix="loop") as pool:
         futures = {pool.submit(go, n): n for n in range(len(built))}
         try:
             for future in as_completed(futures):
                 n = futures[future]
-                done = sorted(done + records(decl, per_task[n], built[n][1], future.result()),
-                              key=lambda r: r["index"])
+                try:
+                    measured = future.result()
+                except Exception as err:  # this loop's: the others run on, and it is raised when they end
+                    failed = failed or err
+                    continue
+                done = sorted(done + records(decl, per_task[n], built[n][1], measured), key=lambda r: r["index"])
                 if on_chunk:
                     on_chunk(done)
                 if progress:
                     progress(f"[{n + 1}/{len(per_task)}] done in {time.perf_counter() - began:.1f} s")
-        except BaseException:
+        except BaseException:  # Ctrl-C: every loop stops at its next evaluation
             stop.set()
             raise
+    if failed is not None:
+        raise failed
     run_steps = sum(_runs(decl, cells) for cells in per_task) * decl.loop["steps"]
     return {"cells": done, "seconds": time.perf_counter() - began, "run_steps": run_steps}
 
