@@ -55,7 +55,6 @@ def parser() -> policy.Parser:
 def body(argv: list[str], owns) -> int:
     """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
-    args.owns = owns
     if args.plan and args.from_json:
         raise SuiteError("give one of --plan, --from-json")
     if args.plan:
@@ -64,10 +63,10 @@ def body(argv: list[str], owns) -> int:
         raise SuiteError("--out is --plan's: the run writes --json")
     if args.from_json:
         check_outputs([Output("--judged", args.judged, suffix=".json")], inputs=[("confirmation JSON", args.from_json)],
-                      committed=committed_results([args.judged], args.owns))
+                      committed=committed_results([args.judged], owns))
         show(read_study(args.from_json, "confirmation_4"), args)
         return 0
-    return run(args)
+    return run(args, owns)
 
 
 def plan(args) -> int:
@@ -162,7 +161,7 @@ def prereg_text(search: dict, judged: dict, cells: list[dict], args, source: str
     return "\n".join(out) + "\n"
 
 
-def run(args) -> int:
+def run(args, owns) -> int:
     try:
         import torch
     except ImportError:
@@ -174,7 +173,7 @@ def run(args) -> int:
 
     decl_path = args.declaration or confirm.DECLARATION
     decl = confirm.load(decl_path, reduced=args.reduced)
-    committed = [] if args.reduced else committed_results([args.json], args.owns)
+    committed = [] if args.reduced else committed_results([args.json], owns)
     check_outputs([Output("--json", args.json, suffix=".json"), Output("--judged", args.judged, suffix=".json")],
                   inputs=[("pre-registration", decl_path)], committed=committed)
     backend = get_backend(args.backend)

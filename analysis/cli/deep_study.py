@@ -69,7 +69,6 @@ def parser() -> policy.Parser:
 def body(argv: list[str], owns) -> int:
     """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
-    args.owns = owns
     confined.require_first(args.require_sandbox)
     start = time.perf_counter()
     say = policy.progress("study")
@@ -88,7 +87,7 @@ def body(argv: list[str], owns) -> int:
 
     contract = load_contract(CONTRACTS)  # the tracked contract: the third study's controllers as pre-registered
     if args.from_json:
-        return from_json(args, contract)
+        return from_json(args, contract, owns)
     prereg = prereg3.load(args.prereg or prereg3.PREREGISTERED_3)
     cells = [c.strip() for c in args.cells.split(",") if c.strip()] if args.cells is not None else None
     if cells == []:
@@ -109,7 +108,7 @@ def body(argv: list[str], owns) -> int:
         raise SuiteError(f"the closed-loop check takes no {', '.join(extra)}: its pairs come from the power "
                          "computation, its loop from the map's search")
     as_preregistered = not (args.reduced or args.kernel or cells or args.seeds or args.steps)
-    committed = committed_results((args.json, args.traces), args.owns) if as_preregistered else []
+    committed = committed_results((args.json, args.traces), owns) if as_preregistered else []
     data = os.path.realpath(ROOT / "tests" / "data")
     if args.traces and as_preregistered and Path(os.path.realpath(args.traces)).is_relative_to(data):
         committed.append(args.traces)
@@ -332,7 +331,7 @@ def write_markdown(path: Path, result: dict, contract) -> None:
     write_text(path, "\n".join(lines))
 
 
-def from_json(args, contract) -> int:
+def from_json(args, contract, owns) -> int:
     """``--from-json J --markdown M``: the section and figures of a study already run (no loop runs), read against
     ``contract``."""
     import json
@@ -342,7 +341,7 @@ def from_json(args, contract) -> int:
     given = [o for o in ("json", "traces", "kernel", "cells", "seeds", "steps", "budget", "map") if getattr(args, o)]
     if given or args.reduced:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o for o in given + (['reduced'] if args.reduced else []))}")
-    committed = committed_results([args.markdown], args.owns)
+    committed = committed_results([args.markdown], owns)
     check_outputs([Output("--markdown", args.markdown, suffix=".md")], inputs=[("study JSON", args.from_json)],
                   committed=committed)
     try:

@@ -63,7 +63,6 @@ def parser() -> policy.Parser:
 def body(argv: list[str], owns) -> int:
     """The command; ``owns(name)``: whether a file of studies/results/ is this study's own (analysis/cli/studies.py)."""
     args = parser().parse_args(argv)
-    args.owns = owns
     start = time.perf_counter()
     if args.chunk_rows < 1:
         raise SuiteError("--chunk-rows must be at least 1")
@@ -72,13 +71,13 @@ def body(argv: list[str], owns) -> int:
     if len(modes) > 1:
         raise SuiteError(f"give one of {', '.join(modes)}")
     if args.merge:
-        return merge(args)
+        return merge(args, owns)
     if args.from_json:
-        return from_json(args)
+        return from_json(args, owns)
     if args.ray_address is not None and args.ray is None:
         raise SuiteError("--ray-address picks the cluster of --ray N: give --ray")
     if args.ray is not None:
-        return ray_search(args, start)
+        return ray_search(args, start, owns)
     try:
         import torch
     except ImportError:
@@ -93,7 +92,7 @@ def body(argv: list[str], owns) -> int:
     decl = explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced)
     if args.bench:
         return bench(args, decl)
-    decl = _ready(args, decl)
+    decl = _ready(args, decl, owns)
     backend = get_backend(args.backend)
     device = device_for(backend)
     say = policy.progress("study")
@@ -122,7 +121,7 @@ def body(argv: list[str], owns) -> int:
     return 0
 
 
-def ray_search(args, start: float) -> int:
+def ray_search(args, start: float, owns) -> int:
     """``--ray N``: the search as N shards, one Ray task each (repro/learning/deep/explore_ray.py), merged into
     ``--json`` as the shards arrive (a run cut off keeps those done), then judged and printed as the unsharded run.
     The driver needs Ray, not PyTorch (the tasks need both)."""
@@ -134,7 +133,7 @@ def ray_search(args, start: float) -> int:
     if args.shard:
         raise SuiteError("--ray runs every shard: give no --shard")
     explore_ray.import_ray()  # one line where Ray is not installed, before anything is read or run
-    decl = _ready(args, explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced))
+    decl = _ready(args, explore.load(args.declaration or explore.DECLARATION, reduced=args.reduced), owns)
     # auto: what answers here (a cluster whose driver has no GPU names --backend cupy)
     name = args.backend if args.backend != "auto" else get_backend("auto").name
     say = policy.progress("study")
@@ -156,14 +155,14 @@ def ray_search(args, start: float) -> int:
     return 0
 
 
-def _ready(args, decl):
+def _ready(args, decl, owns):
     """``decl`` with its calibration read in, once the outputs are checked against the inputs (nothing run yet)."""
     from repro.learning.deep import explore
 
     decl = explore.calibrated(decl)
     calibrations = [("calibration", ROOT / t.calibration) for t in decl.tasks.values() if t.calibration]
     check_outputs(_outputs(args), inputs=[("declaration", args.declaration or explore.DECLARATION), *calibrations],
-                  committed=_committed(args, [args.json, args.judged]))
+                  committed=_committed(args, [args.json, args.judged], owns))
     return decl
 
 
@@ -184,9 +183,9 @@ def _outputs(args) -> list[Output]:
             Output("--plot", args.plot, suffix=".png")]
 
 
-def _committed(args, paths) -> list:
+def _committed(args, paths, owns) -> list:
     """Paths under studies/results/exploration_4_* that this run may write: the search as declared only."""
-    return [] if args.reduced else committed_results(paths, args.owns)
+    return [] if args.reduced else committed_results(paths, owns)
 
 
 def show(result: dict, args) -> None:
@@ -205,7 +204,7 @@ def show(result: dict, args) -> None:
             print(f"wrote {target}")
 
 
-def merge(args) -> int:
+def merge(args, owns) -> int:
     from repro.learning.deep.explore import merge as join
 
     if not args.json:
@@ -215,7 +214,7 @@ def merge(args) -> int:
     if given:
         raise SuiteError(f"--merge takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
     check_outputs([Output("--json", args.json, suffix=".json")], inputs=[("shard", p) for p in args.merge],
-                  committed=_committed(args, [args.json]))
+                  committed=_committed(args, [args.json], owns))
     result = join([read_study(p, "exploration_4") for p in args.merge])
     write_text(args.json, dump(result))
     print(f"merged {len(args.merge)} shard(s): {len(result['groups'])} of {result['groups_total']} groups"
@@ -223,11 +222,11 @@ def merge(args) -> int:
     return 0
 
 
-def from_json(args) -> int:
+def from_json(args, owns) -> int:
     given = [o for o in ("json", "shard", "reduced", "budget", "ray_address") if getattr(args, o)]
     if given:
         raise SuiteError(f"--from-json takes no {', '.join('--' + o.replace('_', '-') for o in given)}")
-    check_outputs(_outputs(args), inputs=[("search JSON", args.from_json)], committed=_committed(args, [args.judged]))
+    check_outputs(_outputs(args), inputs=[("search JSON", args.from_json)], committed=_committed(args, [args.judged], owns))
     result = read_study(args.from_json, "exploration_4")
     if result.get("shard"):
         raise SuiteError(f"{args.from_json}: one shard ({result['shard']}): merge the shards first (--merge)")
