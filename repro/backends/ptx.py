@@ -116,8 +116,7 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
     Kept in the build cache under the hash of everything they depend on (NVRTC's version, the architecture, the
     options, the origin, the code): about 50 ms of NVRTC a unit otherwise. The log is kept with the PTX, so the
     ptxas report (registers, stack) is there on every run, as NVRTC's own cache would not keep it (see below)."""
-    nvrtc = _nvrtc()
-    version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
+    nvrtc, version = _nvrtc(), _version()
     path = nvrtc_cache_file("ptx/{}.json", version, _compiler(), arch, options, origin, code)
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
@@ -131,12 +130,17 @@ def compile_ptx(code: str, origin: str, arch: str = ARCH, options: tuple[str, ..
 
 
 @cache
+def _version() -> tuple[int, int]:
+    """NVRTC's (major, minor), asked once per process."""
+    nvrtc = _nvrtc()
+    return tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
+
+
+@cache
 def _compiler() -> str:
     """The NVRTC build this process's cuda.bindings calls (translation_unit.compiler_identity; one small
     compilation per process, about 10 ms)."""
-    nvrtc = _nvrtc()
-    version = tuple(_check(nvrtc, nvrtc.nvrtcVersion()))
-    return compiler_identity(_compile_ptx(nvrtc, version, IDENTITY_PROGRAM, "identity.cu", ARCH, ())[0])
+    return compiler_identity(_compile_ptx(_nvrtc(), _version(), IDENTITY_PROGRAM, "identity.cu", ARCH, ())[0])
 
 
 def _compile_ptx(nvrtc, version: tuple, code: str, origin: str, arch: str, options: tuple[str, ...]) -> tuple[str, str]:
@@ -174,9 +178,8 @@ def _ptxas_number(log: str, pattern: str) -> int | None:
 @lru_cache(maxsize=128)  # a pure function of the source: the gate's callers in one process ask again
 def analyse(source: KernelSource, arch: str = ARCH) -> StaticReport:
     """Compile the candidate as launched in production (its own text) and read its PTX and ptxas report."""
-    nvrtc = _nvrtc()
     ptx, log = compile_ptx(source.text, source.origin, arch)
-    major, minor = _check(nvrtc, nvrtc.nvrtcVersion())
+    major, minor = _version()
     # ptxas reports per entry function; the candidate's file may hold helpers, so read its kernel's block.
     block = log.split(f"entry function '{source.symbol}'", 1)[-1].split("Compiling entry function", 1)[0]
     spills = [_ptxas_number(block, r"(\d+) bytes spill stores"), _ptxas_number(block, r"(\d+) bytes spill loads")]
