@@ -133,12 +133,13 @@ def test_the_pi_controller_end_to_end_is_what_the_gate_says(tmp_path, capsys):
 
 
 def test_the_commands_page_shows_every_figure_the_report_writes():
-    """The page's "The report" section links each figure of the report's registry (``summary.FIGURES``: what
+    """The page's "The report" section links each figure of the report's registry (``summary.captions()``: what
     ``report`` draws and tests/test_report.py checks it writes), and no other figure of the report's folder;
     ``reports/bench/`` is the benchmark's own figure, which the summary links."""
     from analysis.present import summary  # lazily: the page's other tests need no plotting imports
 
     section = PAGE.split("\n## The report\n", 1)[1].split("\n## ", 1)[0]
     shown = set(re.findall(r"\(\.\./reports/([^/)]+\.png)\)", section))
-    assert shown == set(summary.FIGURES), (f"missing from docs/commands.md: {sorted(set(summary.FIGURES) - shown)}; "
-                                           f"not written by the report: {sorted(shown - set(summary.FIGURES))}")
+    written = set(summary.captions())
+    assert shown == written, (f"missing from docs/commands.md: {sorted(written - shown)}; "
+                              f"not written by the report: {sorted(shown - written)}")

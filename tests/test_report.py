@@ -51,7 +51,7 @@ def png_info(path):
 
 def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made, report):
     out, _ = made
-    for name in report.summary.FIGURES:
+    for name in report.summary.captions():
         width, height, dpi = png_info(out / name)
         assert width >= MIN_SIZE[0] and height >= MIN_SIZE[1], f"{name}: {width}×{height}"
         assert dpi >= MIN_DPI, f"{name}: {dpi} dpi"
@@ -60,7 +60,7 @@ def test_every_promised_figure_is_a_valid_png_of_the_promised_size(made, report)
 def test_summary_links_every_figure_and_names_its_sources(made, report):
     out, rep = made
     text = (out / "summary.md").read_text()
-    for name in report.summary.FIGURES:
+    for name in report.summary.captions():
         assert f"]({name})" in text
     for n in report.CONTROLLERS:
         assert rep.header["kernels"][n]["sha256"] in text

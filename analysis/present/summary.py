@@ -17,7 +17,6 @@ from analysis.judge.report_measures import CONTROLLERS, Numbers, Report, critica
 from analysis.judge.study_measures import ALPHA, SECONDARY, original_vs_fixed
 from analysis.present import (
     bench_report,
-    deep_plots,
     deep_section,
     design_section,
     explore_section,
@@ -25,14 +24,14 @@ from analysis.present import (
     peers_section,
     plots,
     render,
-    study_plots,
     study_section,
+    study_sections,
 )
 from repro.core.ablation import FACTORS
 from repro.toy import COLLAPSE
 
-#: Every figure the report promises: file name -> caption.
-FIGURES = {
+#: The report's own figures (the studies' are in analysis.present.study_sections): file name -> caption.
+_OWN_FIGURES = {
     "fig1_collapse.png": "The collapse: λ under sustained aligned KL, original from 0.5 against fixed from 0.1.",
     "fig2_ramp_decay.png": "Ramp and decay: doubling under high KL, halving under low KL, measured steps marked.",
     "fig3_dead_zone.png": "The dead zone: KL drifting through both bands, λ of both controllers below it.",
@@ -49,15 +48,17 @@ FIGURES = {
     "robustness grid × seeds.",
     "fig10_peers.png": "Peer controllers: λ under sustained aligned KL for fixed, original and each published "
     "adaptive-KL rule (a cross marks λ reaching exactly 0).",
-    **deep_section.FIGURES,
-    **study_section.FIGURES,
-    **study_section.FIGURES_2,
-    **design_section.FIGURES,  # issue 35: cold starts and the design measures
 }
 
 
+def captions() -> dict[str, str]:
+    """Every figure the report promises, in its numbering's order: file name → caption (the report's own, the
+    studies' sections', the design measures')."""
+    return {**_OWN_FIGURES, **study_sections.captions(), **design_section.FIGURES}
+
+
 def figures(report: Report) -> dict[str, Callable]:
-    """Every figure of :data:`FIGURES`: file name → a callable that draws it (a matplotlib figure)."""
+    """Every figure of :func:`captions`: file name → a callable that draws it (a matplotlib figure)."""
     contracts = {n: report.evidence[n].controller for n in CONTROLLERS}
     floors = {n: report.measures[n].floor_step for n in CONTROLLERS}
     counts = {n: {"double": report.measures[n].steps_to_double, "halve": report.measures[n].steps_to_halve}
@@ -76,12 +77,7 @@ def figures(report: Report) -> dict[str, Callable]:
         "fig8_closed_loop.png": lambda: plots.closed_loop(report.closed_loop),
         "fig9_ablation.png": lambda: plots.ablation(report.ablation),
         "fig10_peers.png": lambda: peers_plots.aligned(peers_section.aligned_traces(report.measures)),
-        "fig_deep_cells.png": lambda: deep_plots.cells(deep_section.committed()),
-        "fig_deep_incident.png": lambda: deep_plots.incident(deep_section.committed(), deep_section.primary_kl_target()),
-        "fig11_study.png": lambda: study_plots.overview(report.study),
-        "fig12_study_grid.png": lambda: study_plots.grid_heatmap(report.study),
-        "fig13_incident.png": lambda: study_plots.incident(report.study2),
-        "fig14_study2.png": lambda: study_plots.second_overview(report.study2),
+        **study_sections.drawings(report),
         # issue 35: cold starts and the design measures, every controller
         "fig15_warm_up.png": lambda: design_section.warm_up_figure(report.design.curves, report.design.half),
         "fig16_design_measures.png": lambda: design_section.measures_figure(report.design.panels),
@@ -129,14 +125,12 @@ def text(report: Report, numbers: Numbers, peers: pd.DataFrame, bench: tuple | N
     lines += ["", "## Where the documentation and the measurements differ", ""]
     lines += _differences(report, numbers)
     lines += [""] + peers_section.markdown(report.measures, peers)
-    lines += ["", *deep_section.section(deep_section.committed(), report.contract, figures=False)]  # leads the learning-loop part
     if report.design is not None:  # issue 35: cold starts and the design measures
         d = report.design
         lines += [""] + design_section.markdown(d.warm_ups, d.designs, design_section.rates_note(d))
-    lines += ["", *study_section.section(report.study, figures=False)]
-    lines += ["", *study_section.second_section(report.study2, report.study2_exploratory)]
-    lines += ["", "## Figures", ""]
-    for i, (name, caption) in enumerate(FIGURES.items(), start=1):
+    lines += ["", *study_sections.markdown(report)]  # the learning-loop studies, each from its own JSON
+    lines += ["## Figures", ""]
+    for i, (name, caption) in enumerate(captions().items(), start=1):
         lines += [f"**Figure {i}.** {caption}", "", f"![{caption}]({name})", "", *_figure_notes(report, numbers, name)]
     lines += _bench_section(bench, drift, bench_dir, bench_link) if bench else []
     lines += ["## Data", "", "Everything above is recomputable from `data/`: `trajectories.csv` (tidy: controller, "
