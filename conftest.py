@@ -101,6 +101,26 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _multiprocessing_folder(tmp_path_factory):
+    """multiprocessing's own folder (a GPU worker's forkserver's socket) in this session's temporary folder: an
+    xdist worker ends without multiprocessing's clean-up, which would leave a ``pymp-*`` folder in the system's
+    per worker and run (``python -m analysis`` puts it in its run's folder: analysis/cli/policy.py)."""
+    import multiprocessing.process
+
+    from repro.core import scratch
+
+    config = multiprocessing.process.current_process()._config
+    if config.get("tempdir") is not None:
+        yield
+        return
+    folder = scratch.for_sockets(tmp_path_factory.getbasetemp() / "mp")
+    config["tempdir"] = str(folder)
+    yield
+    if not folder.is_relative_to(tmp_path_factory.getbasetemp()):  # one in /tmp (a long basetemp)
+        scratch.remove(folder)
+
+
 @pytest.fixture(autouse=True)
 def _gpu_share(request, tmp_path_factory):
     """Under pytest-xdist, a gpu test holds the device shared; one that uses ``gpu_alone`` holds it alone.

@@ -649,21 +649,31 @@ def served_backend(monkeypatch):
     return "served"
 
 
-def test_the_forkserver_starts_early_deaf_to_ctrl_c(served_backend):
+def test_the_forkserver_starts_early_deaf_to_ctrl_c():
     """``start_server`` starts a forkserver backend's server before any worker, with SIGINT blocked in it (its
-    workers inherit it so); a fork backend's is nothing to start."""
-    from multiprocessing import forkserver
+    workers inherit it so); a fork backend's is nothing to start. In a fresh interpreter: one this process already
+    runs would say nothing of this start, and stopping it waits for every worker it ever made."""
+    import subprocess
+    import sys
 
-    from repro.runners import isolation
+    from repro.core.paths import ROOT
 
-    forkserver._forkserver._stop()  # one an earlier test started would say nothing of this start
-    isolation.start_server("host")
-    assert forkserver._forkserver._forkserver_pid is None
-    isolation.start_server(served_backend)
-    pid = forkserver._forkserver._forkserver_pid
-    blocked = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                   if line.startswith("SigBlk:"))
-    assert blocked & (1 << (2 - 1)), "SIGINT is not blocked in the forkserver"
+    code = ("import sys\n"
+            "from dataclasses import replace\n"
+            "from multiprocessing import forkserver\n"
+            "from pathlib import Path\n"
+            "from repro import backends\n"
+            "from repro.runners import isolation\n"
+            "isolation.start_server('host')\n"
+            "assert forkserver._forkserver._forkserver_pid is None, 'a fork backend started a server'\n"
+            "backends.REGISTRY['host'] = replace(backends.REGISTRY['host'], start_method='forkserver')\n"
+            "isolation.start_server('host')\n"
+            "pid = forkserver._forkserver._forkserver_pid\n"
+            "status = Path(f'/proc/{pid}/status').read_text().splitlines()\n"
+            "blocked = next(int(line.split()[1], 16) for line in status if line.startswith('SigBlk:'))\n"
+            "sys.exit(0 if blocked & (1 << (2 - 1)) else 3)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"exit {done.returncode} (3: SIGINT not blocked in the server)\n{done.stderr}"
 
 
 def test_a_ctrl_c_while_the_forkserver_starts_is_answered_after(served_backend, monkeypatch, ctrl_c_raises):
@@ -709,3 +719,30 @@ def test_the_gate_through_a_forkserver_judges_as_through_forks(contract, host, m
     assert methods and set(methods) == {"forkserver"}
     assert [(f.key, f.ok) for f in served.findings] == [(f.key, f.ok) for f in forked.findings]
     assert served.ok == (candidate == "device_helpers")
+
+
+def test_the_forkserver_imports_its_preload_wherever_the_command_runs(tmp_path):
+    """A command run from another folder, the suite importable only through its own sys.path (a script, pytest's
+    rootdir): the forkserver still imports the module that ties its life to the command's (it would skip it,
+    silently, from a fresh interpreter's path), and so its workers have it."""
+    import os
+    import subprocess
+    import sys
+
+    from repro.core.paths import ROOT
+
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(ROOT)!r})\n"
+            "from repro.runners import isolation\n"
+            "def probe():\n"
+            "    sys.exit(0 if 'repro.runners.forkserver_start' in sys.modules else 7)\n"
+            "if __name__ == '__main__':\n"
+            "    isolation._forkserver()\n"
+            "    p = isolation._context('forkserver').Process(target=probe)\n"
+            "    p.start(); p.join(60)\n"
+            "    sys.exit(p.exitcode)\n")
+    (tmp_path / "probe.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**env, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr}"

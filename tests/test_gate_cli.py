@@ -317,3 +317,41 @@ def test_a_reader_closing_stdout_early_gets_no_traceback(tmp_path, module):
     proc.stdout.close()  # as `| head -0` would, before anything is printed
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 2 and err == ""
+
+
+@pytest.mark.slow  # a real process and two gates' workers: 3-4 s
+@pytest.mark.parametrize("tmpdir", ["short", "long"])
+def test_a_gate_whose_workers_come_from_a_forkserver_ends_in_its_verdict_alone(tmp_path, tmpdir):
+    """The cupy backend's way of starting workers (a forkserver), given to the host's entry in a real process: the
+    gate ends with its verdict and exit 0, nothing on stderr (multiprocessing's own folder, the server's socket,
+    is removed with the run's folder, not again by multiprocessing at exit: a traceback after the verdict) and
+    nothing left in TMPDIR — a short one, and one too long for a socket's path (the socket then goes in /tmp:
+    "AF_UNIX path too long" was exit 2)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.commands import environment
+
+    if tmpdir == "short":
+        tmp_path = Path(tempfile.mkdtemp(prefix="rlqt-", dir="/tmp"))
+    else:
+        tmp_path = tmp_path / ("deep" * 8)
+        tmp_path.mkdir()
+    code = ("import runpy, sys\n"
+            "from dataclasses import replace\n"
+            "from repro import backends\n"
+            "backends.REGISTRY['host'] = replace(backends.REGISTRY['host'], start_method='forkserver')\n"
+            "sys.argv = ['analysis', 'gate', 'tests/candidates/device_helpers.cu', '--backend', 'host']\n"
+            "runpy.run_module('analysis', run_name='__main__', alter_sys=True)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env=environment(ROOT, TMPDIR=str(tmp_path)))
+        left = list(tmp_path.iterdir())
+    finally:
+        if tmpdir == "short":
+            shutil.rmtree(tmp_path)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("PASS: all "), done.stdout + done.stderr
+    assert done.stderr == ""
+    assert left == []

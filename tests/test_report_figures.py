@@ -35,9 +35,22 @@ def drawing(monkeypatch):
 FIGURES = {f"fig{i}.png": (lambda h=i: _figure(h)) for i in range(5)}
 
 
+def _drawn_by(log):
+    """FIGURES, each maker noting the pid of the process that draws it in ``log``."""
+    def noted(make):
+        def draw():
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            return make()
+        return draw
+    return {name: noted(make) for name, make in FIGURES.items()}
+
+
 def test_side_by_side_gives_the_bytes_of_one_after_another(drawing, tmp_path):
     alone, _ = drawing(FIGURES, tmp_path / "alone", 1)
-    paths, lines = drawing(FIGURES, tmp_path / "side", 3)
+    paths, lines = drawing(_drawn_by(tmp_path / "pids"), tmp_path / "side", 3)
+    drawers = (tmp_path / "pids").read_text().split()
+    assert len(drawers) == 5 and len(set(drawers)) == 3 and str(os.getpid()) not in drawers  # three children
     assert [p.name for p in paths] == list(FIGURES)
     assert all(p.read_bytes() == q.read_bytes() for p, q in zip(alone, paths, strict=True))
     assert sorted(line.rsplit(" ", 1)[1] for line in lines) == sorted(FIGURES)
@@ -62,3 +75,23 @@ def test_a_figure_that_fails_everywhere_raises_in_the_command(drawing, tmp_path)
 
     with pytest.raises(ValueError, match="no data for this figure"):
         drawing({**FIGURES, "fig_broken.png": broken}, tmp_path / "out", 2)
+
+
+def test_a_child_that_goes_silent_is_ended_and_its_figures_drawn_here(drawing, tmp_path, monkeypatch):
+    """A child stuck (here: asleep in its first figure) past FIGURE_WAIT is killed and its share drawn by the
+    command, rather than the report waiting on it without a limit."""
+    import time
+
+    from analysis.cli import report
+
+    command = os.getpid()
+
+    def stuck_in_a_child():
+        if os.getpid() != command:
+            time.sleep(60)
+        return _figure(9)
+
+    monkeypatch.setattr(report, "FIGURE_WAIT", 1.0)
+    start = time.monotonic()
+    paths, lines = drawing({"fig_stuck.png": stuck_in_a_child, **FIGURES}, tmp_path / "out", 2)
+    assert time.monotonic() - start < 30 and len(lines) == 6 and all(p.stat().st_size > 1000 for p in paths)

@@ -181,8 +181,16 @@ def listen_for_stops() -> None:
 
     from repro.core import scratch
 
-    os.environ["TMPDIR"] = str(scratch.make("rlq-run-"))
+    run = scratch.make("rlq-run-")
+    os.environ["TMPDIR"] = str(run)
     tempfile.tempdir = None
+    # multiprocessing's own folder (a forkserver's socket) inside it too (or in /tmp where its path would not fit a
+    # socket's), named to multiprocessing before it makes one: it then registers no removal of its own at exit,
+    # which would find the folder gone (leave removes the run's folder first) and print a traceback after the
+    # command's last line
+    import multiprocessing.process
+
+    multiprocessing.process.current_process()._config["tempdir"] = str(scratch.for_sockets(run / "mp"))
 
 
 def _unraisable(unraisable) -> None:

@@ -196,23 +196,41 @@ def draw(report: Report, out: Path, progress=print, processes: int = 1) -> list[
     return [out / name for name in figures]
 
 
+#: s a child drawing figures may go without landing one before its share is drawn by the command instead (a child
+#: stuck on a lock another thread of the command held at the fork); the slowest figure takes about 6 s on 2 cores.
+FIGURE_WAIT = 120.0
+
+
 def _draw_forked(figures: dict, out: Path, processes: int, drawn) -> None:
     """``figures`` shared round-robin among ``processes`` forked children; ``drawn(name)`` as each lands. A child
-    ignores Ctrl-C (this process answers it and kills them) and leaves by ``os._exit``: nothing of this process's
-    (its atexit handlers, CUDA's state) runs twice. A child that fails stops there, silently: its figures left
-    undrawn are drawn by :func:`draw` in this process."""
+    ignores Ctrl-C and SIGTERM (this process answers them and kills the children: they are blocked from before
+    each fork until the child is recorded) and leaves by ``os._exit``: nothing of this process's (its atexit
+    handlers, CUDA's state, its garbage: frozen before the forks) runs in it. A child that fails stops there,
+    silently; a fork that fails, or children silent for :data:`FIGURE_WAIT` s, end the forking: what is left undrawn
+    :func:`draw` draws in this process."""
+    import gc
+    import select
     import signal
 
     names = list(figures)
+    stops = {signal.SIGINT, signal.SIGTERM}
     read, write = os.pipe()
     children = []
+    gc.freeze()  # this process's objects out of the children's collections (a finalizer would run there too)
     try:
         for first in range(min(processes, len(names))):
-            pid = os.fork()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+            try:
+                pid = os.fork()
+            except OSError:  # no more processes to be had: this process draws the rest
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                break
             if pid == 0:  # pragma: no cover - the child
                 code = 1
                 try:
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    for sig in stops:
+                        signal.signal(sig, signal.SIG_IGN)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                     os.close(read)
                     for name in names[first::processes]:
                         plots.save(figures[name](), out / name)
@@ -221,17 +239,25 @@ def _draw_forked(figures: dict, out: Path, processes: int, drawn) -> None:
                 finally:
                     os._exit(code)
             children.append(pid)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop held since the fork is answered here
         os.close(write)
         write = None
-        with os.fdopen(read) as lines:
-            read = None
-            for line in lines:  # ends when every child has closed its end: done or gone
+        pending = b""
+        while True:  # until every child has closed its end (done or gone), or none speaks for FIGURE_WAIT s
+            if not select.select([read], [], [], FIGURE_WAIT)[0]:
+                break
+            chunk = os.read(read, 4096)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
                 drawn(names[int(line)])
     finally:
+        gc.unfreeze()
         for fd in (read, write):
             if fd is not None:
                 os.close(fd)
-        for pid in children:  # Ctrl-C or an error here: the children go too
+        for pid in children:  # Ctrl-C, an error here, a silent child: the children go too
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == 0:
                     os.kill(pid, signal.SIGKILL)

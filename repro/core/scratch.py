@@ -33,6 +33,20 @@ def make(prefix: str, parent: str | Path | None = None) -> Path:
     return Path(folder)
 
 
+#: The longest path (bytes) of a folder a socket is made in: an AF_UNIX address holds 107 bytes, and multiprocessing
+#: names a forkserver's socket ``listener-XXXXXXXX`` (18 more with the slash).
+SOCKET_FOLDER_MAX = 80
+
+
+def for_sockets(folder: Path) -> Path:
+    """``folder`` (made, if need be) where a socket's path in it fits an AF_UNIX address; else a fresh folder in
+    /tmp, made and recorded as :func:`make`'s are (a long TMPDIR: a checkout deep in a home folder, tox's own)."""
+    if len(os.fsencode(folder)) <= SOCKET_FOLDER_MAX:
+        folder.mkdir(exist_ok=True)
+        return folder
+    return make("rlq-sock-", parent="/tmp")
+
+
 def remove(folder: str | Path) -> None:
     """Remove ``folder`` however deep, and forget it: ``shutil.rmtree`` in this process (no program started: a fork
     of a large process costs milliseconds, several times a gate), and where it fails — it recurses once per level,

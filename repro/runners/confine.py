@@ -241,8 +241,8 @@ def _drop_capabilities(libc) -> None:
 def confine(conn, scratch: Path, forked: bool, command: bool = False, keep: tuple[int, ...] = ()) -> None:
     """Worker side: confine this process to ``scratch`` (its new working folder) and hand the parent the
     seccomp listener over ``conn`` (a ``("confined", abi)`` message, then the descriptor). ``forked``: the
-    worker holds copies of the parent's descriptors (closed here); a GPU one (from a forkserver or a spawn) has
-    only its own (CUDA's).
+    worker holds copies of the parent's descriptors (closed here); a GPU one keeps what it holds (CUDA's, and
+    from a forkserver multiprocessing's pipes to the server and the command, which reach no file).
     ``command`` (:func:`run_confined`): the working folder stays (relative inputs still resolve; a relative
     write lands outside ``scratch`` and is an attempt), and stdin, stdout and stderr stay the command's, as do
     the descriptors in ``keep``."""

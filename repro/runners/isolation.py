@@ -45,6 +45,7 @@ from repro.core import scratch
 from repro.core.contract import Controller, Slots
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import KernelSource
+from repro.core.paths import ROOT
 from repro.runners import confine, plain
 from repro.runners.campaign import assemble, run_group, scenario_groups
 from repro.runners.evidence import GROUPS, Evidence, Fault, Limits
@@ -172,26 +173,46 @@ def _answer(pressed: list) -> None:
 
 def start_server(backend_name: str) -> None:
     """Start now the forkserver that ``backend_name``'s workers come from, where its entry says they do: CuPy's
-    import there then overlaps what the command does before its first worker (the compile, the static checks).
-    Started deaf to Ctrl-C, as a worker is (:func:`_start_deaf_to_ctrl_c`); a Ctrl-C pressed meanwhile is
-    answered after. Elsewhere (another start method, a thread other than the main one) nothing: the first worker
-    starts the server."""
-    if backends.entry(backend_name).start_method != "forkserver" \
-            or threading.current_thread() is not threading.main_thread():
-        return
+    import there then overlaps what the command does before its first worker (the compile, the static checks)."""
+    if backends.entry(backend_name).start_method == "forkserver":
+        _forkserver()
+
+
+def _forkserver() -> int | None:
+    """The forkserver's pid, started if need be: deaf to Ctrl-C in the main thread, as a worker is
+    (:func:`_start_deaf_to_ctrl_c`: a Ctrl-C pressed meanwhile is answered after), with the suite's folder on its
+    PYTHONPATH (it imports :data:`FORKSERVER_PRELOAD` from a fresh interpreter, whose path is the working folder's
+    and PYTHONPATH's; a module it cannot import it skips, silently). Started from the main thread only where it
+    can be: its PDEATHSIG (repro.runners.forkserver_start) follows the thread that started it."""
     from multiprocessing import forkserver
 
     _context("forkserver")  # its preload set
-    mp_resource_tracker.ensure_running()
-    with _ctrl_c_held() as pressed:
+    if threading.current_thread() is threading.main_thread():
+        mp_resource_tracker.ensure_running()
+        with _ctrl_c_held() as pressed:
+            _start_forkserver(forkserver)
+        _answer(pressed)
+    else:
+        _start_forkserver(forkserver)
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def _start_forkserver(forkserver) -> None:
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), before) if p)
+    try:
         forkserver.ensure_running()
-    _answer(pressed)
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 #: What a forkserver imports once, before its first fork, in this order: the module that ties the server's life to
 #: the command's, then the heavy imports of a device backend's worker (CuPy's own import starts no CUDA). The
-#: suite's other modules are imported by each worker, so that a module-level value read from the environment is
-#: the gate's of the moment.
+#: suite's other modules a worker imports as it starts, in the server's environment (the command's when the server
+#: started); it takes the command's environment of the moment before it loads the kernel (:func:`_serve`).
 FORKSERVER_PRELOAD = ("repro.runners.forkserver_start", "numpy", "cupy")
 
 
@@ -225,9 +246,9 @@ def _serve(conn, parents_end, parent: int | None, load: Callable[[], CompiledKer
            environ: dict[str, str] | None = None) -> None:
     """Worker loop: load the kernel here, then answer ``(group, only)`` requests until told to stop (``None``).
     ``parents_end``: a forked worker's copy of the parent's end of the pipe, closed here so that the parent's
-    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: its pid (see :func:`_die_with`), None: the
-    process that forked this one (a forkserver); ``environ``: the environment of the gate at the worker's start
-    (a forkserver's worker inherits the server's, as it was when the server started);
+    death (Ctrl-C, SIGKILL) reads as the end of the pipe; ``parent``: the pid of the process it must die with (see
+    :func:`_die_with`): the gate's, or its forkserver's (None: the one that forked it); ``environ``: the gate's
+    environment at the worker's start (a forkserver's worker inherits the server's, as it was when it started);
     ``scratch``: the folder the worker is confined to (:mod:`repro.runners.confine`), None: not confined.
     A forked worker is confined before it loads the candidate's library (its load-time code is the
     candidate's); a GPU one (from a forkserver or a spawn) after NVRTC and CUDA's start-up, which run none of
@@ -334,15 +355,15 @@ class Worker:
 
     def _launch(self):
         """A new worker process and its pipe, not yet waited for."""
-        forkable = self.method == "fork"
+        forkable, served = self.method == "fork", self.method == "forkserver"
+        server = _forkserver() if served else None  # first: a Ctrl-C answered there leaves nothing made
         ctx = _context(self.method)
         parent, child = ctx.Pipe()
         folder = made = None
         if confine.unavailable() is None:
             folder = str(self.scratch) if self.scratch is not None else str(scratch.make("rlq-worker-"))
             made = folder if self.scratch is None else None
-        served = self.method == "forkserver"
-        args = (child, parent if forkable else None, None if served else os.getpid(), self.load if forkable else None,
+        args = (child, parent if forkable else None, server if served else os.getpid(), self.load if forkable else None,
                 self.backend.name, self.source, self.slots, self.controller, self.seed, folder,
                 dict(os.environ) if served else None)
         proc = ctx.Process(target=_serve, args=args, daemon=True)

@@ -47,8 +47,9 @@ def study_apart():
     from tests.commands import environment
 
     def run(map_path, *argv, cwd=ROOT):
+        # one PyTorch thread, as in the tests' own process (one_torch_thread): -n auto puts a worker on each core
         return subprocess.run([sys.executable, "-c", _STUDY_APART, str(map_path), *map(str, argv)], cwd=cwd,
-                              capture_output=True, text=True, timeout=300, env=environment(cwd))
+                              capture_output=True, text=True, timeout=300, env=environment(cwd, OMP_NUM_THREADS="1"))
 
     return run
 

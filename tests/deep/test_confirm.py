@@ -241,12 +241,13 @@ def test_an_error_in_one_loop_side_by_side_keeps_the_others_cells(tiny_declarati
         return real(loop, graph=graph, progress=progress, stop=stop)
 
     monkeypatch.setattr(DeepLoop, "run", failing)
-    seen = []
+    seen, said = [], []
     with pytest.raises(RuntimeError, match="a loop's own failure"):
-        confirm.side_by_side(decl, [[c] for c in decl.cells], get_backend("host"), contract, "cpu", False, None,
-                             lambda done: seen.append([(r["index"], r["task"]) for r in done]),
+        confirm.side_by_side(decl, [[c] for c in decl.cells], get_backend("host"), contract, "cpu", False,
+                             said.append, lambda done: seen.append([(r["index"], r["task"]) for r in done]),
                              {"candidate": contract.source("fixed")})
     assert seen == [[(1, decl.cells[1].task)]] and decl.cells[1].task != "Acrobot-v1"
+    assert any("[1/2] failed (RuntimeError: a loop's own failure); the other loops run on" in line for line in said)
 
 
 def test_on_cuda_run_puts_each_tasks_cells_side_by_side(tiny_declaration, tmp_path, contract, monkeypatch):

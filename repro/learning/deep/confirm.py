@@ -271,6 +271,9 @@ def side_by_side(decl: Confirm, per_task: list[list[Cell]], backend, contract: C
                     measured = future.result()
                 except Exception as err:  # this loop's: the others run on, and it is raised when they end
                     failed = failed or err
+                    if progress:
+                        progress(f"[{n + 1}/{len(per_task)}] failed ({type(err).__name__}: {err}); the other loops "
+                                 "run on")
                     continue
                 done = sorted(done + records(decl, per_task[n], built[n][1], measured), key=lambda r: r["index"])
                 if on_chunk:
