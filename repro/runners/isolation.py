@@ -225,6 +225,13 @@ def _context(method: str):
     return ctx
 
 
+def _kill(proc) -> None:
+    """SIGKILL ``proc`` unless it has ended: its exit status read first, so that a forkserver's worker the server
+    has already reaped (its pid free for another process) is not signalled."""
+    if proc.exitcode is None:
+        proc.kill()
+
+
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -521,7 +528,7 @@ class Worker:
         # Its pipe closes as it ends; one that lives on, not exiting, closed it itself (the candidate): it goes now.
         still_running = not self._ended(0.1) and not (_state(self.proc.pid) in ("E", "Z", "X", "") and self._ended(5.0))
         if still_running:
-            self.proc.kill()
+            _kill(self.proc)
             self.proc.join()
         code = self.proc.exitcode
         watch = self.watches.get(self.proc.pid)
@@ -562,7 +569,7 @@ class Worker:
         if self.spare is not None:
             proc, conn = self.spare
             self.spare = None
-            proc.kill()
+            _kill(proc)
             proc.join()
             conn.close()
             self._forget(proc.pid)
@@ -575,12 +582,12 @@ class Worker:
             return
         self.lost |= kill
         if kill or _state(self.proc.pid) in ("T", "t"):  # a stopped worker would not read its stop
-            self.proc.kill()
+            _kill(self.proc)
         else:
             with contextlib.suppress(BrokenPipeError, OSError):
                 self.conn.send_bytes(plain.dumps(None))
         if not self._ended(5.0):
-            self.proc.kill()
+            _kill(self.proc)
             self.proc.join()
         self._reset()
 
