@@ -30,6 +30,15 @@ def run(command: str, *args, cwd=ROOT, env: dict[str, str] | None = None, timeou
                           timeout=timeout, env=environment(cwd) if env is None else env)
 
 
+def python(code: str, *args, cwd=ROOT, env: dict[str, str] | None = None, timeout: float = 120
+           ) -> subprocess.CompletedProcess:
+    """``python -c CODE ARGS`` in a fresh interpreter in ``cwd`` (``env``: this process's environment unless given;
+    ``timeout`` in seconds): what a test checks where this process's own state (threads, a running forkserver,
+    signal handlers) would say nothing."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
 def cli(command: str, *args) -> subprocess.CompletedProcess:
     """``python -m analysis COMMAND ARGS`` in this process: the entry's own dispatch and error policy, without
     a process start-up (what only a real process shows, :func:`run` checks)."""

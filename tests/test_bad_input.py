@@ -18,6 +18,7 @@ from repro.core.contract import Slots, load
 from repro.core.errors import SuiteError
 from repro.core.kernel_source import load_kernel
 from repro.core.paths import ROOT
+from tests import commands
 
 
 def test_missing_file_exits_2_with_one_line(capsys):
@@ -552,7 +553,7 @@ def _group_alive(pgid: int) -> bool:
 def test_a_missing_run_dependency_stops_the_tests_in_one_line():
     """pandas and matplotlib (the run group) are needed everywhere: without one, pytest says so once, exit 4."""
     code = "import sys, pytest; sys.modules['pandas'] = None; sys.exit(pytest.main(['--co', '-q', 'tests/test_spec.py']))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = commands.python(code, timeout=60)
     said = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert done.returncode == 4 and said == ["ERROR: missing pandas: the tests need the dependency groups (pip install "
                                              "--group test, pip >= 25.1), or run them with tox, which installs them"], \

@@ -10,6 +10,7 @@ import pytest
 
 from repro.core.f32 import F32
 from repro.core.kernel_source import KernelSource, load_kernel
+from tests import commands
 
 
 def test_approximate_intrinsics_are_found_with_their_lines():
@@ -257,11 +258,6 @@ def test_a_spawned_worker_starts_with_ctrl_c_blocked(method):
     """The first spawned or forkserver's (GPU) worker of a process inherits SIGINT blocked too: starting
     multiprocessing's resource tracker, which either does first, unblocks it, and the worker then started with
     Ctrl-C live (a traceback of its own during its imports)."""
-    import subprocess
-    import sys
-
-    from repro.core.paths import ROOT
-
     code = ("import multiprocessing as mp, signal\n"
             "from repro.runners.isolation import _start_deaf_to_ctrl_c\n"
             "probe = 'import signal, sys; sys.exit(0 if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []) else 3)'\n"
@@ -269,7 +265,7 @@ def test_a_spawned_worker_starts_with_ctrl_c_blocked(method):
             "_start_deaf_to_ctrl_c(p)\n"
             "p.join(60)\n"
             "raise SystemExit(p.exitcode)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = commands.python(code)
     assert done.returncode == 0, f"the spawned worker's SIGINT was not blocked (exit {done.returncode})\n{done.stderr}"
 
 
@@ -424,10 +420,7 @@ def test_a_worker_let_go_without_a_stop_leaves_no_folder_when_its_process_exits(
     """A process that made a worker and let go of it neither stopped nor discarded (a script, a test session: no
     ``python -m analysis`` to remove leftovers last) removes the worker's scratch folder when it exits."""
     import os
-    import subprocess
-    import sys
 
-    from repro.core.paths import ROOT
     from repro.runners import confine
 
     if confine.unavailable():
@@ -441,8 +434,7 @@ def test_a_worker_let_go_without_a_stop_leaves_no_folder_when_its_process_exits(
             "worker = Worker(host, contract.source('fixed'), contract.slots, contract.controller('fixed'))\n"
             "assert worker.ask(('nonfinite', None), timeout=60).ok\n"
             "assert len(worker.folders) == 1, worker.folders\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    done = commands.python(code, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.glob("rlq-*")) == []
 
@@ -643,11 +635,6 @@ def test_the_forkserver_starts_early_deaf_to_ctrl_c():
     """``start_server`` starts a forkserver backend's server before any worker, with SIGINT blocked in it (its
     workers inherit it so); a fork backend's is nothing to start. In a fresh interpreter: one this process already
     runs would say nothing of this start, and stopping it waits for every worker it ever made."""
-    import subprocess
-    import sys
-
-    from repro.core.paths import ROOT
-
     code = ("import sys\n"
             "from dataclasses import replace\n"
             "from multiprocessing import forkserver\n"
@@ -662,7 +649,7 @@ def test_the_forkserver_starts_early_deaf_to_ctrl_c():
             "status = Path(f'/proc/{pid}/status').read_text().splitlines()\n"
             "blocked = next(int(line.split()[1], 16) for line in status if line.startswith('SigBlk:'))\n"
             "sys.exit(0 if blocked & (1 << (2 - 1)) else 3)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = commands.python(code)
     assert done.returncode == 0, f"exit {done.returncode} (3: SIGINT not blocked in the server)\n{done.stderr}"
 
 
@@ -670,11 +657,6 @@ def test_a_ctrl_c_while_the_forkserver_starts_is_answered_after():
     """A Ctrl-C pressed while the server starts is held, then raised once it has started (never lost). In a fresh
     interpreter: a Ctrl-C sent to a test runner's process may reach another of its threads, and be run after the
     test (an xdist worker once crashed on it)."""
-    import subprocess
-    import sys
-
-    from repro.core.paths import ROOT
-
     code = ("import os, signal, sys\n"
             "from multiprocessing import forkserver\n"
             "from repro.runners import isolation\n"
@@ -688,7 +670,7 @@ def test_a_ctrl_c_while_the_forkserver_starts_is_answered_after():
             "except KeyboardInterrupt:\n"
             "    sys.exit(0 if started == [True] else 4)\n"
             "sys.exit(3)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = commands.python(code)
     assert done.returncode == 0, f"exit {done.returncode} (3: the Ctrl-C was lost)\n{done.stderr}"
 
 

@@ -20,6 +20,7 @@ from analysis.present import render
 from repro.core.contract import ROOT
 from repro.core.f32 import F32, same
 from repro.core.kernel_source import load_kernel
+from tests import commands
 from tests.commands import cli, run
 
 FIXED = ROOT / "kernels" / "rl_q_distill_lambda_controller.cu"
@@ -328,8 +329,6 @@ def test_a_gate_whose_workers_come_from_a_forkserver_ends_in_its_verdict_alone(t
     nothing left in TMPDIR — a short one, and one too long for a socket's path (the socket then goes in /tmp:
     "AF_UNIX path too long" was exit 2)."""
     import shutil
-    import subprocess
-    import sys
     import tempfile
 
     from tests.commands import environment
@@ -346,8 +345,7 @@ def test_a_gate_whose_workers_come_from_a_forkserver_ends_in_its_verdict_alone(t
             "sys.argv = ['analysis', 'gate', 'tests/candidates/device_helpers.cu', '--backend', 'host']\n"
             "runpy.run_module('analysis', run_name='__main__', alter_sys=True)\n")
     try:
-        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env=environment(ROOT, TMPDIR=str(tmp_path)))
+        done = commands.python(code, env=environment(ROOT, TMPDIR=str(tmp_path)))
         left = list(tmp_path.iterdir())
     finally:
         if tmpdir == "short":
