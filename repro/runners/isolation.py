@@ -186,6 +186,9 @@ def _forkserver() -> int | None:
     can be: its PDEATHSIG (repro.runners.forkserver_start) follows the thread that started it."""
     from multiprocessing import forkserver
 
+    running = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if running is not None and _state(running) not in ("", "Z", "X"):  # each worker's start: nothing to do
+        return running
     _context("forkserver")  # its preload set
     if threading.current_thread() is threading.main_thread():
         mp_resource_tracker.ensure_running()
