@@ -84,6 +84,7 @@ class StaticReport:
         return dict(self.__dict__)
 
 
+@cache  # loaded and checked once per process (a failure is not kept: it raises again)
 def _nvrtc():
     try:
         from cuda.bindings import nvrtc
